@@ -1,0 +1,45 @@
+# slurm-elastic — the two commands a newcomer needs are `make demo` and `make test`.
+# Both do their own set-up on a fresh Debian 12 machine (as root): Debian packages,
+# this package with its extras, and the local Slurm cluster.
+
+PYTHON ?= python3
+NODES ?= 4
+export PYTHONUNBUFFERED := 1
+
+.PHONY: help setup cluster-up cluster-down cluster-status test test-unit lint demo bench clean
+
+help:
+	@echo "make demo          bring up a local Slurm cluster, run the daemon and a mixed elastic workload"
+	@echo "make test          the whole test suite, incl. integration tests on the local cluster"
+	@echo "make test-unit     tests that need no cluster"
+	@echo "make cluster-up    start the local cluster (NODES=$(NODES))"
+	@echo "make cluster-down  stop it"
+	@echo "make lint          ruff"
+
+setup:
+	bash scripts/install-deps.sh
+
+cluster-up: setup
+	bash scripts/cluster.sh up --nodes $(NODES)
+
+cluster-down:
+	bash scripts/cluster.sh down
+
+cluster-status:
+	bash scripts/cluster.sh status
+
+lint:
+	$(PYTHON) -m ruff check slurm_elastic tests scripts examples
+	$(PYTHON) -m ruff format --check slurm_elastic tests scripts examples
+
+test: cluster-up lint
+	$(PYTHON) -m pytest -q tests
+
+test-unit: setup
+	$(PYTHON) -m pytest -q -m "not slurm" tests
+
+demo: cluster-up
+	$(PYTHON) -m slurm_elastic.demo
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo-out sim-out

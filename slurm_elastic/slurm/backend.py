@@ -1,0 +1,84 @@
+"""The interface every Slurm backend implements.
+
+Three implementations exist:
+
+* ``slurm.cli.CliBackend`` — the default; runs Slurm's own client commands
+  (``squeue --json``, ``sinfo --json``, ``scontrol``, ``sacct``, ``sbatch``,
+  ``scancel``) with timeouts and typed errors.  Every test exercises it.
+* ``slurm.pyslurm_backend`` — optional, chosen only when ``pyslurm`` imports
+  and matches the running Slurm's version.
+* ``sim.backend.SimBackend`` — the simulator's in-memory cluster; used only by
+  the simulator and by pure decision-logic tests.
+
+Reads are batched: one call returns every job (or node, or partition), never
+one call per job.  Actions raise ``errors.SlurmError`` subclasses.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from slurm_elastic.types import (
+    Capabilities,
+    ClusterSnapshot,
+    JobHistory,
+    JobView,
+    NodeView,
+    PartitionView,
+)
+
+
+@runtime_checkable
+class SlurmBackend(Protocol):
+    # ---------------------------------------------------------------- reads
+    def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
+        """Jobs + nodes + partitions in a fixed number of calls, whatever the job count."""
+        ...
+
+    def read_jobs(self) -> tuple[JobView, ...]: ...
+
+    def read_nodes(self) -> tuple[NodeView, ...]: ...
+
+    def read_partitions(self) -> tuple[PartitionView, ...]: ...
+
+    def read_history(self, since: float, until: float | None = None) -> tuple[JobHistory, ...]:
+        """Accounting records of jobs active in [since, until], resize records collapsed."""
+        ...
+
+    def probe(self) -> Capabilities: ...
+
+    # ---------------------------------------------------------------- actions
+    def pin_pending_size(self, job_id: int, nodes: int) -> None:
+        """Pending job: ``NumNodes=n-n`` so it starts at exactly ``nodes``."""
+        ...
+
+    def shrink(self, job_id: int, nodes: int) -> None:
+        """Running job: ``NumNodes=n`` (Slurm keeps the first n nodes, incl. the batch host)."""
+        ...
+
+    def signal(self, job_id: int, signal: str, *, batch_only: bool) -> None:
+        """``scancel --signal=SIG [--batch]``: batch shell only, or every step task."""
+        ...
+
+    def set_admin_comment(self, job_id: int, text: str) -> None: ...
+
+    def requeue(self, job_id: int) -> None: ...
+
+    def cancel(self, job_id: int) -> None: ...
+
+    def submit(
+        self,
+        script: str,
+        *,
+        user: str,
+        nodes: int,
+        partition: str,
+        account: str | None = None,
+        qos: str | None = None,
+        name: str | None = None,
+        comment: str | None = None,
+        work_dir: str | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> int:
+        """Submit ``script`` as ``user`` (never as root for user code); returns the job id."""
+        ...

@@ -1,0 +1,406 @@
+"""Plain dataclasses shared by every layer.
+
+The layers talk to each other only through these types:
+
+    slurm/ (observe)  -> ClusterSnapshot, JobView, NodeView, PartitionView, JobHistory
+    model/ (estimate) -> Outlook (one per elastic job)
+    policy/ (decide)  -> AllocationProblem -> Plan
+    actuate/ (act)    -> Action
+
+They are frozen and hold no behaviour beyond trivial derived properties, so that
+decisions stay pure functions over values and the simulator can build the very
+same objects the daemon builds from real Slurm.
+
+Conventions
+-----------
+* Times are POSIX seconds (``float``); durations are seconds.
+* Sizes are whole nodes.  (The simulator may model a "node" as one GPU slot.)
+* ``None`` means "unknown / not applicable", never zero.
+* Collections are tuples so that the dataclasses stay hashable and immutable.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+# --------------------------------------------------------------------------- Slurm view
+
+
+class JobState(enum.StrEnum):
+    """Slurm base job states (``job_state`` in squeue JSON, ``state.current`` in sacct)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CONFIGURING = "CONFIGURING"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    RESIZING = "RESIZING"
+    REVOKED = "REVOKED"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def is_active(self) -> bool:
+        """Holds or may soon hold nodes."""
+        return self in _ACTIVE_STATES
+
+    @property
+    def is_finished(self) -> bool:
+        return not self.is_active and self is not JobState.UNKNOWN
+
+
+_ACTIVE_STATES = frozenset(
+    {
+        JobState.PENDING,
+        JobState.RUNNING,
+        JobState.SUSPENDED,
+        JobState.COMPLETING,
+        JobState.CONFIGURING,
+        JobState.REQUEUED,
+        JobState.RESIZING,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One Slurm job as seen in one batched read of the queue.
+
+    A heterogeneous job yields one JobView per component; ``job_id`` is the
+    component's *raw* id (the one ``scontrol update JobId=`` accepts), and
+    ``het_job_id``/``het_job_offset`` link the components.
+    """
+
+    job_id: int
+    name: str
+    user: str
+    user_id: int | None
+    account: str
+    partition: str
+    qos: str
+    state: JobState
+    state_reason: str
+    node_count: int  # allocated nodes when running; requested minimum when pending
+    min_nodes: int  # requested minimum (pending) / current size (running)
+    max_nodes: int | None  # requested maximum, None when not given
+    nodes: tuple[str, ...]  # expanded hostnames, empty while pending
+    batch_host: str | None
+    comment: str
+    admin_comment: str = ""
+    submit_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    resize_time: float | None = None
+    time_limit_s: float | None = None  # None = unlimited
+    restart_count: int = 0
+    gpus_per_node: int = 0  # GRES gpu per node, 0 if none
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    work_dir: str = ""
+    dependency: str = ""
+
+    @property
+    def is_het(self) -> bool:
+        return self.het_job_id is not None
+
+    @property
+    def is_running(self) -> bool:
+        return self.state is JobState.RUNNING
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state is JobState.PENDING
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    state: str  # base state, lower case as sinfo reports it: idle, mixed, allocated, down, ...
+    flags: tuple[str, ...]  # DRAIN, COMPLETING, ...
+    cpus: int
+    alloc_cpus: int
+    gpus: int
+    alloc_gpus: int
+    partitions: tuple[str, ...]
+    reason: str = ""
+
+    @property
+    def is_usable(self) -> bool:
+        """Up and schedulable (not down, drained or failing)."""
+        bad = {"down", "drained", "drain", "fail", "failing", "future", "unknown"}
+        return self.state not in bad and not ({"DRAIN", "DRAINED", "FAIL"} & set(self.flags))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    name: str
+    nodes: tuple[str, ...]  # expanded
+    is_default: bool
+    exclusive: bool  # OverSubscribe=EXCLUSIVE: every job gets whole nodes
+    state: str  # UP, DOWN, DRAIN, INACTIVE
+    max_time_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything one observe step read, stamped with when it was read."""
+
+    taken_at: float
+    jobs: tuple[JobView, ...]
+    nodes: tuple[NodeView, ...]
+    partitions: tuple[PartitionView, ...]
+    slurm_calls: int = 0  # how many Slurm client processes this read cost
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One period of a job at one size (from sacct's RESIZING records)."""
+
+    start: float | None
+    end: float | None
+    node_count: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobHistory:
+    """One logical job from accounting, its resize records collapsed into ``allocations``."""
+
+    job_id: int
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: JobState
+    submit_time: float | None
+    start_time: float | None
+    end_time: float | None
+    comment: str
+    allocations: tuple[Allocation, ...]  # oldest first; the last one is the current/final size
+    work_dir: str = ""
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+
+    @property
+    def node_seconds(self) -> float:
+        total = 0.0
+        for a in self.allocations:
+            if a.start is not None and a.end is not None:
+                total += max(0.0, a.end - a.start) * a.node_count
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the running Slurm can do, probed once at start-up."""
+
+    version: str  # e.g. "22.05.8"
+    json_plugin: str | None  # e.g. "openapi/v0.0.38", None when --json is unavailable
+    permit_job_expansion: bool
+    multiple_slurmd: bool = False
+
+
+# --------------------------------------------------------------------------- elastic flag
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticSpec:
+    """A job's parsed elastic marker (see ``slurm_elastic.marker``)."""
+
+    min_nodes: int
+    max_nodes: int
+    step: int = 1
+    gpus_per_node: int | None = None
+    resize_cost_s: float | None = None  # the user's estimate of one restart; measured later
+
+    @property
+    def allowed_sizes(self) -> tuple[int, ...]:
+        return tuple(range(self.min_nodes, self.max_nodes + 1, self.step))
+
+
+# --------------------------------------------------------------------------- job reports
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """What a running job's agent reports (authenticated; see daemon API)."""
+
+    job_id: int
+    time: float
+    step: int
+    nodes: int  # world size in nodes when the report was made
+    epoch: float | None = None
+    loss: float | None = None  # or any metric; ``metric_higher_is_better`` says which way
+    metric_higher_is_better: bool = False
+    samples_per_s: float | None = None
+    global_batch: int | None = None
+    grad_noise_scale: float | None = None  # Pollux-style phi, optional
+    target_metric: float | None = None  # user-given convergence target
+    total_steps: int | None = None  # user-given budget, when known
+
+
+# --------------------------------------------------------------------------- estimate
+
+
+@dataclass(frozen=True, slots=True)
+class SizeEstimate:
+    """Predicted behaviour of one job at one node count."""
+
+    nodes: int
+    throughput: float  # progress units (steps) per second at this size
+    remaining_s: float  # predicted seconds to finish at this size (inf if unknown/never)
+
+
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    """Per elastic job: what each allowed size buys.  The policies consume this.
+
+    ``remaining_work`` is in the same progress unit as ``SizeEstimate.throughput``
+    (training steps at the job's global batch), so ``remaining_s = remaining_work /
+    throughput`` for every size.
+    """
+
+    job_id: int
+    current_nodes: int  # 0 when pending
+    sizes: tuple[SizeEstimate, ...]  # one per allowed size, ascending by nodes
+    remaining_work: float
+    resize_cost_s: float  # seconds of lost progress per resize (restart overhead)
+    confidence: float = 0.0  # 0 = pure prior, 1 = well fitted
+    source: str = "prior"  # "prior" | "fitted" | "profile" | "user"
+
+    def at(self, nodes: int) -> SizeEstimate | None:
+        for s in self.sizes:
+            if s.nodes == nodes:
+                return s
+        return None
+
+
+# --------------------------------------------------------------------------- decide
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticDemand:
+    """One elastic job as a policy sees it."""
+
+    job_id: int
+    partition: str
+    current_nodes: int  # 0 when pending
+    allowed_sizes: tuple[int, ...]  # ascending; min is allowed_sizes[0]
+    outlook: Outlook
+    weight: float = 1.0  # priority / fair-share weight
+    submit_time: float = 0.0  # FIFO tie-break
+    requested_nodes: int | None = None  # what the job asked for (static policy keeps it)
+    frozen: bool = False  # guard rails say: keep current size this cycle
+
+    @property
+    def min_nodes(self) -> int:
+        return self.allowed_sizes[0]
+
+    @property
+    def max_nodes(self) -> int:
+        return self.allowed_sizes[-1]
+
+    @property
+    def is_running(self) -> bool:
+        return self.current_nodes > 0
+
+
+@dataclass(frozen=True, slots=True)
+class RigidDemand:
+    """A job the daemon never resizes: it holds (running) or wants (pending) ``nodes``."""
+
+    job_id: int
+    partition: str
+    nodes: int
+    running: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    """A set of interchangeable usable nodes that belong to exactly the same partitions."""
+
+    partitions: frozenset[str]
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationProblem:
+    """Input of ``policy.allocate``.  Pure data: the same from the daemon and the simulator."""
+
+    now: float
+    elastic: tuple[ElasticDemand, ...]
+    rigid: tuple[RigidDemand, ...]
+    pools: tuple[NodePool, ...]
+    horizon_s: float = 3600.0  # look-ahead for gains and resize payback
+    time_limit_s: float = 1.0  # solver wall-clock budget
+
+
+class SolverStatus(enum.StrEnum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"  # time limit hit with an incumbent
+    FALLBACK = "fallback"  # another policy produced the plan
+    NO_CHANGE = "no_change"  # everything failed: keep current sizes
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    predicted_gain: float  # progress (steps) gained over the horizon vs the current size
+    resize_cost: float  # progress lost to the resize
+    rule: str  # stable short name: "marginal-gain", "capacity", "min", "max", "payback", ...
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    job_id: int
+    current_nodes: int
+    target_nodes: int  # 0 = stay pending (no room yet)
+    explanation: Explanation
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    decisions: tuple[Decision, ...]
+    solver: str  # "mip", "greedy", "dp", "static"
+    status: SolverStatus
+    objective: float
+    gap: float = 0.0
+    solve_s: float = 0.0
+    note: str = ""  # e.g. why a fallback happened
+
+    def target(self, job_id: int) -> int | None:
+        for d in self.decisions:
+            if d.job_id == job_id:
+                return d.target_nodes
+        return None
+
+
+# --------------------------------------------------------------------------- act
+
+
+class ActionKind(enum.StrEnum):
+    START_AT_SIZE = "start_at_size"  # pin a pending job: NumNodes=n-n
+    SHRINK = "shrink"  # instruct, await ack, NumNodes=n
+    GROW = "grow"  # submit a companion job
+    CANCEL_COMPANION = "cancel_companion"  # orphan or no longer wanted
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: ActionKind
+    job_id: int
+    from_nodes: int
+    to_nodes: int
+    reason: str = ""
+    extra: tuple[tuple[str, str], ...] = field(default=())
