@@ -11,7 +11,8 @@ one-line message a human can act on.  Raw ``subprocess`` / ``OSError`` /
     │   ├── SlurmUnreachable   slurmctld/slurmdbd down, command missing
     │   ├── SlurmRejected      Slurm said no (carries Slurm's own message)
     │   ├── SlurmTimeout       a client command exceeded its timeout
-    │   └── SlurmParseError    output we could not understand (garbage, truncated, new format)
+    │   ├── SlurmParseError    output we could not understand (garbage, truncated, new format)
+    │   └── ActionRefused      an invalid action the backend would not send (nothing sent)
     ├── SolverError            a policy could not produce a plan
     ├── AuthError              a report/ack failed MUNGE authentication or authorisation
     └── AgentError             job-side launcher failures
@@ -58,6 +59,11 @@ class SlurmTimeout(SlurmError):
 
 class SlurmParseError(SlurmError):
     pass
+
+
+class ActionRefused(SlurmError, ValueError):
+    """The backend refused to send an invalid action to Slurm (e.g. shrink below one
+    node, or shrink a job that is not running); nothing was sent."""
 
 
 class SolverError(SlurmElasticError):
