@@ -1,0 +1,79 @@
+"""Companion jobs: how a running elastic job grows on stock Slurm.
+
+Stock Slurm cannot add nodes to a running job that holds GPUs, so growth is an ordinary
+job of the same owner, account, QOS and partition whose workers join the parent's torch
+rendezvous (``<agent_command> --join <PARENT>`` in the parent's working directory).
+Slurm schedules it with all its priorities and limits.  The link is the job comment
+``slurm-elastic:companion-of=<PARENT>``: it survives a daemon restart and is visible in
+the one batched queue read, so no extra Slurm call is needed to find companions.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+
+from slurm_elastic.types import JobState, JobView
+
+COMPANION_PREFIX = "slurm-elastic:companion-of="
+_COMPANION_RE = re.compile(r"^slurm-elastic:companion-of=(\d+)$")
+
+
+def companion_comment(parent_id: int) -> str:
+    return f"{COMPANION_PREFIX}{parent_id}"
+
+
+def companion_parent(comment: str) -> int | None:
+    """The parent job id when ``comment`` marks a companion job, else None."""
+    match = _COMPANION_RE.match(comment.strip())
+    return int(match.group(1)) if match else None
+
+
+def companion_name(parent: JobView) -> str:
+    return f"{parent.name[:40]}+grow"
+
+
+def companion_script(parent: JobView, agent_command: str) -> str:
+    """Batch script of a companion: join the parent's rendezvous from the parent's work dir."""
+    work_dir = parent.work_dir or "."
+    return (
+        "#!/bin/bash\n"
+        f"# slurm-elastic companion of job {parent.job_id}: joins its torch rendezvous.\n"
+        f"cd {shlex.quote(work_dir)} || exit 1\n"
+        f"exec {agent_command} --join {parent.job_id}\n"
+    )
+
+
+def companion_extra_args(parent: JobView, now: float) -> tuple[str, ...]:
+    """sbatch options that keep the companion inside the parent's envelope.
+
+    Same GPUs per node, and a time limit no longer than what the parent has left: a
+    companion outliving its parent would only be cancelled.
+    """
+    args: list[str] = []
+    if parent.gpus_per_node > 0:
+        args.append(f"--gpus-per-node={parent.gpus_per_node}")
+    if parent.time_limit_s is not None and parent.start_time is not None:
+        left_s = parent.start_time + parent.time_limit_s - now
+        args.append(f"--time={max(1, int(left_s // 60))}")
+    return tuple(args)
+
+
+def orphan_reason(companion: JobView, active: Mapping[int, JobView]) -> str | None:
+    """Why an active ``companion`` should be cancelled, or None while its parent runs.
+
+    ``active`` maps job ids to the active jobs of the same snapshot.  A job naming a
+    parent owned by someone else is not a companion of ours: None, never cancelled.
+    """
+    parent_id = companion_parent(companion.comment)
+    if parent_id is None:
+        return None
+    parent = active.get(parent_id)
+    if parent is None:
+        return f"orphan: parent {parent_id} has ended"
+    if parent.user != companion.user:
+        return None
+    if parent.state is not JobState.RUNNING:
+        return f"orphan: parent {parent_id} is {parent.state.value.lower()}"
+    return None

@@ -1,0 +1,120 @@
+"""Plan minus reality = actions (pure).
+
+``diff`` turns the policy's target sizes into concrete actions; ``companion_cleanup``
+adds the housekeeping that does not depend on the plan (orphan companions, companions
+pending too long).  Neither applies anything: the executor does, after the guards.
+
+Sizes are *effective* sizes: a running parent's own nodes plus its running companions'.
+A shrink therefore may mean cancelling companions, shrinking the parent, or both; the
+layout is decided here so the shrink instruction can tell the job which nodes stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from slurm_elastic.actuate.state import Classification, ElasticJob
+from slurm_elastic.types import Action, ActionKind, JobView, Plan
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkLayout:
+    cancel_companions: tuple[int, ...]  # companion job ids to cancel, newest first
+    parent_nodes: int  # the parent's own node count afterwards
+    keep_nodes: tuple[str, ...]  # every node the job keeps (parent first, then companions)
+
+
+def shrink_layout(ej: ElasticJob, target: int) -> ShrinkLayout:
+    """Drop whole companions first (newest first), then trim the parent's tail.
+
+    Companions go first because cancelling a job frees exactly its nodes, while the
+    parent's ``NumNodes=N`` keeps its first N nodes, the batch host among them.
+    """
+    kept = list(ej.running_companions)
+    cancel: list[int] = []
+    total = ej.effective_nodes
+    while kept and total - kept[-1].node_count >= target:
+        gone = kept.pop()
+        cancel.append(gone.job_id)
+        total -= gone.node_count
+    companion_nodes = sum(c.node_count for c in kept)
+    parent_nodes = min(ej.job.node_count, target - companion_nodes)
+    keep = (*ej.job.nodes[:parent_nodes], *(n for c in kept for n in c.nodes))
+    return ShrinkLayout(tuple(cancel), parent_nodes, tuple(keep))
+
+
+def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) -> list[Action]:
+    """Actions that move every unfrozen elastic job to its planned size.
+
+    Order: pins of pending jobs first (they only use free nodes), then shrinks (they
+    free nodes), then grows, so the per-cycle resize limit favours freeing capacity.
+    """
+    pins: list[Action] = []
+    shrinks: list[Action] = []
+    grows: list[Action] = []
+    for decision in plan.decisions:
+        ej = classification.elastic.get(decision.job_id)
+        if ej is None or decision.job_id in frozen:
+            continue
+        target = decision.target_nodes
+        rule = decision.explanation.rule
+        if ej.job.is_pending:
+            if target > 0 and not (ej.job.min_nodes == target == ej.job.max_nodes):
+                pins.append(Action(ActionKind.START_AT_SIZE, ej.job.job_id, 0, target, reason=rule))
+            continue
+        if not ej.job.is_running:
+            continue
+        current = ej.effective_nodes
+        if target > current:
+            grows.append(
+                Action(
+                    ActionKind.GROW,
+                    ej.job.job_id,
+                    current,
+                    target,
+                    reason=rule,
+                    extra=(("companion_nodes", str(target - current)),),
+                )
+            )
+        elif 0 < target < current:
+            layout = shrink_layout(ej, target)
+            shrinks.append(
+                Action(
+                    ActionKind.SHRINK,
+                    ej.job.job_id,
+                    current,
+                    target,
+                    reason=rule,
+                    extra=(
+                        ("parent_nodes", str(layout.parent_nodes)),
+                        ("cancel_companions", ",".join(map(str, layout.cancel_companions))),
+                        ("keep_nodes", ",".join(layout.keep_nodes)),
+                    ),
+                )
+            )
+    return [*pins, *shrinks, *grows]
+
+
+def companion_cleanup(
+    classification: Classification, now: float, pending_timeout_s: float
+) -> list[Action]:
+    """Cancel orphans, and companions that Slurm has kept pending for too long."""
+    actions = [_cancel(job, why) for job, why in classification.orphans]
+    for ej in classification.elastic.values():
+        for comp in ej.pending_companions:
+            if comp.submit_time is not None and now - comp.submit_time > pending_timeout_s:
+                waited = now - comp.submit_time
+                actions.append(_cancel(comp, f"pending {waited:.0f}s > {pending_timeout_s:.0f}s"))
+    return actions
+
+
+def _cancel(companion: JobView, why: str) -> Action:
+    return Action(
+        ActionKind.CANCEL_COMPANION,
+        companion.job_id,
+        companion.node_count,
+        0,
+        reason=why,
+        extra=(("parent", companion.comment.rsplit("=", 1)[-1]),),
+    )

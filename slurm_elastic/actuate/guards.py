@@ -1,0 +1,183 @@
+"""Guard rails: pure functions that say whether a planned change may happen now.
+
+Every knob has a name in the ``guards`` config section.  A guard returns ``None`` when
+it lets the change through, or a short stable reason when it blocks it; the reason
+ends up in the job's status row and in the log, so an operator can see which rule
+fired.  Time is always passed in.
+
+Two kinds of guard:
+
+* freeze guards (``freeze_reason``) run *before* the policy: a frozen job keeps its
+  current size in the plan, so the solver does not count on nodes it cannot get back
+  (cooldown after our own resize, minimum dwell at a size, an action in flight);
+* action guards (``block_reason``) run on each action the diff proposes: elastic flag,
+  min/max, the batch host, the TimeLimit, and payback of the resize cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.types import Action, ActionKind, JobView, Outlook
+
+# Actions that restart the job's workers at a new size and so count against
+# ``max_resizes_per_cycle``; pinning a pending job and cancelling companions do not.
+RESIZE_KINDS = frozenset({ActionKind.SHRINK, ActionKind.GROW})
+
+
+@dataclass(frozen=True, slots=True)
+class GuardKnobs:
+    enforce: bool = False  # mode: shadow (False) computes and publishes but never acts
+    cooldown_s: float = 120.0
+    min_dwell_s: float = 300.0
+    max_resizes_per_cycle: int = 2
+    payback_horizon_s: float = 1800.0
+    hard_shrink: bool = False
+    ack_timeout_s: float = 60.0
+    time_limit_margin_s: float = 300.0
+    stale_snapshot_s: float = 60.0
+    default_resize_cost_s: float = 30.0
+
+    @classmethod
+    def from_config(cls, config: object) -> GuardKnobs:
+        """From a ``slurm_elastic.config.Config`` (typed loosely to keep this module pure)."""
+        g = config.guards  # type: ignore[attr-defined]
+        return cls(
+            enforce=config.mode == "enforce",  # type: ignore[attr-defined]
+            cooldown_s=g.cooldown_s,
+            min_dwell_s=g.min_dwell_s,
+            max_resizes_per_cycle=g.max_resizes_per_cycle,
+            payback_horizon_s=g.payback_horizon_s,
+            hard_shrink=g.hard_shrink,
+            ack_timeout_s=g.ack_timeout_s,
+            time_limit_margin_s=g.time_limit_margin_s,
+            stale_snapshot_s=g.stale_snapshot_s,
+            default_resize_cost_s=config.model.default_resize_cost_s,  # type: ignore[attr-defined]
+        )
+
+
+# --------------------------------------------------------------------------- freeze
+
+
+def size_since(job: JobView, last_resize_at: float | None) -> float | None:
+    """When the job reached its current size: start, Slurm's resize time, or our last resize."""
+    times = [t for t in (job.start_time, job.resize_time, last_resize_at) if t is not None]
+    return max(times) if times else None
+
+
+def freeze_reason(
+    ej: ElasticJob,
+    knobs: GuardKnobs,
+    now: float,
+    *,
+    last_resize_at: float | None,
+    in_flight: str | None,
+) -> str | None:
+    """Why the job must keep its current size this cycle, or None."""
+    if in_flight:
+        return in_flight
+    if ej.pending_companions:
+        return f"grow: companion {ej.pending_companions[0].job_id} pending"
+    if not ej.job.is_running:
+        return None  # pending jobs have no size to dwell at
+    if last_resize_at is not None and now - last_resize_at < knobs.cooldown_s:
+        return f"cooldown ({knobs.cooldown_s - (now - last_resize_at):.0f}s left)"
+    since = size_since(ej.job, last_resize_at)
+    if since is not None and now - since < knobs.min_dwell_s:
+        return f"min dwell ({knobs.min_dwell_s - (now - since):.0f}s left)"
+    return None
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def block_reason(
+    action: Action,
+    ej: ElasticJob | None,
+    knobs: GuardKnobs,
+    now: float,
+    outlook: Outlook | None = None,
+) -> str | None:
+    """Why ``action`` must not be applied, or None.  ``ej`` is None for non-elastic jobs."""
+    if action.kind is ActionKind.CANCEL_COMPANION:
+        return None  # diff only proposes these for jobs carrying the companion comment
+    if ej is None:
+        return "not elastic"
+    spec = ej.spec
+    if action.to_nodes < spec.min_nodes:
+        return f"below min ({action.to_nodes} < {spec.min_nodes})"
+    if action.to_nodes > spec.max_nodes:
+        return f"above max ({action.to_nodes} > {spec.max_nodes})"
+    if action.kind is ActionKind.START_AT_SIZE:
+        return None if ej.job.is_pending else "not pending"
+    if not ej.job.is_running:
+        return "not running"
+    if action.kind is ActionKind.SHRINK:
+        return _batch_host_reason(action, ej.job) or _time_limit_reason(
+            action, ej.job, knobs, now, outlook
+        )
+    return _payback_reason(action, knobs, outlook)
+
+
+def _batch_host_reason(action: Action, job: JobView) -> str | None:
+    parent_nodes = int(dict(action.extra).get("parent_nodes", action.to_nodes))
+    if parent_nodes < 1:
+        return "would remove the batch host"
+    if job.batch_host is not None and job.nodes and job.batch_host not in job.nodes[:parent_nodes]:
+        # Slurm keeps the first N nodes on NumNodes=N; the batch host must be among them.
+        return "would remove the batch host"
+    return None
+
+
+def _time_limit_reason(
+    action: Action, job: JobView, knobs: GuardKnobs, now: float, outlook: Outlook | None
+) -> str | None:
+    if job.time_limit_s is None or job.start_time is None or outlook is None:
+        return None
+    left = job.start_time + job.time_limit_s - now
+    at_now = outlook.at(action.from_nodes)
+    at_target = outlook.at(action.to_nodes)
+    if at_now is None or at_target is None:
+        return None
+    margin = knobs.time_limit_margin_s
+    finishes_now = at_now.remaining_s + margin <= left
+    finishes_after = at_target.remaining_s + outlook.resize_cost_s + margin <= left
+    if finishes_now and not finishes_after:
+        return "would miss TimeLimit"
+    return None
+
+
+def _payback_reason(action: Action, knobs: GuardKnobs, outlook: Outlook | None) -> str | None:
+    """A grow must win back the progress its restart costs within the payback horizon."""
+    if outlook is None:
+        return None
+    at_now = outlook.at(action.from_nodes)
+    at_target = outlook.at(action.to_nodes)
+    if at_now is None or at_target is None:
+        return None
+    cost = outlook.resize_cost_s * at_now.throughput
+    window = min(knobs.payback_horizon_s, at_target.remaining_s)
+    if not math.isfinite(window):
+        window = knobs.payback_horizon_s
+    gain = (at_target.throughput - at_now.throughput) * max(0.0, window - outlook.resize_cost_s)
+    if gain <= cost:
+        return f"payback: gain {gain:.0f} <= cost {cost:.0f} steps"
+    return None
+
+
+def limit_resizes(actions: Iterable[Action], max_resizes: int) -> tuple[list[Action], list[Action]]:
+    """Keep at most ``max_resizes`` resizes (in the given order); others wait a cycle."""
+    taken: list[Action] = []
+    deferred: list[Action] = []
+    count = 0
+    for action in actions:
+        if action.kind in RESIZE_KINDS:
+            if count >= max_resizes:
+                deferred.append(action)
+                continue
+            count += 1
+        taken.append(action)
+    return taken, deferred

@@ -1,0 +1,432 @@
+"""The action journal: every action is written down before it is applied.
+
+A SQLite file in the state directory (``journal.sqlite``; ``:memory:`` for the
+simulator).  Each action row moves through::
+
+    intent ──► applied                 (Slurm accepted it)
+       │  └──► failed                  (Slurm refused; nothing changed)
+       └─► waiting ──► applied         (shrink: instruction posted, ack awaited)
+                  └──► rolled_back     (ack refused / timed out / job changed)
+
+Companion links (parent <-> companion job ids) are kept alongside.  Because the row is
+committed before Slurm is called, a daemon killed at any point leaves either an ``intent``
+or ``waiting`` row; ``reconcile`` at start-up looks at Slurm and closes each one exactly
+once — completed when Slurm shows the effect, rolled back when it does not — so nothing
+is repeated and nothing is forgotten.  It also cancels orphan companions.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from slurm_elastic.actuate.companion import companion_parent, orphan_reason
+from slurm_elastic.errors import SlurmError
+from slurm_elastic.slurm.backend import SlurmBackend
+from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, ElasticSpec
+
+log = structlog.get_logger("slurm_elastic.journal")
+
+JOURNAL_FILE = "journal.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    from_nodes INTEGER NOT NULL,
+    to_nodes INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    detail TEXT NOT NULL DEFAULT '',
+    extra TEXT NOT NULL DEFAULT '[]',
+    instruction_id TEXT,
+    deadline REAL,
+    companion_id INTEGER
+);
+CREATE INDEX IF NOT EXISTS actions_open ON actions(status);
+CREATE INDEX IF NOT EXISTS actions_job ON actions(job_id);
+CREATE TABLE IF NOT EXISTS companions (
+    companion_id INTEGER PRIMARY KEY,
+    parent_id INTEGER NOT NULL,
+    nodes INTEGER NOT NULL,
+    action_id INTEGER,
+    linked_at REAL NOT NULL,
+    ended_at REAL
+);
+CREATE TABLE IF NOT EXISTS specs (
+    job_id INTEGER PRIMARY KEY,
+    min_nodes INTEGER NOT NULL,
+    max_nodes INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    gpus_per_node INTEGER,
+    resize_cost_s REAL,
+    seen_at REAL NOT NULL
+);
+"""
+
+
+class ActionStatus(enum.StrEnum):
+    INTENT = "intent"
+    WAITING = "waiting"
+    APPLIED = "applied"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+
+    @property
+    def is_open(self) -> bool:
+        return self in (ActionStatus.INTENT, ActionStatus.WAITING)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    id: int
+    action: Action
+    status: ActionStatus
+    created_at: float
+    updated_at: float
+    detail: str = ""
+    instruction_id: str | None = None
+    deadline: float | None = None
+    companion_id: int | None = None
+
+    @property
+    def job_id(self) -> int:
+        return self.action.job_id
+
+    @property
+    def kind(self) -> ActionKind:
+        return self.action.kind
+
+
+@dataclass(frozen=True, slots=True)
+class CompanionLink:
+    companion_id: int
+    parent_id: int
+    nodes: int
+    action_id: int | None
+    linked_at: float
+    ended_at: float | None = None
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    completed: list[int] = field(default_factory=list)  # action ids now marked applied
+    rolled_back: list[int] = field(default_factory=list)
+    adopted: list[int] = field(default_factory=list)  # companions found and linked
+    cancelled: list[int] = field(default_factory=list)  # orphan companions cancelled
+    errors: list[str] = field(default_factory=list)
+
+
+class Journal:
+    """Not shared across threads in the daemon, but guarded anyway: cheap and safe."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        if self.path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
+        # FULL: an intent must be on disk before Slurm is told anything.
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    @classmethod
+    def in_state_dir(cls, state_dir: str | Path) -> Journal:
+        return cls(Path(state_dir) / JOURNAL_FILE)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # ------------------------------------------------------------------ actions
+
+    def record_intent(
+        self,
+        action: Action,
+        now: float,
+        *,
+        status: ActionStatus = ActionStatus.INTENT,
+        instruction_id: str | None = None,
+        deadline: float | None = None,
+    ) -> int:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO actions (job_id, kind, from_nodes, to_nodes, status, created_at,"
+                " updated_at, reason, extra, instruction_id, deadline)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    action.job_id,
+                    str(action.kind),
+                    action.from_nodes,
+                    action.to_nodes,
+                    str(status),
+                    now,
+                    now,
+                    action.reason,
+                    json.dumps([list(p) for p in action.extra]),
+                    instruction_id,
+                    deadline,
+                ),
+            )
+            action_id = int(cur.lastrowid or 0)
+        log.info("journal.intent", action_id=action_id, job_id=action.job_id, kind=action.kind)
+        return action_id
+
+    def mark(
+        self,
+        action_id: int,
+        status: ActionStatus,
+        now: float,
+        *,
+        detail: str = "",
+        companion_id: int | None = None,
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE actions SET status=?, updated_at=?, detail=?,"
+                " companion_id=COALESCE(?, companion_id) WHERE id=?",
+                (str(status), now, detail, companion_id, action_id),
+            )
+        log.info("journal.mark", action_id=action_id, status=str(status), detail=detail)
+
+    def get(self, action_id: int) -> JournalEntry | None:
+        rows = self._select("WHERE id=?", (action_id,))
+        return rows[0] if rows else None
+
+    def open_actions(self) -> tuple[JournalEntry, ...]:
+        return self._select("WHERE status IN ('intent','waiting') ORDER BY id", ())
+
+    def actions_for(self, job_id: int) -> tuple[JournalEntry, ...]:
+        return self._select("WHERE job_id=? ORDER BY id", (job_id,))
+
+    def all_actions(self) -> tuple[JournalEntry, ...]:
+        return self._select("ORDER BY id", ())
+
+    def last_resize_at(self) -> dict[int, float]:
+        """Per job, when our last shrink or grow was applied (cooldown survives restarts)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id, MAX(updated_at) FROM actions WHERE status='applied'"
+                " AND kind IN ('shrink','grow') GROUP BY job_id"
+            ).fetchall()
+        return {int(job): float(at) for job, at in rows}
+
+    def _select(self, where: str, args: tuple[object, ...]) -> tuple[JournalEntry, ...]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, job_id, kind, from_nodes, to_nodes, status, created_at, updated_at,"
+                " reason, detail, extra, instruction_id, deadline, companion_id"
+                f" FROM actions {where}",
+                args,
+            ).fetchall()
+        return tuple(_entry(row) for row in rows)
+
+    # ------------------------------------------------------------------ companions
+
+    def link_companion(
+        self, parent_id: int, companion_id: int, nodes: int, action_id: int | None, now: float
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO companions (companion_id, parent_id, nodes, action_id,"
+                " linked_at) VALUES (?,?,?,?,?)",
+                (companion_id, parent_id, nodes, action_id, now),
+            )
+
+    def end_companion(self, companion_id: int, now: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE companions SET ended_at=? WHERE companion_id=? AND ended_at IS NULL",
+                (now, companion_id),
+            )
+
+    def companions(self, *, active_only: bool = True) -> tuple[CompanionLink, ...]:
+        where = "WHERE ended_at IS NULL" if active_only else ""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT companion_id, parent_id, nodes, action_id, linked_at, ended_at"
+                f" FROM companions {where} ORDER BY companion_id"
+            ).fetchall()
+        return tuple(CompanionLink(*row) for row in rows)
+
+    # ------------------------------------------------------------------ specs
+
+    def remember_spec(self, job_id: int, spec: ElasticSpec, now: float) -> None:
+        """Keep the first spec seen: pinning ``NumNodes=n-n`` erases the job's node range."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO specs (job_id, min_nodes, max_nodes, step, gpus_per_node,"
+                " resize_cost_s, seen_at) VALUES (?,?,?,?,?,?,?)",
+                (
+                    job_id,
+                    spec.min_nodes,
+                    spec.max_nodes,
+                    spec.step,
+                    spec.gpus_per_node,
+                    spec.resize_cost_s,
+                    now,
+                ),
+            )
+
+    def known_specs(self) -> dict[int, ElasticSpec]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id, min_nodes, max_nodes, step, gpus_per_node, resize_cost_s FROM specs"
+            ).fetchall()
+        return {int(r[0]): ElasticSpec(r[1], r[2], r[3], r[4], r[5]) for r in rows}
+
+    def forget_spec(self, job_id: int) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM specs WHERE job_id=?", (job_id,))
+
+    # ------------------------------------------------------------------ start-up
+
+    def reconcile(
+        self, backend: SlurmBackend, snapshot: ClusterSnapshot, *, act: bool = True
+    ) -> ReconcileReport:
+        """Close every open action against what Slurm shows, and cancel orphan companions.
+
+        * start_at_size: applied when the job is pinned to (or running at) the size,
+          else rolled back — the next cycle decides afresh.
+        * grow: applied when a companion of the parent that the journal does not know
+          yet is in the queue (submitted just before the crash: adopted), else rolled back.
+        * shrink: applied when the parent already runs at the target, else rolled back;
+          the instruction's deadline lets a waiting agent resume on its own.
+        * cancel_companion: applied when the companion is gone, else rolled back (the
+          orphan sweep below or the next cycle cancels it again).
+
+        With ``act=False`` (shadow mode) the journal is updated but Slurm is not touched.
+        """
+        now = snapshot.taken_at
+        report = ReconcileReport()
+        active = {j.job_id: j for j in snapshot.jobs if j.state.is_active}
+        linked = {c.companion_id for c in self.companions(active_only=False)}
+        for entry in self.open_actions():
+            job = active.get(entry.job_id)
+            done, why = False, "job has ended"
+            if entry.kind is ActionKind.START_AT_SIZE and job is not None:
+                if job.is_pending:
+                    done = job.min_nodes == entry.action.to_nodes == job.max_nodes
+                else:
+                    done = job.node_count == entry.action.to_nodes
+                why = "pin not visible in Slurm"
+            elif entry.kind is ActionKind.GROW and job is not None:
+                found = [
+                    j
+                    for j in active.values()
+                    if companion_parent(j.comment) == entry.job_id and j.job_id not in linked
+                ]
+                if found:
+                    comp = min(found, key=lambda j: j.job_id)
+                    self.link_companion(entry.job_id, comp.job_id, comp.node_count, entry.id, now)
+                    linked.add(comp.job_id)
+                    report.adopted.append(comp.job_id)
+                    self.mark(
+                        entry.id,
+                        ActionStatus.APPLIED,
+                        now,
+                        detail="adopted",
+                        companion_id=comp.job_id,
+                    )
+                    report.completed.append(entry.id)
+                    continue
+                why = "no companion was submitted"
+            elif entry.kind is ActionKind.SHRINK and job is not None:
+                done = job.is_running and job.node_count == int(
+                    dict(entry.action.extra).get("parent_nodes", entry.action.to_nodes)
+                )
+                why = "shrink not applied before restart"
+            elif entry.kind is ActionKind.CANCEL_COMPANION:
+                done = job is None
+                why = "companion still active"
+            if done:
+                self.mark(entry.id, ActionStatus.APPLIED, now, detail="reconciled")
+                report.completed.append(entry.id)
+            else:
+                self.mark(entry.id, ActionStatus.ROLLED_BACK, now, detail=f"reconciled: {why}")
+                report.rolled_back.append(entry.id)
+        self._sweep_companions(backend, snapshot, report, act=act)
+        log.info(
+            "journal.reconciled",
+            completed=report.completed,
+            rolled_back=report.rolled_back,
+            adopted=report.adopted,
+            cancelled=report.cancelled,
+        )
+        return report
+
+    def _sweep_companions(
+        self,
+        backend: SlurmBackend,
+        snapshot: ClusterSnapshot,
+        report: ReconcileReport,
+        *,
+        act: bool,
+    ) -> None:
+        now = snapshot.taken_at
+        active = {j.job_id: j for j in snapshot.jobs if j.state.is_active}
+        for link in self.companions():
+            if link.companion_id not in active:
+                self.end_companion(link.companion_id, now)
+        for job in active.values():
+            if orphan_reason(job, active) is None or not act:
+                continue
+            action = Action(
+                ActionKind.CANCEL_COMPANION,
+                job.job_id,
+                job.node_count,
+                0,
+                reason="orphan at start-up",
+            )
+            action_id = self.record_intent(action, now)
+            try:
+                backend.cancel(job.job_id)
+            except SlurmError as exc:
+                self.mark(action_id, ActionStatus.FAILED, now, detail=str(exc))
+                report.errors.append(f"cancel {job.job_id}: {exc}")
+                continue
+            self.mark(action_id, ActionStatus.APPLIED, now)
+            self.end_companion(job.job_id, now)
+            report.cancelled.append(job.job_id)
+
+
+def _entry(row: tuple[object, ...]) -> JournalEntry:
+    (aid, job_id, kind, frm, to, status, created, updated, reason, detail, extra, iid, dl, comp) = (
+        row
+    )
+    pairs = tuple((str(k), str(v)) for k, v in json.loads(str(extra)))
+    return JournalEntry(
+        id=int(aid),  # type: ignore[call-overload]
+        action=Action(ActionKind(kind), int(job_id), int(frm), int(to), str(reason), pairs),  # type: ignore[call-overload]
+        status=ActionStatus(status),
+        created_at=float(created),  # type: ignore[arg-type]
+        updated_at=float(updated),  # type: ignore[arg-type]
+        detail=str(detail),
+        instruction_id=None if iid is None else str(iid),
+        deadline=None if dl is None else float(dl),  # type: ignore[arg-type]
+        companion_id=None if comp is None else int(comp),  # type: ignore[call-overload]
+    )
