@@ -324,6 +324,7 @@ class RigidDemand:
     partition: str
     nodes: int
     running: bool
+    submit_time: float = 0.0  # FIFO position of a pending rigid job (policy reservations)
 
 
 @dataclass(frozen=True, slots=True)
