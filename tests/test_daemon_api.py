@@ -1,0 +1,272 @@
+"""The HTTP API over real HTTP on 127.0.0.1 with the machine's real MUNGE.
+
+Credentials for "another user" are made as ``nobody`` with ``runuser``, so munged really
+vouches for a different UID; nothing about authentication is faked.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.daemon import auth
+from slurm_elastic.daemon.api import MAX_BODY_BYTES, ApiContext, ApiServer
+from slurm_elastic.daemon.instructions import Instruction, InstructionBoard, InstructionKind
+from slurm_elastic.daemon.metrics import DaemonMetrics
+from slurm_elastic.daemon.reports import ReportStore
+
+NOBODY_UID = 65534
+NOBODY_JOB = 101  # owned by nobody
+OTHER_JOB = 102  # owned by a uid that is neither nobody nor root
+OWNERS = {NOBODY_JOB: NOBODY_UID, OTHER_JOB: 4242}
+
+
+def _munge_works() -> bool:
+    probe = subprocess.run(["munge", "-n"], capture_output=True, timeout=10, check=False)
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def munge() -> None:
+    """munged as the cluster runs it; started here (as user munge) when it is not up yet."""
+    if shutil.which("munge") is None or shutil.which("munged") is None:
+        pytest.fail("munge is not installed (scripts/install-deps.sh installs it)")
+    if _munge_works():
+        return
+    run = Path("/run/munge")
+    run.mkdir(parents=True, exist_ok=True)
+    shutil.chown(run, "munge", "munge")
+    subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True, timeout=30)
+    for _ in range(50):
+        if _munge_works():
+            return
+        time.sleep(0.1)
+    pytest.fail("munged did not come up")
+
+
+class _Health:
+    def __init__(self) -> None:
+        self.healthy = True
+
+    def __call__(self, now: float) -> tuple[bool, str]:
+        return self.healthy, "test"
+
+
+@pytest.fixture
+def server(munge: None) -> Iterator[tuple[ApiServer, ApiContext, _Health]]:
+    health = _Health()
+    context = ApiContext(
+        reports=ReportStore(),
+        board=InstructionBoard(),
+        metrics=DaemonMetrics(),
+        owner_of=OWNERS.get,
+        status_document=lambda: {"version": 1, "cycle": {"count": 3}},
+        health=health,
+        clock=time.time,
+    )
+    api = ApiServer(context, "127.0.0.1", 0)
+    api.start()
+    try:
+        yield api, context, health
+    finally:
+        api.stop()
+
+
+def _credential_as(user: str | None, payload: str) -> str:
+    cmd = ["munge", "-s", payload]
+    if user is not None:
+        cmd = ["runuser", "-u", user, "--", *cmd]
+    return subprocess.run(cmd, capture_output=True, check=True, timeout=10).stdout.decode().strip()
+
+
+def _post(url: str, body: bytes, credential: str | None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    if credential is not None:
+        headers[auth.HEADER] = credential
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+REPORT = json.dumps({"step": 120, "nodes": 2, "loss": 1.5, "samples_per_s": 800.0}).encode()
+
+
+def test_owner_report_accepted(server) -> None:
+    api, context, _ = server
+    cred = _credential_as("nobody", auth.body_digest(REPORT))
+    status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
+    assert (status, body) == (202, {"accepted": True})
+    report = context.reports.latest(NOBODY_JOB)
+    assert report is not None
+    assert (report.job_id, report.step, report.nodes, report.loss) == (NOBODY_JOB, 120, 2, 1.5)
+    assert abs(report.time - time.time()) < 30
+
+
+def test_missing_credential_is_401(server) -> None:
+    api, context, _ = server
+    status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, None)
+    assert status == 401 and "X-Slurm-Elastic-Munge" in body["error"]
+    assert context.reports.latest(NOBODY_JOB) is None
+
+
+def test_garbage_credential_is_401(server) -> None:
+    api, _, _ = server
+    status, _ = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, "MUNGE:not-a-credential:")
+    assert status == 401
+
+
+def test_credential_for_another_body_is_401(server) -> None:
+    api, context, _ = server
+    cred = _credential_as("nobody", auth.body_digest(b'{"step": 1, "nodes": 1}'))
+    status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
+    assert status == 401 and "sha256" in body["error"]
+    assert context.reports.latest(NOBODY_JOB) is None
+
+
+def test_replayed_credential_is_401(server) -> None:
+    api, _, _ = server
+    cred = _credential_as("nobody", auth.body_digest(REPORT))
+    assert _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)[0] == 202
+    status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
+    assert status == 401 and "Replayed" in body["error"]
+
+
+def test_report_forged_for_another_users_job_is_403(server) -> None:
+    api, context, _ = server
+    cred = _credential_as("nobody", auth.body_digest(REPORT))
+    status, body = _post(f"{api.url}/v1/jobs/{OTHER_JOB}/report", REPORT, cred)
+    assert status == 403 and "uid 65534" in body["error"]
+    assert context.reports.latest(OTHER_JOB) is None
+    metrics = _get(f"{api.url}/metrics")[1].decode()
+    assert 'slurm_elastic_auth_failures_total{reason="not_owner"} 1.0' in metrics
+
+
+def test_root_may_report_for_any_job(server) -> None:
+    api, context, _ = server
+    result = auth.post_authenticated(f"{api.url}/v1/jobs/{OTHER_JOB}/report", REPORT)
+    assert result.status == 202
+    assert context.reports.latest(OTHER_JOB) is not None
+
+
+def test_unknown_job_is_404(server) -> None:
+    api, _, _ = server
+    result = auth.post_authenticated(f"{api.url}/v1/jobs/999/report", REPORT)
+    assert result.status == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b"\x00\xffnot json{", "not JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"step": -1, "nodes": 2}', "step"),
+        (b'{"step": 1}', "nodes"),
+        (b'{"step": 1, "nodes": 2, "samples_per_s": "fast"}', "samples_per_s"),
+        (b'{"step": 1, "nodes": 2, "bogus": 1}', "bogus"),
+        (b'{"step": 1, "nodes": 2, "job_id": 5}', "job_id"),
+        (b"[" * 30_000 + b"]" * 30_000, "not JSON"),  # nesting deeper than the parser allows
+        (b" " * (MAX_BODY_BYTES + 1), "body over"),
+    ],
+    ids=["binary", "list", "negative", "missing", "type", "unknown", "job_id", "deep", "big"],
+)
+def test_malformed_body_is_400(server, body: bytes, needle: str) -> None:
+    api, context, _ = server
+    cred = _credential_as(None, auth.body_digest(body))
+    status, answer = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", body, cred)
+    expected = 413 if len(body) > MAX_BODY_BYTES else 400
+    assert status == expected and needle in answer["error"]
+    assert context.reports.latest(NOBODY_JOB) is None
+    assert _get(f"{api.url}/healthz")[0] == 200  # still serving
+
+
+def test_raw_garbage_on_the_socket_does_not_kill_the_server(server) -> None:
+    api, _, _ = server
+    with socket.create_connection(api.address, timeout=5) as raw:
+        raw.sendall(b"\x16\x03\x01\x02\x00garbage\r\n\r\n")
+        raw.recv(4096)
+    with socket.create_connection(api.address, timeout=5) as raw:
+        raw.sendall(b"POST /v1/jobs/101/report HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b" 411 " in raw.recv(4096)
+    assert _get(f"{api.url}/healthz")[0] == 200
+
+
+def test_instruction_and_ack_round_trip(server) -> None:
+    api, context, _ = server
+    url = f"{api.url}/v1/jobs/{NOBODY_JOB}"
+    assert json.loads(_get(f"{url}/instruction")[1]) == {"instruction": None}
+    instruction = Instruction(
+        id="i-1",
+        job_id=NOBODY_JOB,
+        kind=InstructionKind.SHRINK,
+        target_nodes=1,
+        keep_nodes=("n1",),
+        deadline=time.time() + 60,
+        issued_at=time.time(),
+    )
+    context.board.post(instruction)
+    got = json.loads(_get(f"{url}/instruction")[1])["instruction"]
+    assert got["id"] == "i-1" and got["kind"] == "shrink" and got["keep_nodes"] == ["n1"]
+
+    ack = json.dumps({"instruction_id": "i-1", "status": "ready", "step": 300}).encode()
+    cred = _credential_as("nobody", auth.body_digest(ack))
+    assert _post(f"{url}/ack", ack, cred)[0] == 200
+    recorded = context.board.ack_for("i-1")
+    assert recorded is not None and recorded.step == 300 and recorded.status == "ready"
+
+    stale = json.dumps({"instruction_id": "old", "status": "ready"}).encode()
+    cred = _credential_as("nobody", auth.body_digest(stale))
+    assert _post(f"{url}/ack", stale, cred)[0] == 409
+
+    # Another user cannot acknowledge for this job.
+    other_ack = json.dumps({"instruction_id": "i-1", "status": "failed"}).encode()
+    cred = _credential_as("nobody", auth.body_digest(other_ack))
+    context.board.post(instruction.__class__(**{**_as_dict(instruction), "job_id": OTHER_JOB}))
+    assert _post(f"{api.url}/v1/jobs/{OTHER_JOB}/ack", other_ack, cred)[0] == 403
+
+
+def _as_dict(instruction: Instruction) -> dict:
+    return {name: getattr(instruction, name) for name in instruction.__slots__}
+
+
+def test_status_metrics_health(server) -> None:
+    api, context, health = server
+    status, body = _get(f"{api.url}/v1/status")
+    assert status == 200 and json.loads(body)["cycle"]["count"] == 3
+    status, body = _get(f"{api.url}/metrics")
+    assert status == 200 and b"slurm_elastic_cycles_total" in body
+    assert _get(f"{api.url}/healthz")[0] == 200
+    health.healthy = False
+    status, body = _get(f"{api.url}/healthz")
+    assert status == 503 and json.loads(body)["healthy"] is False
+    assert _get(f"{api.url}/nope")[0] == 404
+    context.status_document = lambda: None
+    assert _get(f"{api.url}/v1/status")[0] == 503
+
+
+def test_post_authenticated_reports_unreachable_daemon() -> None:
+    from slurm_elastic.errors import AgentError
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(AgentError, match="cannot reach"):
+        auth.get_json(f"http://127.0.0.1:{port}/healthz", timeout_s=2)
