@@ -67,8 +67,8 @@ def orphan_reason(companion: JobView, active: Mapping[int, JobView]) -> str | No
     parent owned by someone else is not a companion of ours: None, never cancelled.
     """
     parent_id = companion_parent(companion.comment)
-    if parent_id is None:
-        return None
+    if parent_id is None or companion.state is JobState.COMPLETING:
+        return None  # not a companion, or already ending
     parent = active.get(parent_id)
     if parent is None:
         return f"orphan: parent {parent_id} has ended"

@@ -20,8 +20,8 @@ from slurm_elastic.actuate.companion import companion_parent, orphan_reason
 from slurm_elastic.errors import MarkerError
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
 
-# (comment, min_nodes, max_nodes) -> spec, None (no marker) or MarkerError (malformed).
-SpecResolver = Callable[[str, int, int | None], ElasticSpec | None]
+# job -> its spec, None (no marker), or raises MarkerError (malformed marker).
+SpecResolver = Callable[[JobView], ElasticSpec | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ def _elastic_or_reason(
     job: JobView, resolve_spec: SpecResolver, partition_allowed: Callable[[str], bool]
 ) -> tuple[str, ElasticSpec | None]:
     try:
-        spec = resolve_spec(job.comment, job.min_nodes, job.max_nodes)
+        spec = resolve_spec(job)
     except MarkerError as exc:
         return f"malformed marker: {exc}", None
     if spec is None:

@@ -1,0 +1,246 @@
+"""Applies guarded actions to Slurm, journal first.
+
+Every action is written to the journal *before* Slurm is called, then marked applied or
+failed.  The backend retries its idempotent calls (pin, shrink, cancel) on transient
+errors; ``sbatch`` is not retried, because a timed-out submission may still have created
+the job — the journal's reconcile adopts it instead.
+
+Graceful shrink, one small state machine per job (driven by ``start_shrink`` then
+``advance_shrinks`` once per cycle)::
+
+    start_shrink:  journal(waiting, instruction id, deadline = now + ack_timeout_s)
+                   board.post(instruction: target, keep_nodes, deadline)
+    advance_shrinks, each later cycle:
+        job ended / not running / size changed under us -> rolled_back
+        ack "ready"                                      -> apply
+        ack "failed"                                     -> rolled_back (the job said no)
+        deadline passed, guards.hard_shrink              -> apply ("hard shrink")
+        deadline passed, no hard_shrink                  -> rolled_back (no agent answered)
+        otherwise                                        -> keep waiting
+    apply:  cancel the companions being dropped, then ``NumNodes=<parent_nodes>`` on the
+            parent (Slurm keeps its first N nodes, the batch host among them) -> applied;
+            a Slurm error -> failed.  The instruction is cleared in every end state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from slurm_elastic.actuate.companion import (
+    companion_comment,
+    companion_extra_args,
+    companion_name,
+    companion_script,
+)
+from slurm_elastic.actuate.guards import GuardKnobs
+from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.daemon.instructions import (
+    AckStatus,
+    Instruction,
+    InstructionBoard,
+    InstructionKind,
+)
+from slurm_elastic.daemon.journal import ActionStatus, Journal, JournalEntry
+from slurm_elastic.errors import SlurmError
+from slurm_elastic.slurm.backend import SlurmBackend
+from slurm_elastic.types import Action, ActionKind, JobView
+
+log = structlog.get_logger("slurm_elastic.actuate")
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRecord:
+    """What became of one proposed action this cycle."""
+
+    action: Action
+    outcome: str  # applied | waiting | failed | rolled_back | blocked | deferred | shadow
+    detail: str = ""
+    action_id: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": str(self.action.kind),
+            "job_id": self.action.job_id,
+            "from_nodes": self.action.from_nodes,
+            "to_nodes": self.action.to_nodes,
+            "reason": self.action.reason,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "action_id": self.action_id,
+        }
+
+
+class Executor:
+    def __init__(
+        self,
+        backend: SlurmBackend,
+        journal: Journal,
+        board: InstructionBoard,
+        knobs: GuardKnobs,
+        *,
+        agent_command: str,
+        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self.backend = backend
+        self.journal = journal
+        self.board = board
+        self.knobs = knobs
+        self.agent_command = agent_command
+        self._new_id = new_id
+
+    # ------------------------------------------------------------------ new actions
+
+    def apply(self, action: Action, elastic: Mapping[int, ElasticJob], now: float) -> ActionRecord:
+        if action.kind is ActionKind.SHRINK:
+            return self.start_shrink(action, elastic[action.job_id], now)
+        action_id = self.journal.record_intent(action, now)
+        try:
+            if action.kind is ActionKind.START_AT_SIZE:
+                self.backend.pin_pending_size(action.job_id, action.to_nodes)
+                detail = f"pinned NumNodes={action.to_nodes}-{action.to_nodes}"
+            elif action.kind is ActionKind.GROW:
+                companion_id = self._submit_companion(action, elastic[action.job_id].job, now)
+                self.journal.link_companion(
+                    action.job_id, companion_id, _companion_nodes(action), action_id, now
+                )
+                self.journal.mark(
+                    action_id,
+                    ActionStatus.APPLIED,
+                    now,
+                    companion_id=companion_id,
+                    detail=f"companion {companion_id} submitted",
+                )
+                return self._done(
+                    action, "applied", f"grow: companion {companion_id} pending", action_id
+                )
+            else:
+                self.backend.cancel(action.job_id)
+                self.journal.end_companion(action.job_id, now)
+                detail = f"cancelled companion ({action.reason})"
+        except SlurmError as exc:
+            self.journal.mark(action_id, ActionStatus.FAILED, now, detail=str(exc))
+            return self._done(action, "failed", str(exc), action_id)
+        self.journal.mark(action_id, ActionStatus.APPLIED, now, detail=detail)
+        return self._done(action, "applied", detail, action_id)
+
+    def _submit_companion(self, action: Action, parent: JobView, now: float) -> int:
+        return self.backend.submit(
+            companion_script(parent, self.agent_command),
+            user=parent.user,
+            nodes=_companion_nodes(action),
+            partition=parent.partition,
+            account=parent.account or None,
+            qos=parent.qos or None,
+            name=companion_name(parent),
+            comment=companion_comment(parent.job_id),
+            work_dir=parent.work_dir or None,
+            extra_args=companion_extra_args(parent, now),
+        )
+
+    # ------------------------------------------------------------------ graceful shrink
+
+    def start_shrink(self, action: Action, ej: ElasticJob, now: float) -> ActionRecord:
+        extra = dict(action.extra)
+        instruction_id = self._new_id()
+        deadline = now + self.knobs.ack_timeout_s
+        action_id = self.journal.record_intent(
+            action,
+            now,
+            status=ActionStatus.WAITING,
+            instruction_id=instruction_id,
+            deadline=deadline,
+        )
+        keep = tuple(n for n in extra.get("keep_nodes", "").split(",") if n)
+        self.board.post(
+            Instruction(
+                id=instruction_id,
+                job_id=action.job_id,
+                kind=InstructionKind.SHRINK,
+                target_nodes=action.to_nodes,
+                keep_nodes=keep,
+                deadline=deadline,
+                issued_at=now,
+            )
+        )
+        log.info("shrink.instructed", job_id=action.job_id, target=action.to_nodes, keep=keep)
+        return self._done(action, "waiting", "shrinking: awaiting ack", action_id)
+
+    def advance_shrinks(self, elastic: Mapping[int, ElasticJob], now: float) -> list[ActionRecord]:
+        records: list[ActionRecord] = []
+        for entry in self.journal.open_actions():
+            if entry.kind is ActionKind.SHRINK and entry.status is ActionStatus.WAITING:
+                records.append(self._advance(entry, elastic.get(entry.job_id), now))
+        return records
+
+    def _advance(self, entry: JournalEntry, ej: ElasticJob | None, now: float) -> ActionRecord:
+        action = entry.action
+        if ej is None or not ej.job.is_running or ej.effective_nodes != action.from_nodes:
+            return self._end_shrink(entry, ActionStatus.ROLLED_BACK, "job changed or ended", now)
+        ack = self.board.ack_for(entry.instruction_id or "")
+        if ack is not None and ack.status is AckStatus.READY:
+            return self._apply_shrink(entry, ej, now, f"agent ready at step {ack.step}")
+        if ack is not None:
+            return self._end_shrink(
+                entry, ActionStatus.ROLLED_BACK, f"agent refused: {ack.detail or 'failed'}", now
+            )
+        if entry.deadline is not None and now >= entry.deadline:
+            if self.knobs.hard_shrink:
+                return self._apply_shrink(entry, ej, now, "hard shrink: no ack before deadline")
+            return self._end_shrink(
+                entry,
+                ActionStatus.ROLLED_BACK,
+                "no ack within ack_timeout_s (hard_shrink off)",
+                now,
+            )
+        return self._done(action, "waiting", "shrinking: awaiting ack", entry.id)
+
+    def _apply_shrink(
+        self, entry: JournalEntry, ej: ElasticJob, now: float, why: str
+    ) -> ActionRecord:
+        extra = dict(entry.action.extra)
+        parent_nodes = int(extra.get("parent_nodes", entry.action.to_nodes))
+        try:
+            for comp in (int(c) for c in extra.get("cancel_companions", "").split(",") if c):
+                self.backend.cancel(comp)
+                self.journal.end_companion(comp, now)
+            if parent_nodes < ej.job.node_count:
+                self.backend.shrink(ej.job.job_id, parent_nodes)
+        except SlurmError as exc:
+            return self._end_shrink(entry, ActionStatus.FAILED, str(exc), now)
+        return self._end_shrink(entry, ActionStatus.APPLIED, why, now)
+
+    def _end_shrink(
+        self, entry: JournalEntry, status: ActionStatus, detail: str, now: float
+    ) -> ActionRecord:
+        self.journal.mark(entry.id, status, now, detail=detail)
+        self.board.clear(entry.job_id)
+        log.info("shrink.ended", job_id=entry.job_id, status=str(status), detail=detail)
+        return self._done(entry.action, str(status), detail, entry.id)
+
+    def in_flight(self) -> dict[int, str]:
+        """Jobs with an open action (a shrink awaiting its ack), with a status reason."""
+        return {
+            e.job_id: "shrinking: awaiting ack"
+            for e in self.journal.open_actions()
+            if e.kind is ActionKind.SHRINK
+        }
+
+    @staticmethod
+    def _done(action: Action, outcome: str, detail: str, action_id: int | None) -> ActionRecord:
+        log.info(
+            "action." + outcome,
+            kind=str(action.kind),
+            job_id=action.job_id,
+            from_nodes=action.from_nodes,
+            to_nodes=action.to_nodes,
+            detail=detail,
+        )
+        return ActionRecord(action, outcome, detail, action_id)
+
+
+def _companion_nodes(action: Action) -> int:
+    return int(dict(action.extra).get("companion_nodes", action.to_nodes - action.from_nodes))

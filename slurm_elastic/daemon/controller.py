@@ -1,0 +1,504 @@
+"""The control loop's one cycle: observe -> estimate -> decide -> actuate -> result.
+
+``Controller.run_once(now)`` is the single implementation of a cycle: the daemon's
+service loop calls it every ``interval_s`` against the real Slurm (CLI backend) and the
+simulator calls it against its simulated backend.  It never reads the clock for
+decisions: ``now`` is passed in (``duration_s`` alone is measured, for the operator).
+
+One cycle:
+
+1. observe — ``backend.read_cluster(now)`` (a fixed number of Slurm reads whatever the
+   job count), plus ``read_history`` every ``slurm.sacct_interval_s``, incrementally;
+   a failed read or a snapshot older than ``guards.stale_snapshot_s`` ends the cycle
+   with ``ok=False`` and no action;
+2. on the first good snapshot, the journal is reconciled with Slurm (crash recovery);
+3. classify jobs (elastic / companion / rigid), advance graceful shrinks in flight,
+   freeze jobs inside cooldown, dwell or with an action in flight;
+4. estimate an ``Outlook`` per elastic job, build the ``AllocationProblem``, allocate;
+5. diff plan against reality, apply the guard rails, and (mode ``enforce``) apply the
+   surviving actions journal-first; mode ``shadow`` records what it would have done.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from slurm_elastic.actuate.diff import companion_cleanup, diff
+from slurm_elastic.actuate.executor import ActionRecord, Executor
+from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
+from slurm_elastic.actuate.state import Classification, ElasticJob, classify
+from slurm_elastic.config import Config
+from slurm_elastic.daemon.instructions import InstructionBoard
+from slurm_elastic.daemon.journal import Journal
+from slurm_elastic.daemon.problem import build_problem
+from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.errors import MarkerError, SlurmElasticError, SlurmError
+from slurm_elastic.slurm.backend import SlurmBackend
+from slurm_elastic.types import (
+    Action,
+    ActionKind,
+    AllocationProblem,
+    ClusterSnapshot,
+    Decision,
+    ElasticSpec,
+    Explanation,
+    JobHistory,
+    JobView,
+    Outlook,
+    Plan,
+    SizeEstimate,
+    SolverStatus,
+)
+
+log = structlog.get_logger("slurm_elastic.controller")
+
+Allocate = Callable[[AllocationProblem, str], Plan]
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatusRow:
+    """One line of ``slurm-elastic status``."""
+
+    job_id: int
+    partition: str
+    name: str
+    user: str
+    state: str
+    nodes: int
+    min_nodes: int | None
+    max_nodes: int | None
+    target: int | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "partition": self.partition,
+            "name": self.name,
+            "user": self.user,
+            "state": self.state,
+            "nodes": self.nodes,
+            "min": self.min_nodes,
+            "max": self.max_nodes,
+            "target": self.target,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    now: float
+    ok: bool
+    error: str | None
+    duration_s: float
+    slurm_calls: int  # Slurm read calls of this cycle's snapshot
+    history_calls: int  # sacct reads this cycle (0 on most cycles)
+    snapshot_age_s: float | None
+    mode: str
+    plan: Plan | None = None
+    actions: tuple[ActionRecord, ...] = ()
+    jobs: tuple[JobStatusRow, ...] = ()
+    explanations: Mapping[int, Explanation] = field(default_factory=dict)
+
+    @property
+    def applied(self) -> tuple[ActionRecord, ...]:
+        return tuple(r for r in self.actions if r.outcome == "applied")
+
+    def to_json(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "now": self.now,
+            "ok": self.ok,
+            "error": self.error,
+            "duration_s": self.duration_s,
+            "slurm_calls": self.slurm_calls,
+            "history_calls": self.history_calls,
+            "snapshot_age_s": self.snapshot_age_s,
+            "mode": self.mode,
+            "plan": None
+            if plan is None
+            else {
+                "solver": plan.solver,
+                "status": str(plan.status),
+                "objective": plan.objective,
+                "gap": plan.gap,
+                "solve_s": plan.solve_s,
+                "note": plan.note,
+                "decisions": [
+                    {
+                        "job_id": d.job_id,
+                        "current_nodes": d.current_nodes,
+                        "target_nodes": d.target_nodes,
+                        "predicted_gain": d.explanation.predicted_gain,
+                        "resize_cost": d.explanation.resize_cost,
+                        "rule": d.explanation.rule,
+                        "detail": d.explanation.detail,
+                    }
+                    for d in plan.decisions
+                ],
+            },
+            "actions": [r.to_json() for r in self.actions],
+            "jobs": [row.to_json() for row in self.jobs],
+        }
+
+
+class Controller:
+    def __init__(
+        self,
+        backend: SlurmBackend,
+        config: Config,
+        *,
+        reports: ReportStore,
+        journal: Journal,
+        agents: InstructionBoard,
+        allocate: Allocate | None = None,
+    ) -> None:
+        self.backend = backend
+        self.reports = reports
+        self.journal = journal
+        self.agents = agents
+        self._allocate = allocate or _policy_allocate
+        self._reconciled = False
+        self._history: dict[int, JobHistory] = {}
+        self._history_until: float | None = None
+        self.last_result: CycleResult | None = None
+        self.reconfigure(config)
+
+    def reconfigure(self, config: Config) -> None:
+        """Take a new config (SIGHUP) between cycles."""
+        self.config = config
+        self.knobs = GuardKnobs.from_config(config)
+        self.executor = Executor(
+            self.backend,
+            self.journal,
+            self.agents,
+            self.knobs,
+            agent_command=config.grow.agent_command,
+        )
+
+    @property
+    def history(self) -> Mapping[int, JobHistory]:
+        return self._history
+
+    # ------------------------------------------------------------------ one cycle
+
+    def run_once(self, now: float) -> CycleResult:
+        started = time.perf_counter()
+        try:
+            snapshot = self.backend.read_cluster(now)
+        except SlurmError as exc:
+            return self._failed(now, started, f"observe: {exc}", None, 0)
+        age = now - snapshot.taken_at
+        if age > self.knobs.stale_snapshot_s:
+            why = f"stale snapshot: {age:.0f}s old > {self.knobs.stale_snapshot_s:.0f}s"
+            return self._failed(now, started, why, age, snapshot.slurm_calls)
+        done_here: frozenset[int] = frozenset()
+        if not self._reconciled:
+            report = self.journal.reconcile(self.backend, snapshot, act=self.knobs.enforce)
+            done_here = frozenset(report.cancelled)  # this snapshot predates their cancel
+            self._reconciled = True
+        history_calls = self._refresh_history(now)
+        try:
+            result = self._cycle(snapshot, now, started, history_calls, done_here)
+        except SlurmElasticError as exc:
+            return self._failed(now, started, f"cycle: {exc}", age, snapshot.slurm_calls)
+        self.last_result = result
+        log.info(
+            "cycle.done",
+            ok=True,
+            duration_s=round(result.duration_s, 4),
+            slurm_calls=result.slurm_calls,
+            jobs=len(result.jobs),
+            actions=len(result.actions),
+            applied=len(result.applied),
+            mode=result.mode,
+        )
+        return result
+
+    def _cycle(
+        self,
+        snapshot: ClusterSnapshot,
+        now: float,
+        started: float,
+        history_calls: int,
+        cancelled: frozenset[int],
+    ) -> CycleResult:
+        known = self.journal.known_specs()
+        cls = classify(
+            snapshot,
+            lambda job: _resolve_spec(job, known),
+            self.config.partitions.allows,
+        )
+        for job_id, ej in cls.elastic.items():
+            if job_id not in known:
+                self.journal.remember_spec(job_id, ej.spec, now)
+        self._forget_ended(cls)
+
+        records: list[ActionRecord] = []
+        if self.knobs.enforce:
+            records += self.executor.advance_shrinks(cls.elastic, now)
+        in_flight = self.executor.in_flight()
+        last_resize = self.journal.last_resize_at()
+        frozen: dict[int, str] = {}
+        for job_id, ej in cls.elastic.items():
+            why = freeze_reason(
+                ej,
+                self.knobs,
+                now,
+                last_resize_at=last_resize.get(job_id),
+                in_flight=in_flight.get(job_id),
+            )
+            if why:
+                frozen[job_id] = why
+
+        outlooks = {job_id: self._outlook(ej, now) for job_id, ej in cls.elastic.items()}
+        problem = build_problem(
+            snapshot,
+            cls,
+            outlooks,
+            frozen,
+            now=now,
+            horizon_s=self.config.policy.horizon_s,
+            time_limit_s=self.config.policy.time_limit_s,
+        )
+        plan = self._decide(problem)
+
+        proposed = [
+            a
+            for a in companion_cleanup(cls, now, self.config.grow.companion_pending_timeout_s)
+            if a.job_id not in cancelled
+        ]
+        proposed += diff(plan, cls, frozen)
+        allowed: list[Action] = []
+        for action in proposed:
+            why = self._block(action, cls, outlooks, now)
+            if why:
+                records.append(ActionRecord(action, "blocked", why))
+            else:
+                allowed.append(action)
+        taken, deferred = limit_resizes(allowed, self.knobs.max_resizes_per_cycle)
+        records += [ActionRecord(a, "deferred", "max_resizes_per_cycle") for a in deferred]
+        for action in taken:
+            if self.knobs.enforce:
+                records.append(self.executor.apply(action, cls.elastic, now))
+            else:
+                records.append(ActionRecord(action, "shadow", "shadow mode: not applied"))
+
+        return CycleResult(
+            now=now,
+            ok=True,
+            error=None,
+            duration_s=time.perf_counter() - started,
+            slurm_calls=snapshot.slurm_calls,
+            history_calls=history_calls,
+            snapshot_age_s=now - snapshot.taken_at,
+            mode=self.config.mode,
+            plan=plan,
+            actions=tuple(records),
+            jobs=status_rows(cls, plan, frozen, records),
+            explanations={d.job_id: d.explanation for d in plan.decisions},
+        )
+
+    # ------------------------------------------------------------------ steps
+
+    def _refresh_history(self, now: float) -> int:
+        """Incremental sacct at its own cadence; a failure costs history, not the cycle."""
+        cadence = self.config.slurm.sacct_interval_s
+        if self._history_until is not None and now - self._history_until < cadence:
+            return 0
+        if self._history_until is None:
+            since = now - self.config.slurm.sacct_lookback_s
+        else:
+            # Overlap one cadence: sacct shows a just-ended job late (stale ~2 s).
+            since = self._history_until - cadence
+        try:
+            records = self.backend.read_history(since)
+        except SlurmError as exc:
+            log.warning("history.failed", error=str(exc))
+            return 1
+        for rec in records:
+            self._history[rec.job_id] = rec
+        horizon = now - self.config.slurm.sacct_lookback_s
+        for job_id in [j for j, h in self._history.items() if (h.end_time or now) < horizon]:
+            del self._history[job_id]
+        self._history_until = now
+        log.info("history.read", records=len(records), kept=len(self._history))
+        return 1
+
+    def _forget_ended(self, cls: Classification) -> None:
+        """Drop per-job memory of jobs that left the queue (nothing open in the journal)."""
+        open_jobs = {e.job_id for e in self.journal.open_actions()}
+        for job_id in self.reports.job_ids():
+            if job_id not in cls.jobs and job_id not in open_jobs:
+                self.reports.forget(job_id)
+        for job_id in self.journal.known_specs():
+            if job_id not in cls.jobs and job_id not in open_jobs:
+                self.journal.forget_spec(job_id)
+        for job_id in self.agents.open_jobs():
+            if job_id not in cls.elastic and job_id not in open_jobs:
+                self.agents.clear(job_id)
+
+    def _outlook(self, ej: ElasticJob, now: float) -> Outlook:
+        return _linear_outlook(
+            ej, self.config.model.default_resize_cost_s, self.config.policy.horizon_s
+        )
+
+    def _decide(self, problem: AllocationProblem) -> Plan:
+        try:
+            return self._allocate(problem, self.config.policy.name)
+        except SlurmElasticError as exc:
+            log.warning("plan.failed", error=str(exc))
+            return keep_current_plan(problem, f"allocation failed: {exc}")
+
+    def _block(
+        self, action: Action, cls: Classification, outlooks: Mapping[int, Outlook], now: float
+    ) -> str | None:
+        if action.kind is ActionKind.CANCEL_COMPANION:
+            return None if action.job_id in cls.companions else "not a companion"
+        if action.kind is ActionKind.GROW and self.config.grow.method == "off":
+            return "grow disabled (grow.method: off)"
+        ej = cls.elastic.get(action.job_id)
+        return block_reason(action, ej, self.knobs, now, outlooks.get(action.job_id))
+
+    def _failed(
+        self, now: float, started: float, error: str, age: float | None, calls: int
+    ) -> CycleResult:
+        log.warning("cycle.failed", error=error)
+        result = CycleResult(
+            now=now,
+            ok=False,
+            error=error,
+            duration_s=time.perf_counter() - started,
+            slurm_calls=calls,
+            history_calls=0,
+            snapshot_age_s=age,
+            mode=self.config.mode,
+        )
+        self.last_result = result
+        return result
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def keep_current_plan(problem: AllocationProblem, note: str) -> Plan:
+    """'No change': every job keeps its size (pending jobs stay pending)."""
+    return Plan(
+        decisions=tuple(
+            Decision(d.job_id, d.current_nodes, d.current_nodes, Explanation(0.0, 0.0, "no-change"))
+            for d in problem.elastic
+        ),
+        solver="none",
+        status=SolverStatus.NO_CHANGE,
+        objective=0.0,
+        note=note,
+    )
+
+
+def status_rows(
+    cls: Classification,
+    plan: Plan,
+    frozen: Mapping[int, str],
+    records: list[ActionRecord],
+) -> tuple[JobStatusRow, ...]:
+    by_job: dict[int, str] = {}
+    for rec in records:
+        # The last word on a job wins: an applied action over an earlier blocked one.
+        by_job[rec.action.job_id] = _record_reason(rec)
+    rows: list[JobStatusRow] = []
+    for job_id, job in sorted(cls.jobs.items()):
+        ej = cls.elastic.get(job_id)
+        if ej is None:
+            reason = by_job.get(job_id) or cls.not_elastic.get(job_id, "not elastic")
+            rows.append(_row(job, job.node_count, None, None, None, reason))
+            continue
+        target = plan.target(job_id)
+        reason = by_job.get(job_id) or frozen.get(job_id) or _plan_reason(ej, target)
+        nodes = ej.effective_nodes if job.is_running else job.node_count
+        rows.append(_row(job, nodes, ej.spec.min_nodes, ej.spec.max_nodes, target, reason))
+    return tuple(rows)
+
+
+def _row(
+    job: JobView, nodes: int, lo: int | None, hi: int | None, target: int | None, reason: str
+) -> JobStatusRow:
+    return JobStatusRow(
+        job.job_id,
+        job.partition,
+        job.name,
+        job.user,
+        job.state.value,
+        nodes,
+        lo,
+        hi,
+        target,
+        reason,
+    )
+
+
+def _record_reason(rec: ActionRecord) -> str:
+    a = rec.action
+    change = f"{a.kind.value} {a.from_nodes}->{a.to_nodes}"
+    if rec.outcome == "blocked":
+        return f"blocked: {rec.detail}"
+    if rec.outcome == "shadow":
+        return f"shadow: would {change}"
+    if rec.outcome == "deferred":
+        return f"deferred: {change} (max resizes per cycle)"
+    if rec.outcome == "waiting" or (a.kind is ActionKind.GROW and rec.outcome == "applied"):
+        return rec.detail  # "shrinking: awaiting ack", "grow: companion 123 pending"
+    return f"{change} {rec.outcome}: {rec.detail}"
+
+
+def _plan_reason(ej: ElasticJob, target: int | None) -> str:
+    if target is None:
+        return "not planned"
+    if ej.job.is_pending:
+        return "pending: no room at min size" if target == 0 else f"pending: start at {target}"
+    return "at target" if target == ej.effective_nodes else f"target {target}"
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+def _resolve_spec(job: JobView, known: Mapping[int, ElasticSpec]) -> ElasticSpec | None:
+    """The job's spec: remembered from when it was first seen, else from its marker.
+
+    Remembered first, because pinning ``NumNodes=n-n`` (and running) erases the node
+    range Slurm reports; the marker must still be there (a user may remove it to opt out).
+    """
+    token = job.comment.strip()
+    if not (token == "elastic" or token.startswith("elastic:")):
+        return None
+    if job.job_id in known:
+        return known[job.job_id]
+    opts = dict(kv.split("=", 1) for kv in token.partition(":")[2].split(",") if "=" in kv)
+    try:
+        lo = int(opts.get("min", job.min_nodes))
+        hi = int(opts.get("max", job.max_nodes if job.max_nodes else lo))
+    except ValueError as exc:
+        raise MarkerError(f"not a number: {exc}") from None
+    if hi < lo:
+        raise MarkerError(f"max nodes {hi} < min nodes {lo}")
+    return ElasticSpec(min_nodes=lo, max_nodes=hi)
+
+
+def _linear_outlook(ej: ElasticJob, resize_cost_s: float, horizon_s: float) -> Outlook:
+    sizes = ej.spec.allowed_sizes
+    work = float(max(sizes)) * horizon_s
+    return Outlook(
+        job_id=ej.job.job_id,
+        current_nodes=ej.effective_nodes,
+        sizes=tuple(SizeEstimate(n, float(n), work / n) for n in sizes),
+        remaining_work=work,
+        resize_cost_s=resize_cost_s,
+    )
+
+
+def _policy_allocate(problem: AllocationProblem, policy: str) -> Plan:
+    return keep_current_plan(problem, f"policy {policy} unavailable")

@@ -1,0 +1,122 @@
+"""Snapshot -> AllocationProblem (pure).
+
+* elastic demands: jobs with a valid elastic marker (see ``actuate.state.classify``),
+  at their effective size (own nodes + running companions), frozen when a guard says so;
+* rigid demands: every other active job — plain jobs, het components, jobs with a
+  malformed marker, orphan companions — and the *pending* companions of elastic jobs
+  (they will take nodes when Slurm starts them).  Running companions of an elastic job
+  are not rigid: their nodes are already counted in the parent's effective size, and
+  counting them twice would make the solver see less capacity than there is;
+* node pools: usable nodes of UP partitions, grouped by the exact set of partitions
+  each node belongs to.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from slurm_elastic.actuate.state import Classification, ElasticJob
+from slurm_elastic.types import (
+    AllocationProblem,
+    ClusterSnapshot,
+    ElasticDemand,
+    JobState,
+    JobView,
+    NodePool,
+    Outlook,
+    RigidDemand,
+)
+
+
+def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
+    membership: dict[str, set[str]] = {}
+    for part in snapshot.partitions:
+        if part.state.upper() != "UP":
+            continue
+        for node in part.nodes:
+            membership.setdefault(node, set()).add(part.name)
+    counts: Counter[frozenset[str]] = Counter()
+    for node in snapshot.nodes:
+        parts = membership.get(node.name)
+        if node.is_usable and parts:
+            counts[frozenset(parts)] += 1
+    return tuple(
+        NodePool(partitions=parts, nodes=n)
+        for parts, n in sorted(counts.items(), key=lambda kv: sorted(kv[0]))
+    )
+
+
+def first_partition(job: JobView) -> str:
+    """A pending job may list several partitions ("batch,shared"); the first is its choice."""
+    return job.partition.split(",")[0]
+
+
+def elastic_demand(
+    ej: ElasticJob, outlook: Outlook, frozen: bool, weight: float = 1.0
+) -> ElasticDemand:
+    current = ej.effective_nodes
+    sizes = set(ej.spec.allowed_sizes)
+    if current > 0:
+        # The current size is always a choice, so "no change" stays feasible whatever
+        # the step; it may lie off the grid after an earlier hard resize.
+        sizes.add(current)
+    return ElasticDemand(
+        job_id=ej.job.job_id,
+        partition=first_partition(ej.job),
+        current_nodes=current,
+        allowed_sizes=tuple(sorted(sizes)),
+        outlook=outlook,
+        weight=weight,
+        submit_time=ej.job.submit_time or 0.0,
+        requested_nodes=ej.job.node_count if ej.job.is_pending else current,
+        frozen=frozen,
+    )
+
+
+def rigid_demands(
+    classification: Classification, elastic_ids: frozenset[int]
+) -> tuple[RigidDemand, ...]:
+    """Every active job that is not an elastic demand and not a folded-in companion."""
+    folded = {c.job_id for ej in classification.elastic.values() for c in ej.running_companions}
+    rigid: list[RigidDemand] = []
+    for job_id, job in sorted(classification.jobs.items()):
+        if job_id in elastic_ids or job_id in folded:
+            continue
+        pending = job.state in (JobState.PENDING, JobState.REQUEUED)
+        rigid.append(
+            RigidDemand(
+                job_id=job_id,
+                partition=first_partition(job),
+                nodes=max(1, job.node_count),
+                running=not pending,
+                submit_time=job.submit_time or 0.0,
+            )
+        )
+    return tuple(rigid)
+
+
+def build_problem(
+    snapshot: ClusterSnapshot,
+    classification: Classification,
+    outlooks: Mapping[int, Outlook],
+    frozen: Mapping[int, str],
+    *,
+    now: float,
+    horizon_s: float,
+    time_limit_s: float,
+) -> AllocationProblem:
+    """An elastic job without an outlook (the model failed on it) is held rigid at its size."""
+    elastic: list[ElasticDemand] = []
+    for job_id, ej in sorted(classification.elastic.items()):
+        outlook = outlooks.get(job_id)
+        if outlook is not None:
+            elastic.append(elastic_demand(ej, outlook, job_id in frozen))
+    return AllocationProblem(
+        now=now,
+        elastic=tuple(elastic),
+        rigid=rigid_demands(classification, frozenset(d.job_id for d in elastic)),
+        pools=node_pools(snapshot),
+        horizon_s=horizon_s,
+        time_limit_s=time_limit_s,
+    )

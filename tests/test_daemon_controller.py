@@ -1,0 +1,247 @@
+"""Controller.run_once over hand-written snapshots; Slurm calls are recorded, not simulated.
+
+The live behaviour of the same paths on the real cluster is in tests/test_daemon_live.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from slurm_elastic.config import Config
+from slurm_elastic.daemon.controller import Controller, keep_current_plan
+from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
+from slurm_elastic.daemon.journal import ActionStatus, Journal
+from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.errors import SlurmUnreachable, SolverError
+from slurm_elastic.types import (
+    ActionKind,
+    AllocationProblem,
+    ClusterSnapshot,
+    Decision,
+    Explanation,
+    JobState,
+    Plan,
+    SolverStatus,
+)
+from tests.daemon_data import job, pending, snapshot
+
+
+@dataclass
+class RecordingBackend:
+    """Hands out prepared snapshots and records every action call."""
+
+    snap: ClusterSnapshot
+    calls: list[tuple[str, object]] = field(default_factory=list)
+    fail_reads: bool = False
+    next_job_id: int = 500
+
+    def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
+        if self.fail_reads:
+            raise SlurmUnreachable("squeue: Unable to contact slurm controller")
+        return self.snap
+
+    def read_history(self, since: float, until: float | None = None) -> tuple[()]:
+        self.calls.append(("read_history", since))
+        return ()
+
+    def pin_pending_size(self, job_id: int, nodes: int) -> None:
+        self.calls.append(("pin", (job_id, nodes)))
+
+    def shrink(self, job_id: int, nodes: int) -> None:
+        self.calls.append(("shrink", (job_id, nodes)))
+
+    def cancel(self, job_id: int) -> None:
+        self.calls.append(("cancel", job_id))
+
+    def submit(self, script: str, **kw: object) -> int:
+        self.next_job_id += 1
+        self.calls.append(("submit", kw))
+        return self.next_job_id
+
+    def actions(self) -> list[tuple[str, object]]:
+        return [c for c in self.calls if c[0] != "read_history"]
+
+
+def targets(mapping: dict[int, int]):
+    def allocate(problem: AllocationProblem, policy: str) -> Plan:
+        decisions = tuple(
+            Decision(
+                d.job_id,
+                d.current_nodes,
+                d.current_nodes if d.frozen else mapping.get(d.job_id, d.current_nodes),
+                Explanation(1.0, 0.0, "test"),
+            )
+            for d in problem.elastic
+        )
+        return Plan(decisions, "test", SolverStatus.OPTIMAL, 0.0)
+
+    return allocate
+
+
+def make(
+    snap: ClusterSnapshot, plan: dict[int, int], mode: str = "enforce", **guards: object
+) -> tuple[Controller, RecordingBackend, Journal, InstructionBoard]:
+    backend = RecordingBackend(snap)
+    config = Config.model_validate(
+        {"mode": mode, "guards": {"min_dwell_s": 0, "cooldown_s": 100, **guards}}
+    )
+    journal = Journal()
+    board = InstructionBoard()
+    ctl = Controller(
+        backend,  # type: ignore[arg-type]
+        config,
+        reports=ReportStore(),
+        journal=journal,
+        agents=board,
+        allocate=targets(plan),
+    )
+    return ctl, backend, journal, board
+
+
+def test_pending_job_is_pinned_to_the_planned_size() -> None:
+    ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 3})
+    result = ctl.run_once(1000.0)
+    assert result.ok and result.slurm_calls == 3
+    assert backend.actions() == [("pin", (7, 3))]
+    (entry,) = journal.all_actions()
+    assert entry.kind is ActionKind.START_AT_SIZE and entry.status is ActionStatus.APPLIED
+    row = {r.job_id: r for r in result.jobs}[7]
+    assert (row.min_nodes, row.max_nodes, row.target) == (1, 4, 3)
+
+
+def test_shadow_mode_changes_nothing() -> None:
+    snap = snapshot([pending(7), job(8, nodes=("n1", "n2", "n3"))])
+    ctl, backend, journal, board = make(snap, {7: 1, 8: 2}, mode="shadow")
+    result = ctl.run_once(1000.0)
+    assert backend.actions() == []
+    assert journal.all_actions() == () and board.open_jobs() == ()
+    assert {r.outcome for r in result.actions} == {"shadow"}
+    assert {r.job_id: r.reason for r in result.jobs}[8] == "shadow: would shrink 3->2"
+
+
+def test_job_without_the_flag_is_never_touched() -> None:
+    snap = snapshot([job(9, nodes=("n1", "n2"), comment=""), pending(10, comment="")])
+    ctl, backend, _, _ = make(snap, {9: 1, 10: 2})
+    result = ctl.run_once(1000.0)
+    assert backend.actions() == [] and result.plan is not None
+    assert result.plan.decisions == ()
+    assert {r.reason for r in result.jobs} == {"not elastic"}
+
+
+def test_failed_read_takes_no_action_and_next_cycle_proceeds() -> None:
+    ctl, backend, _, _ = make(snapshot([pending(7)]), {7: 2})
+    backend.fail_reads = True
+    bad = ctl.run_once(1000.0)
+    assert not bad.ok and "Unable to contact" in (bad.error or "")
+    assert backend.actions() == []
+    backend.fail_reads = False
+    assert ctl.run_once(1010.0).ok
+    assert backend.actions() == [("pin", (7, 2))]
+
+
+def test_stale_snapshot_takes_no_action() -> None:
+    ctl, backend, _, _ = make(snapshot([pending(7)], taken_at=900.0), {7: 2})
+    result = ctl.run_once(1000.0)
+    assert not result.ok and "stale snapshot" in (result.error or "")
+    assert backend.actions() == []
+
+
+def test_graceful_shrink_waits_for_the_ack() -> None:
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, journal, board = make(snap, {8: 2})
+    first = ctl.run_once(1000.0)
+    instruction = board.pending_for(8)
+    assert instruction is not None and instruction.keep_nodes == ("n1", "n2")
+    assert {r.job_id: r.reason for r in first.jobs}[8] == "shrinking: awaiting ack"
+    ctl.run_once(1010.0)
+    assert backend.actions() == []  # no ack yet: nothing done
+    ack = Ack(instruction.id, 8, AckStatus.READY, 120, "checkpointed", 1015.0)
+    assert board.ack(ack)
+    ctl.run_once(1020.0)
+    assert backend.actions() == [("shrink", (8, 2))]
+    assert board.pending_for(8) is None
+    assert [e.status for e in journal.all_actions()] == [ActionStatus.APPLIED]
+
+
+def test_shrink_without_ack_is_rolled_back_unless_hard_shrink() -> None:
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, journal, _ = make(snap, {8: 2}, ack_timeout_s=30)
+    ctl.run_once(1000.0)
+    ctl.run_once(1031.0)
+    assert backend.actions() == []
+    assert journal.all_actions()[0].status is ActionStatus.ROLLED_BACK
+
+    ctl, backend, journal, _ = make(snap, {8: 2}, ack_timeout_s=30, hard_shrink=True)
+    ctl.run_once(1000.0)
+    ctl.run_once(1031.0)
+    assert backend.actions() == [("shrink", (8, 2))]
+
+
+def test_cooldown_freezes_a_job_after_a_resize() -> None:
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, _, _ = make(snap, {8: 2}, ack_timeout_s=5, hard_shrink=True)
+    ctl.run_once(1000.0)
+    ctl.run_once(1006.0)  # hard shrink applied at 1006
+    backend.snap = snapshot([job(8, nodes=("n1", "n2"), start=0.0)])
+    result = ctl.run_once(1050.0)
+    assert {r.job_id: r.reason for r in result.jobs}[8].startswith("cooldown")
+    assert len(backend.actions()) == 1
+
+
+def test_grow_submits_a_companion_as_the_owner() -> None:
+    snap = snapshot([job(8, nodes=("n1", "n2"))])
+    ctl, backend, journal, _ = make(snap, {8: 4})
+    result = ctl.run_once(1000.0)
+    ((verb, kw),) = backend.actions()
+    assert verb == "submit"
+    assert isinstance(kw, dict)
+    assert kw["user"] == "root" and kw["nodes"] == 2 and kw["partition"] == "batch"
+    assert kw["comment"] == "slurm-elastic:companion-of=8"
+    assert journal.companions()[0].parent_id == 8
+    assert {r.job_id: r.reason for r in result.jobs}[8] == "grow: companion 501 pending"
+
+
+def test_orphan_companion_is_cancelled() -> None:
+    orphan = job(31, nodes=("n3",), comment="slurm-elastic:companion-of=30")
+    ctl, backend, _, _ = make(snapshot([orphan]), {})
+    ctl.run_once(1000.0)
+    assert backend.actions() == [("cancel", 31)]
+
+
+def test_at_most_max_resizes_per_cycle() -> None:
+    jobs = [job(i, nodes=(f"n{i}",), hi=2) for i in (1, 2, 3)]
+    ctl, backend, _, _ = make(snapshot(jobs), {1: 2, 2: 2, 3: 2}, max_resizes_per_cycle=2)
+    result = ctl.run_once(1000.0)
+    assert [c[0] for c in backend.actions()] == ["submit", "submit"]
+    assert [r.outcome for r in result.actions].count("deferred") == 1
+
+
+def test_allocation_failure_falls_back_to_no_change() -> None:
+    def broken(problem: AllocationProblem, policy: str) -> Plan:
+        raise SolverError("solver exploded")
+
+    ctl, backend, _, _ = make(snapshot([pending(7)]), {})
+    ctl._allocate = broken
+    result = ctl.run_once(1000.0)
+    assert result.ok and result.plan is not None
+    assert result.plan.status is SolverStatus.NO_CHANGE and backend.actions() == []
+
+
+def test_keep_current_plan_keeps_every_size() -> None:
+    ctl, _, _, _ = make(snapshot([job(8, nodes=("n1", "n2")), pending(7)]), {})
+    ctl._allocate = lambda problem, policy: keep_current_plan(problem, "because")
+    result = ctl.run_once(1000.0)
+    assert result.plan is not None and result.plan.note == "because"
+    assert {d.job_id: d.target_nodes for d in result.plan.decisions} == {7: 0, 8: 2}
+    assert result.actions == ()
+
+
+@pytest.mark.parametrize("state", [JobState.PENDING, JobState.COMPLETING])
+def test_companion_of_a_parent_not_running_is_an_orphan(state: JobState) -> None:
+    parent = replace(job(30, nodes=("n1",)), state=state)
+    comp = job(31, nodes=("n3",), comment="slurm-elastic:companion-of=30")
+    ctl, backend, _, _ = make(snapshot([parent, comp]), {})
+    ctl.run_once(1000.0)
+    assert ("cancel", 31) in backend.actions()
