@@ -25,7 +25,7 @@ from slurm_elastic.types import (
     Plan,
     SolverStatus,
 )
-from tests.daemon_data import job, pending, snapshot
+from tests.test_daemon_controller_data import job, pending, snapshot
 
 
 @dataclass
