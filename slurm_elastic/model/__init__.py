@@ -1,0 +1,10 @@
+"""Progress models: what one more (or one fewer) node buys each elastic job.
+
+* ``convergence`` -- the Optimus loss curve, fitted online; remaining steps to a criterion.
+* ``throughput``  -- step time vs node count, ridge-fitted toward a prior; Pollux goodput.
+* ``priors``      -- cold-start estimates from similar jobs in the site's sacct history.
+* ``outlook``     -- per-job incremental state (``ModelBank``) and the pure
+  ``estimate_outlook`` that produces ``types.Outlook`` for the policies.
+
+Nothing is imported here so that ``import slurm_elastic.model`` stays cheap.
+"""

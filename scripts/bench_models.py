@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Validate the progress models on real third-party data (../shared/traces, see its README).
+
+Convergence (Pollux ``profiles/<model>/validation-<B>.csv``, one curve per model and batch):
+
+* x axis: epoch number ``e = 1..N`` (one row per epoch-equivalent of progress).
+* "Converged", defined once and used for truth and prediction alike: the first epoch at
+  which the remaining improvement is at most 5% of the whole improvement from the first
+  epoch to the final value, ``|m(e) - m_final| <= 0.05 * |m(1) - m_final|``.  For the
+  truth ``m_final`` is the mean of the last 3 epochs; for the prediction it is the fitted
+  curve's asymptote (the model never sees the future).
+* The model sees the first 25% / 50% of the epochs and predicts the converged epoch
+  (``ceil`` of the fitted crossing).  Error = ``|pred - true| / true``.
+* Curves with fewer than 8 epochs (BERT: 2) cannot be split and are listed as skipped.
+* A second, secondary figure ("target" mode) gives the model the truth's threshold value as
+  a user target (``target_metric``) instead of asking it for the asymptote.
+
+Throughput (leave one size out): every scaling table (ElasticFlow A100/T4 rows, Gavel
+``null`` entries per worker type and job, Pollux best placement per replica count for each
+local batch size) with at least 3 sizes; each size in turn is predicted from the others.
+Error = ``|pred - true| / true`` of steps/s; the median is over all held-out points.
+
+``fit_1000_jobs_s``: wall time to refit 1,000 jobs (synthetic Optimus curves with noise,
+100 reports over 3 sizes each) after each received one new report: the daemon's worst
+cycle.  Last line: ``key=value`` pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from slurm_elastic.model.convergence import fit_convergence, predict_convergence  # noqa: E402
+from slurm_elastic.model.outlook import ModelBank  # noqa: E402
+from slurm_elastic.model.priors import site_prior  # noqa: E402
+from slurm_elastic.model.throughput import fit_throughput  # noqa: E402
+from slurm_elastic.types import ProgressReport  # noqa: E402
+
+TOL = 0.05
+FINAL_WINDOW = 3
+MIN_EPOCHS = 8
+
+
+# --------------------------------------------------------------------------- convergence
+
+
+def truth_epoch(metric: list[float]) -> tuple[int, float]:
+    """Converged epoch (1-based) of a whole curve, and the threshold value it crossed."""
+    final = statistics.fmean(metric[-FINAL_WINDOW:])
+    band = TOL * abs(metric[0] - final)
+    for i, m in enumerate(metric):
+        if abs(m - final) <= band:
+            thr = final + band if metric[0] > final else final - band
+            return i + 1, thr
+    return len(metric), final
+
+
+def conv_rows(traces: Path) -> Iterator[tuple[str, int, int, float, float, float, float] | str]:
+    for path in sorted((traces / "pollux/profiles").glob("*/validation-*.csv")):
+        with path.open() as f:
+            metric = [float(r["metric"]) for r in csv.DictReader(f)]
+        name = f"{path.parent.name}/{path.stem.removeprefix('validation-')}"
+        if len(metric) < MIN_EPOCHS:
+            yield f"{name}: skipped ({len(metric)} epochs < {MIN_EPOCHS})"
+            continue
+        rising = metric[-1] > metric[0]
+        true_e, thr = truth_epoch(metric)
+        errs: list[float] = []
+        preds: list[float] = []
+        for frac in (0.25, 0.5):
+            seen = max(3, int(len(metric) * frac))
+            k = np.arange(1, seen + 1, dtype=float)
+            fit = fit_convergence(k, metric[:seen], higher_is_better=rising)
+            for target in (None, thr):
+                pred = predict_convergence(fit, target=target, tol=TOL)
+                e = float(math.ceil(pred.k)) if pred is not None else float(seen)
+                preds.append(e)
+                errs.append(abs(e - true_e) / true_e)
+        yield (name, len(metric), true_e, *errs, *preds)  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+def _elasticflow(traces: Path) -> Iterator[tuple[str, dict[int, float]]]:
+    for gpu in ("A100", "T4"):
+        for path in sorted((traces / "elasticflow_throughputs" / gpu).glob("*.csv")):
+            with path.open() as f:
+                for row in csv.DictReader(f):
+                    table = {}
+                    for key, val in row.items():
+                        if key == "global_batch_size":
+                            continue
+                        try:
+                            v = float(val)
+                        except (TypeError, ValueError):  # empty cell: not measured
+                            continue
+                        if math.isfinite(v) and v > 0:
+                            table[int(key)] = v
+                    yield f"elasticflow/{gpu}/{path.stem}/b{row['global_batch_size']}", table
+
+
+def _gavel(traces: Path) -> Iterator[tuple[str, dict[int, float]]]:
+    data = json.loads((traces / "gavel/simulation_throughputs.json").read_text())
+    for worker, jobs in sorted(data.items()):
+        tables: dict[str, dict[int, float]] = {}
+        for key, val in jobs.items():
+            job, scale = ast.literal_eval(key)
+            v = val.get("null") if isinstance(val, dict) else None
+            if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
+                tables.setdefault(job, {})[int(scale)] = float(v)
+        for job, table in sorted(tables.items()):
+            yield f"gavel/{worker}/{job}", table
+
+
+def _pollux(traces: Path) -> Iterator[tuple[str, dict[int, float]]]:
+    for model_dir in sorted((traces / "pollux/profiles").iterdir()):
+        best: dict[int, dict[int, float]] = {}  # local_bsz -> replicas -> min step time
+        with (model_dir / "placements.csv").open() as f:
+            for r in csv.DictReader(f):
+                g = sum(int(c) for c in r["placement"])
+                b, t = int(r["local_bsz"]), float(r["step_time"])
+                cur = best.setdefault(b, {})
+                cur[g] = min(cur.get(g, math.inf), t)
+        with (model_dir / "scalability.csv").open() as f:
+            for r in csv.DictReader(f):
+                g, b, t = int(r["num_replicas"]), int(r["local_bsz"]), float(r["step_time"])
+                cur = best.setdefault(b, {})
+                cur[g] = min(cur.get(g, math.inf), t)
+        for b, table in sorted(best.items()):
+            yield (
+                f"pollux/{model_dir.name}/local{b}",
+                {g: 1.0 / t for g, t in table.items() if t > 0},
+            )
+
+
+def tput_rows(traces: Path) -> Iterator[tuple[str, str, int, list[float]]]:
+    for source, gen in (("elasticflow", _elasticflow), ("gavel", _gavel), ("pollux", _pollux)):
+        for name, table in gen(traces):
+            sizes = sorted(table)
+            if len(sizes) < 3:
+                continue
+            errs = []
+            for held in sizes:
+                rest = [s for s in sizes if s != held]
+                fit = fit_throughput(rest, [table[s] for s in rest])
+                if fit is None:
+                    errs.append(1.0)
+                    continue
+                pred = fit.throughput(held)
+                errs.append(abs(pred - table[held]) / table[held])
+            yield source, name, len(sizes), errs
+
+
+# --------------------------------------------------------------------------- refit speed
+
+
+def refit_seconds(jobs: int = 1000, reports: int = 100, seed: int = 7) -> float:
+    rng = np.random.default_rng(seed)
+    bank = ModelBank()
+    prior = site_prior(4)
+    for j in range(jobs):
+        b0, b1, b2 = rng.uniform(1e-4, 1e-2), rng.uniform(0.2, 2.0), rng.uniform(0.0, 1.0)
+        t0, t1, t2 = rng.uniform(0.5, 2.0), rng.uniform(0.01, 0.2), rng.uniform(0.0, 0.02)
+        for i in range(reports):
+            nodes = (2, 4, 8)[i * 3 // reports]
+            step = 50 * (i + 1)
+            loss = 1.0 / (b0 * step + b1) + b2 + rng.normal(0.0, 0.02)
+            rate = 1.0 / (t0 / nodes + t1 + t2 * nodes) * rng.uniform(0.95, 1.05)
+            bank.update(
+                ProgressReport(
+                    job_id=j,
+                    time=float(i * 30),
+                    step=step,
+                    nodes=nodes,
+                    loss=loss,
+                    samples_per_s=rate * 256,
+                    global_batch=256,
+                )
+            )
+        bank.fit(j, prior)
+    # One more report each, then the timed refit of every job (all dirty).
+    for j in range(jobs):
+        bank.update(
+            ProgressReport(
+                job_id=j,
+                time=3000.0,
+                step=50 * (reports + 1),
+                nodes=8,
+                loss=0.5,
+                samples_per_s=1000.0,
+                global_batch=256,
+            )
+        )
+    t = time.perf_counter()
+    for j in range(jobs):
+        bank.fit(j, prior)
+    return time.perf_counter() - t
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    ap.add_argument("--jobs", type=int, default=1000, help="jobs in the refit timing")
+    args = ap.parse_args(argv)
+    traces: Path = args.traces
+    if not (traces / "pollux/profiles").is_dir():
+        print(f"error: no Pollux profiles under {traces} (use --traces DIR)", file=sys.stderr)
+        return 2
+
+    print("# convergence: epochs-to-converge after seeing 25% / 50% of each curve")
+    print(
+        f"{'curve':<24} {'N':>4} {'true':>5} {'p25':>6} {'err25':>6} {'p50':>6} {'err50':>6}"
+        f" {'err25t':>6} {'err50t':>6}"
+    )
+    e25: list[float] = []
+    e50: list[float] = []
+    t25: list[float] = []
+    t50: list[float] = []
+    for row in conv_rows(traces):
+        if isinstance(row, str):
+            print(f"# {row}")
+            continue
+        name, n, true_e, a25, a25t, a50, a50t, p25, _p25t, p50, _p50t = row
+        e25.append(a25)
+        e50.append(a50)
+        t25.append(a25t)
+        t50.append(a50t)
+        print(
+            f"{name:<24} {n:>4} {true_e:>5} {p25:>6.0f} {a25:>6.2f} {p50:>6.0f} {a50:>6.2f}"
+            f" {a25t:>6.2f} {a50t:>6.2f}"
+        )
+    print(
+        f"# convergence medians over {len(e50)} curves: err25={_med(e25):.3f} "
+        f"err50={_med(e50):.3f} (target mode: err25={_med(t25):.3f} err50={_med(t50):.3f})"
+    )
+
+    print("# throughput: leave-one-size-out relative error of steps/s")
+    pooled: list[float] = []
+    by_source: dict[str, list[float]] = {}
+    for source, name, n, errs in tput_rows(traces):
+        pooled.extend(errs)
+        by_source.setdefault(source, []).extend(errs)
+        print(f"{name:<56} sizes={n:<3} median={_med(errs):.3f} max={max(errs):.3f}")
+    for source, errs in by_source.items():
+        print(
+            f"# {source}: {len(errs)} held-out points, median={_med(errs):.3f} "
+            f"p90={float(np.percentile(errs, 90)):.3f}"
+        )
+    p90 = float(np.percentile(pooled, 90)) if pooled else math.nan
+
+    fit_s = refit_seconds(args.jobs)
+    print(
+        f"conv_median_err_25={_med(e25):.3f} conv_median_err_50={_med(e50):.3f} "
+        f"conv_target_median_err_25={_med(t25):.3f} conv_target_median_err_50={_med(t50):.3f} "
+        f"conv_curves={len(e50)} tput_median_err={_med(pooled):.3f} tput_p90_err={p90:.3f} "
+        f"tput_points={len(pooled)} fit_1000_jobs_s={fit_s * 1000 / max(args.jobs, 1):.3f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

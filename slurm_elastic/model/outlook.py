@@ -1,0 +1,397 @@
+"""Per-job progress state fed by reports, and the pure ``estimate_outlook`` over it.
+
+Usage by the daemon (one ``ModelBank`` for the whole cluster)::
+
+    bank = ModelBank()
+    bank.update(report)                       # every accepted ProgressReport
+    bank.record_resize(job_id, now, to_nodes)  # when a resize was applied
+    fit = bank.fit(job_id, prior)              # cheap; cached until new reports arrive
+    outlook = estimate_outlook(job_id=..., spec=..., current_nodes=..., fit=fit,
+                               prior=prior, now=now, default_resize_cost_s=60.0)
+
+Guarantees of ``estimate_outlook`` (tested):
+
+* one ``SizeEstimate`` per allowed size, ascending; every number finite and > 0, so a
+  policy never has to special-case ``inf`` or NaN;
+* ``remaining_s == remaining_work / throughput`` at every size, hence "more nodes" is
+  faster exactly where the throughput model says so (with ``t2 > 0`` the largest sizes
+  can be slower: policies must compare, not assume monotonicity);
+* with no report at all the numbers come from the prior (``source="prior"``,
+  ``confidence`` at most 0.3): remaining time at the reference size is the typical run
+  time of similar jobs (or the site default) minus the time already run, never less than
+  ``MIN_REMAINING_FRACTION`` of the work done so far and never less than one minute.
+  This is a deliberately conservative finite estimate: treat low confidence as "do not
+  take large risks for this job", not as "unknown".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import structlog
+
+from slurm_elastic.model.convergence import (
+    DEFAULT_TOL,
+    ConvergenceFit,
+    ConvergencePrediction,
+    fit_convergence,
+    predict_convergence,
+)
+from slurm_elastic.model.priors import Prior
+from slurm_elastic.model.throughput import ScalingParams, ThroughputFit, fit_throughput
+from slurm_elastic.types import ElasticSpec, Outlook, ProgressReport, SizeEstimate
+
+log = structlog.get_logger("slurm_elastic.model")
+
+MAX_HISTORY = 1024  # metric points kept per job; the oldest half is thinned beyond this
+FIT_POINTS = 96  # points handed to the curve fit (older ones averaged into bins)
+RATE_WINDOW = 32  # throughput observations kept per size
+RESIZE_COSTS_KEPT = 5
+MIN_REMAINING_FRACTION = 0.1  # a job still running has at least 10% of its done work left
+MIN_REMAINING_S = 60.0
+CONV_FULL_POINTS = 20  # convergence confidence saturates at this many metric points
+
+
+@dataclass(frozen=True, slots=True)
+class JobFit:
+    """Everything known about one job's progress at one moment (immutable)."""
+
+    job_id: int
+    step: int
+    time: float
+    nodes: int
+    n_reports: int
+    convergence: ConvergenceFit | None
+    throughput: ThroughputFit | None
+    total_steps: int | None
+    target_metric: float | None
+    resize_cost_s: float | None  # median measured restart overhead
+
+
+class JobModel:
+    """Incremental state of one job: metric history, per-size rates, resize costs."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        self._k: deque[float] = deque()
+        self._y: deque[float] = deque()
+        self._higher_is_better = False
+        self._rates: dict[int, deque[float]] = {}
+        self._last: ProgressReport | None = None
+        self._n_reports = 0
+        self._total_steps: int | None = None
+        self._target: float | None = None
+        self._pending_resize: tuple[float, int, int] | None = None  # (time, to_nodes, step)
+        self._costs: deque[float] = deque(maxlen=RESIZE_COSTS_KEPT)
+        self._cache: JobFit | None = None
+        self._cache_key: tuple[int, int, Prior | None] | None = None
+        self._n_costs = 0
+
+    # ----------------------------------------------------------------- input
+
+    def update(self, report: ProgressReport) -> tuple[str, ...]:
+        """Take one report; returns the reasons for any part of it that was ignored."""
+        ignored: list[str] = []
+        if report.job_id != self.job_id:
+            return (f"report for job {report.job_id} sent to model of job {self.job_id}",)
+        if not math.isfinite(report.time) or report.step < 0:
+            return ("time not finite or step negative",)
+        self._n_reports += 1
+        if report.total_steps is not None and report.total_steps > 0:
+            self._total_steps = int(report.total_steps)
+        if report.target_metric is not None and math.isfinite(report.target_metric):
+            self._target = float(report.target_metric)
+        if report.loss is not None:
+            if math.isfinite(report.loss):
+                self._higher_is_better = report.metric_higher_is_better
+                self._add_point(float(report.step), float(report.loss))
+            else:
+                ignored.append("loss not finite")
+        rate = self._rate_from(report)
+        if rate is not None:
+            self._rates.setdefault(report.nodes, deque(maxlen=RATE_WINDOW)).append(rate)
+        elif report.nodes <= 0:
+            ignored.append("nodes <= 0")
+        self._measure_resize(report, rate)
+        if self._last is None or report.time >= self._last.time:
+            self._last = report
+        if ignored:
+            log.info("model.report_ignored", job_id=self.job_id, reasons=ignored)
+        return tuple(ignored)
+
+    def record_resize(self, now: float, to_nodes: int) -> None:
+        """A resize to ``to_nodes`` was applied at ``now``; the next report there measures it."""
+        step = self._last.step if self._last is not None else 0
+        self._pending_resize = (now, int(to_nodes), step)
+
+    def _add_point(self, k: float, y: float) -> None:
+        if self._k and k < self._k[-1]:
+            # A restart from a checkpoint re-reports old steps: the newest view wins.
+            while self._k and self._k[-1] >= k:
+                self._k.pop()
+                self._y.pop()
+        self._k.append(k)
+        self._y.append(y)
+        if len(self._k) > MAX_HISTORY:
+            half = MAX_HISTORY // 2
+            ks, ys = list(self._k), list(self._y)
+            self._k = deque(ks[:half:2] + ks[half:])
+            self._y = deque(ys[:half:2] + ys[half:])
+
+    def _rate_from(self, r: ProgressReport) -> float | None:
+        if r.nodes <= 0:
+            return None
+        if (
+            r.samples_per_s is not None
+            and r.global_batch
+            and math.isfinite(r.samples_per_s)
+            and r.samples_per_s > 0
+            and r.global_batch > 0
+        ):
+            return r.samples_per_s / r.global_batch
+        last = self._last
+        if last is None or last.nodes != r.nodes:
+            return None
+        if self._pending_resize is not None and last.time <= self._pending_resize[0]:
+            return None  # a resize happened between the two reports
+        dt, ds = r.time - last.time, r.step - last.step
+        if dt <= 0 or ds <= 0:
+            return None
+        return ds / dt
+
+    def _measure_resize(self, r: ProgressReport, rate: float | None) -> None:
+        pend = self._pending_resize
+        if pend is None or r.time < pend[0] or r.nodes != pend[1]:
+            return
+        t0, _, step0 = pend
+        rates = self._rates.get(r.nodes)
+        speed = rate or (statistics.median(rates) if rates else None)
+        progressed = (r.step - step0) / speed if speed else 0.0
+        # Wall time since the resize minus the time the new size needed for the steps it
+        # has made since: what the restart cost (a checkpoint roll-back adds to it).
+        cost = max(0.0, (r.time - t0) - progressed)
+        self._costs.append(cost)
+        self._n_costs += 1
+        self._pending_resize = None
+        log.info("model.resize_cost_measured", job_id=self.job_id, cost_s=round(cost, 3))
+
+    # ----------------------------------------------------------------- fit
+
+    def fit(self, prior: Prior | None = None) -> JobFit:
+        """Refit (only when reports arrived since the last call) and return the state."""
+        key = (self._n_reports, self._n_costs, prior)
+        if self._cache is not None and self._cache_key == key:
+            return self._cache
+        conv = None
+        if self._k:
+            k, y = _binned(np.fromiter(self._k, float), np.fromiter(self._y, float))
+            conv = fit_convergence(k, y, higher_is_better=self._higher_is_better)
+        tput = self._fit_rates(prior)
+        last = self._last
+        self._cache = JobFit(
+            job_id=self.job_id,
+            step=last.step if last else 0,
+            time=last.time if last else 0.0,
+            nodes=last.nodes if last else 0,
+            n_reports=self._n_reports,
+            convergence=conv,
+            throughput=tput,
+            total_steps=self._total_steps,
+            target_metric=self._target,
+            resize_cost_s=statistics.median(self._costs) if self._costs else None,
+        )
+        self._cache_key = key
+        return self._cache
+
+    def _fit_rates(self, prior: Prior | None) -> ThroughputFit | None:
+        if not self._rates:
+            return None
+        sizes = sorted(self._rates)
+        nodes = np.array(sizes, dtype=float)
+        rates = np.array([statistics.median(self._rates[s]) for s in sizes])
+        weights = np.array([math.sqrt(len(self._rates[s])) for s in sizes])
+        shape: ScalingParams | None = None
+        if prior is not None and prior.scaling_measured:
+            # History's shape, this job's level: scale to match the best-observed size.
+            i = int(np.argmax(weights))
+            shape = prior.scaling.scaled(
+                prior.scaling.throughput(nodes[i]) / max(float(rates[i]), 1e-300)
+            )
+        return fit_throughput(nodes, rates, prior=shape, weights=weights)
+
+
+def _binned(k: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At most FIT_POINTS points: the newest half kept, older ones averaged in bins."""
+    n = k.size
+    if n <= FIT_POINTS:
+        return k, y
+    keep = FIT_POINTS // 2
+    old_k, old_y = k[: n - keep], y[: n - keep]
+    edges = np.linspace(0, old_k.size, FIT_POINTS - keep + 1).astype(int)[:-1]
+    counts = np.diff(np.append(edges, old_k.size))
+    bk = np.add.reduceat(old_k, edges) / counts
+    by = np.add.reduceat(old_y, edges) / counts
+    return np.concatenate([bk, k[n - keep :]]), np.concatenate([by, y[n - keep :]])
+
+
+class ModelBank:
+    """All jobs' models, keyed by job id (the daemon and the simulator hold one)."""
+
+    def __init__(self) -> None:
+        self._models: dict[int, JobModel] = {}
+
+    def model(self, job_id: int) -> JobModel:
+        m = self._models.get(job_id)
+        if m is None:
+            m = self._models[job_id] = JobModel(job_id)
+        return m
+
+    def update(self, report: ProgressReport) -> tuple[str, ...]:
+        return self.model(report.job_id).update(report)
+
+    def record_resize(self, job_id: int, now: float, to_nodes: int) -> None:
+        self.model(job_id).record_resize(now, to_nodes)
+
+    def fit(self, job_id: int, prior: Prior | None = None) -> JobFit | None:
+        m = self._models.get(job_id)
+        return m.fit(prior) if m is not None else None
+
+    def forget(self, job_ids: Iterable[int]) -> None:
+        for j in job_ids:
+            self._models.pop(j, None)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._models
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
+# --------------------------------------------------------------------------- pure estimate
+
+
+def _finite_pos(x: float | None) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) and x >= 0.0 else None
+
+
+def _conv_confidence(fit: ConvergenceFit, pred: ConvergencePrediction, step: float) -> float:
+    width = (pred.hi - pred.lo) / max(pred.k - min(step, pred.k) + 1.0, 1.0)
+    conf = min(1.0, fit.n_points / CONV_FULL_POINTS) / (1.0 + width)
+    return conf if pred.reachable else conf * 0.5
+
+
+def estimate_outlook(
+    *,
+    job_id: int,
+    spec: ElasticSpec,
+    current_nodes: int,
+    fit: JobFit | None,
+    prior: Prior,
+    now: float,
+    default_resize_cost_s: float,
+    elapsed_s: float | None = None,
+    tol: float = DEFAULT_TOL,
+) -> Outlook:
+    """Build the ``Outlook`` of one job (pure: everything it needs is passed in).
+
+    ``elapsed_s`` is how long the job has run (used only while it has not reported).
+    """
+    sizes = spec.allowed_sizes or (max(spec.min_nodes, 1),)
+    tput = fit.throughput if fit is not None else None
+    if tput is not None:
+        params, unit_real, tp_conf = tput.params, True, tput.confidence
+    elif prior.scaling_measured:
+        params, unit_real, tp_conf = prior.scaling, True, 0.3
+    else:
+        params, unit_real, tp_conf = prior.scaling, False, 0.0
+    run_nodes = current_nodes if current_nodes > 0 else prior.reference_nodes
+    run_rate = params.throughput(run_nodes)
+
+    reported = fit is not None and fit.n_reports > 0 and unit_real
+    if reported and fit is not None:
+        done = float(fit.step)
+    else:
+        done = (_finite_pos(elapsed_s) or 0.0) * run_rate
+
+    # Prior: the typical whole run, converted into this job's unit, minus what is done.
+    if unit_real and prior.total_steps is not None and prior.scaling_measured:
+        prior_total = prior.total_steps
+    else:
+        prior_total = prior.runtime_s * params.throughput(prior.reference_nodes)
+    floor = max(MIN_REMAINING_S * run_rate, MIN_REMAINING_FRACTION * done)
+    prior_remaining = max(prior_total - done, floor)
+    work, work_conf, source = prior_remaining, (0.3 if prior.source == "history" else 0.0), "prior"
+
+    if fit is not None and fit.total_steps is not None:
+        if reported:
+            work = max(fit.total_steps - done, 1.0)
+        else:
+            frac = max(1.0 - fit.step / fit.total_steps, MIN_REMAINING_FRACTION)
+            work = max(frac * prior_total, floor)
+        work_conf, source = (0.9 if reported else 0.4), "user"
+    elif reported and fit is not None and fit.convergence is not None:
+        pred = predict_convergence(fit.convergence, target=fit.target_metric, tol=tol)
+        if pred is not None:
+            conv_remaining = max(pred.k - done, floor)
+            c = _conv_confidence(fit.convergence, pred, done)
+            work = math.exp(c * math.log(conv_remaining) + (1 - c) * math.log(prior_remaining))
+            work_conf, source = max(c, work_conf), "fitted"
+    if tput is not None and source == "prior":
+        source = "fitted"
+
+    work = work if math.isfinite(work) and work > 0 else max(floor, 1.0)
+    estimates = tuple(
+        SizeEstimate(
+            nodes=n, throughput=params.throughput(n), remaining_s=work / params.throughput(n)
+        )
+        for n in sorted(sizes)
+    )
+    cost = (
+        _finite_pos(fit.resize_cost_s if fit is not None else None)
+        or _finite_pos(spec.resize_cost_s)
+        or _finite_pos(default_resize_cost_s)
+        or 0.0
+    )
+    return Outlook(
+        job_id=job_id,
+        current_nodes=max(current_nodes, 0),
+        sizes=estimates,
+        remaining_work=work,
+        resize_cost_s=cost,
+        confidence=round(0.5 * work_conf + 0.5 * tp_conf, 3),
+        source=source,
+    )
+
+
+def progress_over(outlook: Outlook, nodes: int, horizon_s: float) -> float:
+    """Steps made within ``horizon_s`` at ``nodes``, counting a resize's lost time.
+
+    Returns 0.0 for a size the outlook does not cover.  Finishing early stops the count.
+    """
+    est = outlook.at(nodes)
+    if est is None or horizon_s <= 0:
+        return 0.0
+    lost = outlook.resize_cost_s if nodes != outlook.current_nodes else 0.0
+    useful = max(0.0, min(horizon_s - lost, est.remaining_s))
+    return useful * est.throughput
+
+
+def marginal_progress(outlook: Outlook, horizon_s: float) -> dict[int, float]:
+    """Per allowed size: progress over the horizon gained per node vs the next smaller size.
+
+    The first allowed size is compared with staying pending (no progress).  This is
+    Optimus' marginal gain per added node, the quantity a greedy allocator ranks.  When
+    both sizes finish within the horizon the gain is 0: compare ``remaining_s`` instead.
+    """
+    out: dict[int, float] = {}
+    prev_n, prev_p = 0, 0.0
+    for est in outlook.sizes:
+        p = progress_over(outlook, est.nodes, horizon_s)
+        out[est.nodes] = (p - prev_p) / max(est.nodes - prev_n, 1)
+        prev_n, prev_p = est.nodes, p
+    return out

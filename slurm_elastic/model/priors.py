@@ -1,0 +1,174 @@
+"""Cold-start priors from the site's own accounting history.
+
+Before a job has reported anything, the best guide to it is the same user's earlier runs
+of the same thing.  "Similar" is decided in this order (the first non-empty level wins):
+
+1. same user, same job name and same working directory;
+2. same user and same job name;
+3. same user and same working directory (the same script run under another name).
+
+From the similar jobs we take the run time (``COMPLETED`` runs; other finished runs only
+when no completed one exists, since a cancelled run says little about its natural
+length), the sizes they ran at, and, where the daemon kept their progress reports, the
+throughput per size and the steps they finished with.
+
+When nothing is similar, ``SiteDefaults`` apply (documented in the README): 4 h of work at
+the requested size, 1 s per step at that size, the ``DEFAULT_SHAPE`` scaling curve and a
+60 s restart cost.  All of them are configuration, not truths.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from slurm_elastic.model.throughput import (
+    DEFAULT_SHAPE,
+    ScalingParams,
+    fit_throughput,
+    prior_params,
+)
+from slurm_elastic.types import JobHistory, JobState
+
+MAX_SIMILAR = 20  # most recent similar jobs considered
+
+
+@dataclass(frozen=True, slots=True)
+class SiteDefaults:
+    """Fallbacks when a job has no similar history (all configurable)."""
+
+    runtime_s: float = 4 * 3600.0
+    step_time_s: float = 1.0  # nominal seconds per step on one node
+    scaling_shape: tuple[float, float, float] = DEFAULT_SHAPE
+    resize_cost_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """What history says about a job before (or while) it reports.
+
+    ``runtime_s`` is the typical whole run time at ``reference_nodes``.  ``scaling`` is in
+    real steps/s when ``scaling_measured`` (fitted from past reports), else in *nominal*
+    steps (1 step = ``SiteDefaults.step_time_s`` at the reference size), which keeps remaining
+    seconds consistent across sizes even though the step unit is made up.
+    """
+
+    runtime_s: float
+    reference_nodes: int
+    scaling: ScalingParams
+    scaling_measured: bool
+    total_steps: float | None  # median finished steps of similar jobs, when known
+    sizes_used: tuple[int, ...]
+    n_similar: int
+    source: str  # "history" | "site"
+
+    def work_steps(self) -> float:
+        """Whole-run work in the prior's step unit."""
+        if self.total_steps is not None and self.scaling_measured:
+            return self.total_steps
+        return self.runtime_s * self.scaling.throughput(self.reference_nodes)
+
+
+def similar_jobs(
+    user: str, name: str, work_dir: str, history: Iterable[JobHistory]
+) -> list[JobHistory]:
+    """Finished jobs like this one, most recent first (see the module doc for the order)."""
+    finished = [h for h in history if h.state.is_finished and h.user == user]
+    levels = (
+        lambda h: bool(name) and h.name == name and bool(work_dir) and h.work_dir == work_dir,
+        lambda h: bool(name) and h.name == name,
+        lambda h: bool(work_dir) and h.work_dir == work_dir,
+    )
+    for match in levels:
+        found = [h for h in finished if match(h)]
+        if found:
+            found.sort(key=lambda h: h.end_time or h.start_time or 0.0, reverse=True)
+            return found[:MAX_SIMILAR]
+    return []
+
+
+def _runtime(h: JobHistory) -> float | None:
+    if h.start_time is None or h.end_time is None:
+        return None
+    d = h.end_time - h.start_time
+    return d if d > 0 else None
+
+
+def _main_size(h: JobHistory) -> int | None:
+    """The size the job spent most node-time at."""
+    best: tuple[float, int] | None = None
+    for a in h.allocations:
+        if a.node_count <= 0:
+            continue
+        span = (a.end - a.start) if a.start is not None and a.end is not None else 0.0
+        key = (max(span, 0.0), a.node_count)
+        if best is None or key > best:
+            best = key
+    return best[1] if best else None
+
+
+def site_prior(requested_nodes: int, site: SiteDefaults = SiteDefaults()) -> Prior:
+    n = max(int(requested_nodes), 1)
+    nominal = prior_params(n, site.step_time_s, site.scaling_shape)
+    return Prior(
+        runtime_s=site.runtime_s,
+        reference_nodes=n,
+        scaling=nominal,
+        scaling_measured=False,
+        total_steps=None,
+        sizes_used=(),
+        n_similar=0,
+        source="site",
+    )
+
+
+def build_prior(
+    *,
+    user: str,
+    name: str,
+    work_dir: str,
+    requested_nodes: int,
+    history: Iterable[JobHistory],
+    past_throughput: Mapping[int, Sequence[tuple[int, float]]] | None = None,
+    past_steps: Mapping[int, float] | None = None,
+    site: SiteDefaults = SiteDefaults(),
+) -> Prior:
+    """Prior for one job from similar finished jobs, else the site default.
+
+    ``past_throughput`` maps an old job id to its observed ``(nodes, steps/s)`` points and
+    ``past_steps`` to the step it finished at (both kept by the daemon from reports).
+    """
+    similar = similar_jobs(user, name, work_dir, history)
+    if not similar:
+        return site_prior(requested_nodes, site)
+    completed = [h for h in similar if h.state is JobState.COMPLETED]
+    pool = completed or similar
+    runtimes = [r for r in (_runtime(h) for h in pool) if r is not None]
+    sizes = [s for s in (_main_size(h) for h in pool) if s is not None]
+    if not runtimes:
+        return site_prior(requested_nodes, site)
+    ref = int(statistics.median_low(sizes)) if sizes else max(int(requested_nodes), 1)
+
+    pts_n: list[float] = []
+    pts_f: list[float] = []
+    steps: list[float] = []
+    for h in pool:
+        for n_, f_ in (past_throughput or {}).get(h.job_id, ()):
+            pts_n.append(float(n_))
+            pts_f.append(float(f_))
+        s = (past_steps or {}).get(h.job_id)
+        if s is not None and s > 0:
+            steps.append(float(s))
+    fitted = fit_throughput(pts_n, pts_f) if pts_n else None
+    nominal = prior_params(ref, site.step_time_s, site.scaling_shape)
+    return Prior(
+        runtime_s=float(statistics.median(runtimes)),
+        reference_nodes=ref,
+        scaling=fitted.params if fitted else nominal,
+        scaling_measured=fitted is not None,
+        total_steps=float(statistics.median(steps)) if steps and fitted else None,
+        sizes_used=tuple(sorted(set(sizes))),
+        n_similar=len(pool),
+        source="history",
+    )
