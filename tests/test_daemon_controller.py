@@ -5,7 +5,7 @@ The live behaviour of the same paths on the real cluster is in tests/test_daemon
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +14,7 @@ from slurm_elastic.daemon.controller import Controller, keep_current_plan
 from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
 from slurm_elastic.daemon.journal import ActionStatus, Journal
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.errors import SlurmUnreachable, SolverError
+from slurm_elastic.errors import SolverError
 from slurm_elastic.types import (
     ActionKind,
     AllocationProblem,
@@ -25,43 +25,7 @@ from slurm_elastic.types import (
     Plan,
     SolverStatus,
 )
-from tests.test_daemon_controller_data import job, pending, snapshot
-
-
-@dataclass
-class RecordingBackend:
-    """Hands out prepared snapshots and records every action call."""
-
-    snap: ClusterSnapshot
-    calls: list[tuple[str, object]] = field(default_factory=list)
-    fail_reads: bool = False
-    next_job_id: int = 500
-
-    def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
-        if self.fail_reads:
-            raise SlurmUnreachable("squeue: Unable to contact slurm controller")
-        return self.snap
-
-    def read_history(self, since: float, until: float | None = None) -> tuple[()]:
-        self.calls.append(("read_history", since))
-        return ()
-
-    def pin_pending_size(self, job_id: int, nodes: int) -> None:
-        self.calls.append(("pin", (job_id, nodes)))
-
-    def shrink(self, job_id: int, nodes: int) -> None:
-        self.calls.append(("shrink", (job_id, nodes)))
-
-    def cancel(self, job_id: int) -> None:
-        self.calls.append(("cancel", job_id))
-
-    def submit(self, script: str, **kw: object) -> int:
-        self.next_job_id += 1
-        self.calls.append(("submit", kw))
-        return self.next_job_id
-
-    def actions(self) -> list[tuple[str, object]]:
-        return [c for c in self.calls if c[0] != "read_history"]
+from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot
 
 
 def targets(mapping: dict[int, int]):

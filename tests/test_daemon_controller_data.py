@@ -6,8 +6,9 @@ Field values follow what the CLI backend parses from real squeue/sinfo output
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
+from slurm_elastic.errors import SlurmUnreachable
 from slurm_elastic.types import (
     ClusterSnapshot,
     JobState,
@@ -86,3 +87,39 @@ def pending(job_id: int, lo: int = 1, hi: int = 4, **kw: object) -> JobView:
 
 def with_state(view: JobView, state: JobState) -> JobView:
     return replace(view, state=state)
+
+
+@dataclass
+class RecordingBackend:
+    """Hands out prepared snapshots and records every action call."""
+
+    snap: ClusterSnapshot
+    calls: list[tuple[str, object]] = field(default_factory=list)
+    fail_reads: bool = False
+    next_job_id: int = 500
+
+    def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
+        if self.fail_reads:
+            raise SlurmUnreachable("squeue: Unable to contact slurm controller")
+        return self.snap
+
+    def read_history(self, since: float, until: float | None = None) -> tuple[()]:
+        self.calls.append(("read_history", since))
+        return ()
+
+    def pin_pending_size(self, job_id: int, nodes: int) -> None:
+        self.calls.append(("pin", (job_id, nodes)))
+
+    def shrink(self, job_id: int, nodes: int) -> None:
+        self.calls.append(("shrink", (job_id, nodes)))
+
+    def cancel(self, job_id: int) -> None:
+        self.calls.append(("cancel", job_id))
+
+    def submit(self, script: str, **kw: object) -> int:
+        self.next_job_id += 1
+        self.calls.append(("submit", kw))
+        return self.next_job_id
+
+    def actions(self) -> list[tuple[str, object]]:
+        return [c for c in self.calls if c[0] != "read_history"]

@@ -1,0 +1,215 @@
+"""Pure actuation logic: classification, plan diff, companion housekeeping, guard rails."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurm_elastic.actuate.companion import companion_comment, companion_parent
+from slurm_elastic.actuate.diff import companion_cleanup, diff, shrink_layout
+from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
+from slurm_elastic.actuate.state import classify
+from slurm_elastic.errors import MarkerError
+from slurm_elastic.types import (
+    Action,
+    ActionKind,
+    Decision,
+    ElasticSpec,
+    Explanation,
+    JobState,
+    JobView,
+    Outlook,
+    Plan,
+    SizeEstimate,
+    SolverStatus,
+)
+from tests.test_daemon_controller_data import job, pending, snapshot
+
+
+def resolve(j: JobView) -> ElasticSpec | None:
+    if j.comment == "elastic:bad":
+        raise MarkerError("unknown option 'bad'")
+    if not j.comment.startswith("elastic"):
+        return None
+    return ElasticSpec(1, 4)
+
+
+def plan(**targets: int) -> Plan:
+    decisions = tuple(
+        Decision(int(k[1:]), 0, v, Explanation(0.0, 0.0, "test")) for k, v in targets.items()
+    )
+    return Plan(decisions, "test", SolverStatus.OPTIMAL, 0.0)
+
+
+def test_classify_sorts_every_job_with_a_reason() -> None:
+    parent = job(1, nodes=("n1", "n2"))
+    comp = job(2, nodes=("n3",), comment=companion_comment(1))
+    het = replace(job(3, nodes=("n4",)), het_job_id=3, het_job_offset=0)
+    snap = snapshot([parent, comp, het, pending(4, comment=""), pending(5, comment="elastic:bad")])
+    cls = classify(snap, resolve)
+    assert set(cls.elastic) == {1}
+    assert cls.elastic[1].effective_nodes == 3
+    assert cls.not_elastic == {
+        2: "companion of 1",
+        3: "heterogeneous job (not resized)",
+        4: "not elastic",
+        5: "malformed marker: unknown option 'bad'",
+    }
+    assert cls.orphans == ()
+
+
+def test_companion_of_another_users_job_is_neither_counted_nor_cancelled() -> None:
+    parent = job(1, nodes=("n1",))
+    foreign = job(2, nodes=("n2",), comment=companion_comment(1), user="mallory")
+    cls = classify(snapshot([parent, foreign]), resolve)
+    assert cls.elastic[1].effective_nodes == 1
+    assert cls.orphans == ()
+
+
+def test_partition_filter_keeps_jobs_rigid() -> None:
+    cls = classify(snapshot([pending(1)]), resolve, lambda p: p != "batch")
+    assert cls.elastic == {} and cls.not_elastic[1] == "partition batch not managed"
+
+
+def test_diff_pins_shrinks_grows_in_that_order() -> None:
+    snap = snapshot(
+        [job(1, nodes=("n1",)), job(2, nodes=("n2", "n3", "n4")), pending(3)], taken_at=0
+    )
+    cls = classify(snap, resolve)
+    actions = diff(plan(j1=2, j2=1, j3=2), cls, frozen={})
+    assert [(a.kind, a.job_id, a.from_nodes, a.to_nodes) for a in actions] == [
+        (ActionKind.START_AT_SIZE, 3, 0, 2),
+        (ActionKind.SHRINK, 2, 3, 1),
+        (ActionKind.GROW, 1, 1, 2),
+    ]
+    assert dict(actions[1].extra)["keep_nodes"] == "n2"
+    assert dict(actions[2].extra)["companion_nodes"] == "1"
+
+
+def test_diff_skips_frozen_jobs_and_jobs_at_target() -> None:
+    cls = classify(snapshot([job(1, nodes=("n1", "n2")), pending(3, lo=2, hi=2)]), resolve)
+    assert diff(plan(j1=1, j3=2), cls, frozen={1: "cooldown"}) == []
+
+
+def test_shrink_drops_newest_companion_first_and_keeps_batch_host() -> None:
+    parent = job(1, nodes=("n1", "n2"))
+    old = job(5, nodes=("n3",), comment=companion_comment(1))
+    new = job(6, nodes=("n4",), comment=companion_comment(1))
+    ej = classify(snapshot([parent, old, new]), resolve).elastic[1]
+    assert ej.effective_nodes == 4
+    layout = shrink_layout(ej, 3)
+    assert layout.cancel_companions == (6,) and layout.parent_nodes == 2
+    assert layout.keep_nodes == ("n1", "n2", "n3")
+    layout = shrink_layout(ej, 1)
+    assert layout.cancel_companions == (6, 5) and layout.keep_nodes == ("n1",)
+
+
+def test_cleanup_cancels_orphans_and_companions_pending_too_long() -> None:
+    orphan = job(9, nodes=("n4",), comment=companion_comment(8))
+    parent = job(1, nodes=("n1",))
+    stuck = replace(pending(2, comment=companion_comment(1)), submit_time=100.0)
+    cls = classify(snapshot([orphan, parent, stuck]), resolve)
+    kinds = {(a.kind, a.job_id) for a in companion_cleanup(cls, now=800.0, pending_timeout_s=600)}
+    assert kinds == {(ActionKind.CANCEL_COMPANION, 9), (ActionKind.CANCEL_COMPANION, 2)}
+    assert [a.job_id for a in companion_cleanup(cls, now=650.0, pending_timeout_s=600)] == [9]
+
+
+@given(st.text(max_size=30))
+def test_companion_comment_round_trip_and_junk(text: str) -> None:
+    assert companion_parent(companion_comment(123)) == 123
+    parsed = companion_parent(text)
+    assert parsed is None or companion_comment(parsed) == text.strip()
+
+
+# --------------------------------------------------------------------------- guards
+
+KNOBS = GuardKnobs(enforce=True, cooldown_s=100, min_dwell_s=300, time_limit_margin_s=60)
+
+
+def outlook(job_id: int, remaining_at: dict[int, float], cost: float = 30.0) -> Outlook:
+    work = 1000.0
+    sizes = tuple(SizeEstimate(n, work / r, r) for n, r in sorted(remaining_at.items()))
+    return Outlook(job_id, 0, sizes, work, cost)
+
+
+def elastic(j: JobView):
+    return classify(snapshot([j]), resolve).elastic[j.job_id]
+
+
+def test_freeze_reasons() -> None:
+    ej = elastic(job(1, nodes=("n1", "n2"), start=0.0))
+    assert freeze_reason(ej, KNOBS, 100.0, last_resize_at=None, in_flight=None).startswith(
+        "min dwell"
+    )
+    assert freeze_reason(ej, KNOBS, 400.0, last_resize_at=None, in_flight=None) is None
+    assert freeze_reason(ej, KNOBS, 400.0, last_resize_at=350.0, in_flight=None).startswith(
+        "cooldown"
+    )
+    assert freeze_reason(ej, KNOBS, 400.0, last_resize_at=None, in_flight="x") == "x"
+    assert (
+        freeze_reason(elastic(pending(2)), KNOBS, 0.0, last_resize_at=None, in_flight=None) is None
+    )
+
+
+def test_never_below_min_above_max_or_without_flag() -> None:
+    ej = elastic(job(1, nodes=("n1", "n2")))
+    shrink0 = Action(ActionKind.SHRINK, 1, 2, 0, extra=(("parent_nodes", "0"),))
+    assert block_reason(shrink0, ej, KNOBS, 0.0) == "below min (0 < 1)"
+    assert block_reason(Action(ActionKind.GROW, 1, 2, 5), ej, KNOBS, 0.0) == "above max (5 > 4)"
+    assert block_reason(Action(ActionKind.GROW, 1, 2, 3), None, KNOBS, 0.0) == "not elastic"
+
+
+def test_never_the_batch_host() -> None:
+    j = replace(job(1, nodes=("n1", "n2", "n3")), batch_host="n3")
+    action = Action(ActionKind.SHRINK, 1, 3, 2, extra=(("parent_nodes", "2"),))
+    assert block_reason(action, elastic(j), KNOBS, 0.0) == "would remove the batch host"
+    ok = replace(j, batch_host="n1")
+    assert block_reason(action, elastic(ok), KNOBS, 0.0) is None
+
+
+def test_no_shrink_that_misses_the_time_limit() -> None:
+    j = replace(job(1, nodes=("n1", "n2"), start=0.0), time_limit_s=3600.0)
+    action = Action(ActionKind.SHRINK, 1, 2, 1, extra=(("parent_nodes", "1"),))
+    # 2600 s of TimeLimit left, margin 60, restart 30: 1000 s at 2 nodes fits, 2600 s at 1 not.
+    tight = outlook(1, {1: 2600.0, 2: 1000.0})
+    assert block_reason(action, elastic(j), KNOBS, 1000.0, tight) == "would miss TimeLimit"
+    roomy = outlook(1, {1: 1500.0, 2: 1000.0})
+    assert block_reason(action, elastic(j), KNOBS, 1000.0, roomy) is None
+
+
+def test_grow_must_pay_back_its_cost() -> None:
+    ej = elastic(job(1, nodes=("n1",)))
+    grow = Action(ActionKind.GROW, 1, 1, 2)
+    # Near-linear speed-up: worth it.  1% faster with a 600 s restart: not.
+    assert block_reason(grow, ej, KNOBS, 0.0, outlook(1, {1: 2000.0, 2: 1000.0})) is None
+    slow = outlook(1, {1: 2000.0, 2: 1980.0}, cost=600.0)
+    assert (block_reason(grow, ej, KNOBS, 0.0, slow) or "").startswith("payback")
+
+
+def test_limit_resizes_keeps_order_and_spares_pins() -> None:
+    acts = [
+        Action(ActionKind.START_AT_SIZE, 1, 0, 2),
+        Action(ActionKind.SHRINK, 2, 3, 2),
+        Action(ActionKind.GROW, 3, 1, 2),
+        Action(ActionKind.START_AT_SIZE, 4, 0, 1),
+    ]
+    taken, deferred = limit_resizes(acts, 1)
+    assert [a.job_id for a in taken] == [1, 2, 4] and [a.job_id for a in deferred] == [3]
+
+
+def test_knobs_from_config() -> None:
+    from slurm_elastic.config import Config
+
+    knobs = GuardKnobs.from_config(Config.model_validate({"mode": "enforce"}))
+    assert knobs.enforce and knobs.cooldown_s == 120 and knobs.default_resize_cost_s == 30
+    assert not GuardKnobs.from_config(Config()).enforce
+
+
+def test_running_job_never_pinned_and_pending_never_resized() -> None:
+    ej = elastic(job(1, nodes=("n1",)))
+    assert block_reason(Action(ActionKind.START_AT_SIZE, 1, 0, 2), ej, KNOBS, 0.0) == "not pending"
+    pj = elastic(pending(2))
+    assert block_reason(Action(ActionKind.GROW, 2, 0, 2), pj, KNOBS, 0.0) == "not running"
+    assert JobState.PENDING.is_active

@@ -1,0 +1,137 @@
+"""Snapshot -> AllocationProblem, and the instruction board / report store."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from slurm_elastic.actuate.companion import companion_comment
+from slurm_elastic.actuate.state import classify
+from slurm_elastic.daemon.instructions import (
+    Ack,
+    AckStatus,
+    Instruction,
+    InstructionBoard,
+    InstructionKind,
+)
+from slurm_elastic.daemon.problem import build_problem, node_pools
+from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.types import (
+    ElasticSpec,
+    JobView,
+    NodePool,
+    Outlook,
+    PartitionView,
+    ProgressReport,
+    RigidDemand,
+    SizeEstimate,
+)
+from tests.test_daemon_controller_data import job, pending, snapshot
+
+
+def resolve(j: JobView) -> ElasticSpec | None:
+    return ElasticSpec(1, 4, step=2) if j.comment.startswith("elastic") else None
+
+
+def flat(job_id: int) -> Outlook:
+    return Outlook(job_id, 0, (SizeEstimate(1, 1.0, 100.0),), 100.0, 30.0)
+
+
+def test_problem_from_snapshot() -> None:
+    parent = job(1, nodes=("n1", "n2"))
+    comp_running = job(2, nodes=("n3",), comment=companion_comment(1))
+    comp_pending = pending(3, comment=companion_comment(1))
+    rigid = job(4, nodes=("n4",), comment="")
+    waiting = replace(pending(5, lo=2, hi=4), partition="batch,shared")
+    snap = snapshot([parent, comp_running, comp_pending, rigid, waiting])
+    cls = classify(snap, resolve)
+    problem = build_problem(
+        snap,
+        cls,
+        {1: flat(1), 5: flat(5)},
+        {1: "grow: companion 3 pending"},
+        now=1000.0,
+        horizon_s=600.0,
+        time_limit_s=0.5,
+    )
+    by_id = {d.job_id: d for d in problem.elastic}
+    # Running companions count in the parent's size; the current size stays a choice
+    # even off the step grid (1, 3 with step 2).
+    assert by_id[1].current_nodes == 3 and by_id[1].allowed_sizes == (1, 3)
+    assert by_id[1].frozen and not by_id[5].frozen
+    assert by_id[5].partition == "batch" and by_id[5].requested_nodes == 2
+    assert problem.rigid == (
+        RigidDemand(3, "batch", 1, running=False, submit_time=0.0),
+        RigidDemand(4, "batch", 1, running=True, submit_time=0.0),
+    )
+    assert problem.pools == (NodePool(frozenset({"batch"}), 4),)
+    assert (problem.horizon_s, problem.time_limit_s, problem.now) == (600.0, 0.5, 1000.0)
+
+
+def test_elastic_job_without_outlook_is_held_rigid() -> None:
+    snap = snapshot([job(1, nodes=("n1",))])
+    problem = build_problem(
+        snap, classify(snap, resolve), {}, {}, now=0.0, horizon_s=1.0, time_limit_s=1.0
+    )
+    assert problem.elastic == () and [r.job_id for r in problem.rigid] == [1]
+
+
+def test_pools_group_nodes_by_partition_set_and_skip_unusable() -> None:
+    snap = snapshot([])
+    nodes = list(snap.nodes)
+    nodes[3] = replace(nodes[3], state="down")
+    parts = (
+        PartitionView("batch", ("n1", "n2", "n3", "n4"), True, True, "UP"),
+        PartitionView("shared", ("n3", "n4"), False, False, "UP"),
+        PartitionView("off", ("n1",), False, False, "DOWN"),
+    )
+    pools = node_pools(replace(snap, nodes=tuple(nodes), partitions=parts))
+    assert pools == (
+        NodePool(frozenset({"batch"}), 2),
+        NodePool(frozenset({"batch", "shared"}), 1),
+    )
+
+
+def _instruction(iid: str, job_id: int = 7) -> Instruction:
+    return Instruction(iid, job_id, InstructionKind.SHRINK, 2, ("n1", "n2"), 60.0, 0.0)
+
+
+def test_board_accepts_only_acks_to_the_open_instruction() -> None:
+    board = InstructionBoard()
+    board.post(_instruction("a"))
+    assert not board.ack(Ack("zzz", 7, AckStatus.READY, 1, "", 1.0))
+    assert not board.ack(Ack("a", 8, AckStatus.READY, 1, "", 1.0))
+    assert board.ack(Ack("a", 7, AckStatus.READY, 5, "ok", 1.0))
+    assert board.ack(Ack("a", 7, AckStatus.FAILED, 6, "late", 2.0))  # first one stands
+    assert board.ack_for("a").status is AckStatus.READY  # type: ignore[union-attr]
+    board.post(_instruction("b"))  # replaces: the old ack is forgotten
+    assert board.ack_for("a") is None and board.pending_for(7).id == "b"  # type: ignore[union-attr]
+    assert _instruction("b").to_json() == {
+        "id": "b",
+        "kind": "shrink",
+        "target_nodes": 2,
+        "keep_nodes": ["n1", "n2"],
+        "deadline": 60.0,
+    }
+    board.clear(7)
+    assert board.pending_for(7) is None and board.open_jobs() == ()
+
+
+def test_report_store_is_bounded_and_thread_safe() -> None:
+    store = ReportStore(max_per_job=50)
+
+    def writer(job_id: int) -> None:
+        for step in range(200):
+            store.add(ProgressReport(job_id=job_id, time=float(step), step=step, nodes=1))
+
+    threads = [threading.Thread(target=writer, args=(j,)) for j in (1, 2, 3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.job_ids() == (1, 2, 3, 4)
+    hist = store.history(2)
+    assert len(hist) == 50 and [r.step for r in hist] == list(range(150, 200))
+    assert store.latest(3).step == 199  # type: ignore[union-attr]
+    store.forget(3)
+    assert store.latest(3) is None and store.history(3) == ()

@@ -1,0 +1,108 @@
+"""The action journal: durable intents, and start-up reconciliation against a snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_elastic.actuate.companion import companion_comment
+from slurm_elastic.daemon.journal import ActionStatus, Journal
+from slurm_elastic.types import Action, ActionKind, ElasticSpec
+from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot
+
+GROW = Action(ActionKind.GROW, 1, 1, 2, "test", (("companion_nodes", "1"),))
+
+
+def test_intent_survives_a_crash(tmp_path: Path) -> None:
+    journal = Journal.in_state_dir(tmp_path)
+    action_id = journal.record_intent(GROW, 10.0)
+    # No close(): the process "dies" here; a new connection must see the intent.
+    again = Journal.in_state_dir(tmp_path)
+    (entry,) = again.open_actions()
+    assert entry.id == action_id and entry.action == GROW and entry.status is ActionStatus.INTENT
+    again.mark(action_id, ActionStatus.APPLIED, 11.0, companion_id=77)
+    assert Journal.in_state_dir(tmp_path).open_actions() == ()
+    assert again.get(action_id).companion_id == 77  # type: ignore[union-attr]
+
+
+def test_grow_interrupted_after_sbatch_adopts_the_companion() -> None:
+    journal = Journal()
+    aid = journal.record_intent(GROW, 10.0)
+    comp = pending(9, comment=companion_comment(1))
+    backend = RecordingBackend(snapshot([job(1, nodes=("n1",)), comp]))
+    report = journal.reconcile(backend, backend.snap)  # type: ignore[arg-type]
+    assert report.completed == [aid] and report.adopted == [9]
+    assert backend.actions() == []  # nothing repeated, nothing cancelled
+    assert journal.companions()[0].companion_id == 9
+    assert journal.get(aid).status is ActionStatus.APPLIED  # type: ignore[union-attr]
+
+
+def test_grow_interrupted_before_sbatch_is_rolled_back() -> None:
+    journal = Journal()
+    aid = journal.record_intent(GROW, 10.0)
+    backend = RecordingBackend(snapshot([job(1, nodes=("n1",))]))
+    report = journal.reconcile(backend, backend.snap)  # type: ignore[arg-type]
+    assert report.rolled_back == [aid] and backend.actions() == []
+
+
+def test_reconcile_cancels_orphans_once_and_only_in_enforce() -> None:
+    journal = Journal()
+    journal.link_companion(1, 9, 1, None, 5.0)
+    orphan = job(9, nodes=("n2",), comment=companion_comment(1))
+    alive = job(11, nodes=("n3",), comment=companion_comment(10))
+    parent = job(10, nodes=("n1",))
+    backend = RecordingBackend(snapshot([orphan, alive, parent]))
+    shadow = journal.reconcile(backend, backend.snap, act=False)  # type: ignore[arg-type]
+    assert shadow.cancelled == [] and backend.actions() == []
+    report = journal.reconcile(backend, backend.snap)  # type: ignore[arg-type]
+    assert report.cancelled == [9] and backend.actions() == [("cancel", 9)]
+    assert [c.companion_id for c in journal.companions()] == []
+    kinds = [(e.kind, e.status) for e in journal.all_actions()]
+    assert kinds == [(ActionKind.CANCEL_COMPANION, ActionStatus.APPLIED)]
+
+
+def test_reconcile_closes_pins_and_shrinks_by_what_slurm_shows() -> None:
+    journal = Journal()
+    pinned = journal.record_intent(Action(ActionKind.START_AT_SIZE, 2, 0, 3), 1.0)
+    unpinned = journal.record_intent(Action(ActionKind.START_AT_SIZE, 3, 0, 2), 1.0)
+    shrunk = journal.record_intent(
+        Action(ActionKind.SHRINK, 4, 3, 2, extra=(("parent_nodes", "2"),)),
+        1.0,
+        status=ActionStatus.WAITING,
+        instruction_id="i-1",
+        deadline=60.0,
+    )
+    waiting = journal.record_intent(
+        Action(ActionKind.SHRINK, 5, 2, 1, extra=(("parent_nodes", "1"),)),
+        1.0,
+        status=ActionStatus.WAITING,
+    )
+    gone = journal.record_intent(Action(ActionKind.START_AT_SIZE, 6, 0, 1), 1.0)
+    snap = snapshot(
+        [
+            pending(2, lo=3, hi=3),
+            pending(3, lo=1, hi=4),
+            job(4, nodes=("n1", "n2")),
+            job(5, nodes=("n3", "n4")),
+        ]
+    )
+    backend = RecordingBackend(snap)
+    report = journal.reconcile(backend, snap)  # type: ignore[arg-type]
+    assert sorted(report.completed) == [pinned, shrunk]
+    assert sorted(report.rolled_back) == [unpinned, waiting, gone]
+    assert journal.open_actions() == () and backend.actions() == []
+    # Reconciling again repeats nothing.
+    again = journal.reconcile(backend, snap)  # type: ignore[arg-type]
+    assert again.completed == again.rolled_back == again.cancelled == []
+
+
+def test_last_resize_and_specs_persist(tmp_path: Path) -> None:
+    journal = Journal.in_state_dir(tmp_path)
+    aid = journal.record_intent(GROW, 10.0)
+    journal.mark(aid, ActionStatus.APPLIED, 12.0)
+    journal.remember_spec(1, ElasticSpec(1, 4), 10.0)
+    journal.remember_spec(1, ElasticSpec(2, 2), 11.0)  # the first one seen stays
+    again = Journal.in_state_dir(tmp_path)
+    assert again.last_resize_at() == {1: 12.0}
+    assert again.known_specs() == {1: ElasticSpec(1, 4)}
+    again.forget_spec(1)
+    assert again.known_specs() == {}
