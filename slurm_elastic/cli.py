@@ -16,6 +16,12 @@ from slurm_elastic import __version__
 
 _COMMANDS: dict[str, str] = {
     # "daemon": "slurm_elastic.daemon.commands:daemon",
+    "run": "slurm_elastic.agent.cli:run",
+    "daemon": "slurm_elastic.daemon.commands:daemon",
+    "status": "slurm_elastic.daemon.commands:status",
+    "plan": "slurm_elastic.daemon.commands:plan",
+    "explain": "slurm_elastic.daemon.commands:explain",
+    "config": "slurm_elastic.daemon.commands:config",
 }
 
 

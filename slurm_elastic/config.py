@@ -142,15 +142,20 @@ class Config(_Section):
 # --------------------------------------------------------------------------- loading
 
 
-def leaf_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
-    keys: list[str] = []
+def flat_items(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Dotted leaf keys with their values, in document order (an empty mapping is a leaf)."""
+    items: list[tuple[str, Any]] = []
     for name, value in tree.items():
         dotted = f"{prefix}{name}"
         if isinstance(value, Mapping) and value:
-            keys.extend(leaf_keys(value, dotted + "."))
+            items.extend(flat_items(value, dotted + "."))
         else:
-            keys.append(dotted)
-    return keys
+            items.append((dotted, value))
+    return items
+
+
+def leaf_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    return [key for key, _ in flat_items(tree, prefix)]
 
 
 def config_paths(
@@ -274,3 +279,12 @@ def load_config(
 
 def default_config() -> Config:
     return Config()
+
+
+def load_main(main: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """What the daemon and the CLI load: ``main`` (``--config``), else ``$SLURM_ELASTIC_CONFIG``,
+    else the default file, each with its ``conf.d``.  Only the default file may be missing.
+    """
+    env = os.environ if environ is None else environ
+    optional = main is None and not env.get(ENV_VAR)
+    return load_config(*config_paths(main, env), optional_main=optional)

@@ -1,0 +1,486 @@
+"""CLI commands of the service area: ``daemon``, ``status``, ``plan``, ``explain``, ``config``.
+
+``slurm-elastic --help`` imports this module to show one line per command, so it imports
+only click and the standard library at module level; everything else is imported inside
+the command that needs it.
+
+Output: rich tables on a TTY, plain aligned text otherwise (pipes, scripts); ``--json``
+everywhere a machine might read.  Errors are one line (click's ``Error: ...``), exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from slurm_elastic.config import Config
+
+_CONFIG_OPTION = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Main config file (default: $SLURM_ELASTIC_CONFIG, else /etc/slurm-elastic/"
+    "slurm-elastic.yaml).",
+)
+
+# squeue's compact state codes, so that the table reads like squeue.
+_STATE_CODES = {
+    "PENDING": "PD",
+    "RUNNING": "R",
+    "SUSPENDED": "S",
+    "COMPLETING": "CG",
+    "COMPLETED": "CD",
+    "CONFIGURING": "CF",
+    "CANCELLED": "CA",
+    "FAILED": "F",
+    "TIMEOUT": "TO",
+    "PREEMPTED": "PR",
+    "NODE_FAIL": "NF",
+    "REQUEUED": "RQ",
+    "RESIZING": "RS",
+    "OUT_OF_MEMORY": "OOM",
+    "BOOT_FAIL": "BF",
+    "DEADLINE": "DL",
+}
+
+STATUS_COLUMNS = ("JOBID", "PARTITION", "NAME", "USER", "ST", "NODES", "MIN", "MAX", "TARGET")
+STATUS_COLUMNS += ("REASON",)
+
+
+def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
+    """The config for a one-shot command; its logs go to stderr, warnings only by default."""
+    from slurm_elastic.config import load_main
+    from slurm_elastic.daemon.log import configure_logging
+    from slurm_elastic.errors import ConfigError
+
+    try:
+        config = load_main(config_file)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    configure_logging("debug" if verbose else "warning", config.log.json_)
+    return config
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None
+) -> None:
+    """rich on a TTY; plain, space-aligned columns (last one unpadded) otherwise."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, box=None, header_style="bold", pad_edge=False)
+        for header in headers:
+            table.add_column(header, overflow="fold")
+        for row in cells:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    if title:
+        click.echo(title)
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    for line in [list(headers), *cells]:
+        padded = [c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)]
+        click.echo(" ".join([*padded, line[-1]]).rstrip())
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+# --------------------------------------------------------------------------- daemon
+
+
+@click.command()
+@_CONFIG_OPTION
+@click.option("--once", is_flag=True, help="Run one cycle, publish it, and exit.")
+def daemon(config_file: Path | None, once: bool) -> None:
+    """Run the head-node daemon (systemd: Type=notify; SIGHUP reloads the config)."""
+    from slurm_elastic.daemon.service import run_daemon
+    from slurm_elastic.errors import SlurmElasticError
+
+    try:
+        code = run_daemon(config_file, once=once)
+    except (SlurmElasticError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)
+
+
+# --------------------------------------------------------------------------- status
+
+
+def fetch_status(config: Config, api: str | None, status_file: Path | None) -> tuple[dict, str]:
+    """The daemon's status document: from its API, else from ``<state_dir>/status.json``."""
+    from slurm_elastic.daemon.auth import get_json
+    from slurm_elastic.daemon.status import STATUS_FILE, read_document
+    from slurm_elastic.errors import AgentError
+
+    problems: list[str] = []
+    if status_file is None:
+        host = config.api.bind if config.api.bind not in ("0.0.0.0", "::") else "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        url = (api or f"http://{host}:{config.api.port}").rstrip("/") + "/v1/status"
+        try:
+            answer = get_json(url, timeout_s=5)
+            if answer.status == 200:
+                return answer.body, url
+            problems.append(f"{url}: HTTP {answer.status} {answer.body.get('error', '')}".strip())
+        except AgentError as exc:
+            problems.append(str(exc))
+        if api is not None:
+            raise click.ClickException("; ".join(problems))
+        status_file = Path(config.state_dir) / STATUS_FILE
+    try:
+        return read_document(status_file), str(status_file)
+    except (OSError, ValueError) as exc:
+        problems.append(f"{status_file}: {getattr(exc, 'strerror', None) or exc}")
+        raise click.ClickException("no daemon status: " + "; ".join(problems)) from None
+
+
+def stale_warning(document: dict[str, Any], config: Config, now: float) -> str | None:
+    from slurm_elastic.daemon.status import age_s
+
+    # The daemon's own interval (from the document) sets the pace; the same window as /healthz.
+    interval = float(document.get("daemon", {}).get("interval_s") or config.interval_s)
+    window = 3 * interval + config.slurm.timeout_s
+    age = age_s(document, now)
+    if age > window:
+        return (
+            f"status is {age:.0f}s old (daemon interval {interval:g}s): "
+            "is the daemon running? (systemctl status slurm-elastic)"
+        )
+    cycle = document.get("cycle", {})
+    if cycle.get("ok") is False:
+        return f"the last cycle failed: {cycle.get('error')}; rows are from the last good cycle"
+    return None
+
+
+def filter_jobs(
+    jobs: Sequence[dict[str, Any]], users: Sequence[str], job_ids: Sequence[int]
+) -> list[dict[str, Any]]:
+    return [
+        j
+        for j in jobs
+        if (not users or j.get("user") in users) and (not job_ids or j.get("job_id") in job_ids)
+    ]
+
+
+def _status_row(job: dict[str, Any]) -> list[Any]:
+    state = str(job.get("state", ""))
+    return [
+        job.get("job_id"),
+        job.get("partition"),
+        job.get("name"),
+        job.get("user"),
+        _STATE_CODES.get(state, state[:2]),
+        job.get("nodes"),
+        job.get("min"),
+        job.get("max"),
+        job.get("target"),
+        job.get("reason") or "",
+    ]
+
+
+def _parse_job_ids(values: Sequence[str]) -> list[int]:
+    ids: list[int] = []
+    for value in values:
+        for part in value.split(","):
+            if not part.strip().isdigit():
+                raise click.BadParameter(f"not a job id: {part!r}", param_hint="-j/--jobs")
+            ids.append(int(part))
+    return ids
+
+
+@click.command()
+@_CONFIG_OPTION
+@click.option("--json", "as_json", is_flag=True, help="The status document as JSON.")
+@click.option("-u", "--user", "users", multiple=True, help="Only jobs of this user.")
+@click.option("-j", "--jobs", "job_ids", multiple=True, help="Only these job ids (comma list).")
+@click.option("--me", is_flag=True, help="Only my jobs.")
+@click.option("--api", default=None, help="Daemon API base URL (default from the config).")
+@click.option(
+    "--file",
+    "status_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Read this status.json instead of asking the daemon.",
+)
+def status(
+    config_file: Path | None,
+    as_json: bool,
+    users: tuple[str, ...],
+    job_ids: tuple[str, ...],
+    me: bool,
+    api: str | None,
+    status_file: Path | None,
+) -> None:
+    """Jobs as the daemon sees them (squeue-like), with its target size and reason."""
+    config = _load_config(config_file)
+    document, source = fetch_status(config, api, status_file)
+    wanted_users = list(users) + ([pwd.getpwuid(os.getuid()).pw_name] if me else [])
+    jobs = filter_jobs(document.get("jobs", []), wanted_users, _parse_job_ids(job_ids))
+    warning = stale_warning(document, config, time.time())
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        _echo_json({**document, "jobs": jobs, "source": source})
+        return
+    cycle = document.get("cycle", {})
+    daemon_info = document.get("daemon", {})
+    render_table(STATUS_COLUMNS, [_status_row(j) for j in jobs])
+    click.echo(
+        f"# mode {daemon_info.get('mode')}, policy {daemon_info.get('policy')}, "
+        f"cycle {cycle.get('count')} {'ok' if cycle.get('ok') else 'FAILED'}, "
+        f"{time.time() - float(document.get('generated_at', 0)):.0f}s ago ({source})",
+        err=not sys.stdout.isatty(),
+    )
+
+
+# --------------------------------------------------------------------------- plan / explain
+
+
+@contextmanager
+def _journal_copy(state_dir: Path) -> Iterator[Any]:
+    """A private copy of the daemon's journal: a dry run sees its cooldowns, changes nothing."""
+    import sqlite3
+
+    from slurm_elastic.daemon.journal import Journal
+
+    source = state_dir / "journal.sqlite"
+    with tempfile.TemporaryDirectory(prefix="slurm-elastic-plan.") as tmp:
+        target = Path(tmp) / "journal.sqlite"
+        if source.is_file():
+            try:
+                with (
+                    sqlite3.connect(f"file:{source}?mode=ro", uri=True) as src,
+                    sqlite3.connect(target) as dst,
+                ):
+                    src.backup(dst)
+            except sqlite3.Error as exc:
+                click.echo(
+                    f"warning: cannot copy {source} ({exc}); using an empty journal", err=True
+                )
+                target.unlink(missing_ok=True)
+        journal = Journal(target)
+        try:
+            yield journal
+        finally:
+            journal.close()
+
+
+def dry_run_cycle(config: Config) -> Any:
+    """One cycle against the live cluster, shadow mode, Slurm actions disabled."""
+    from slurm_elastic.daemon.controller import Controller
+    from slurm_elastic.daemon.instructions import InstructionBoard
+    from slurm_elastic.daemon.reports import ReportStore
+    from slurm_elastic.daemon.service import make_backend
+
+    shadow = config.model_copy(update={"mode": "shadow"})
+    backend = make_backend(shadow, dry_run=True)
+    with _journal_copy(Path(config.state_dir)) as journal:
+        controller = Controller(
+            backend, shadow, reports=ReportStore(), journal=journal, agents=InstructionBoard()
+        )
+        return controller.run_once(time.time())
+
+
+def _decision_rows(plan: dict[str, Any] | None, job_ids: Sequence[int]) -> list[list[Any]]:
+    rows = []
+    for d in (plan or {}).get("decisions", []):
+        if job_ids and d["job_id"] not in job_ids:
+            continue
+        change = d["target_nodes"] - d["current_nodes"]
+        rows.append(
+            [
+                d["job_id"],
+                d["current_nodes"],
+                d["target_nodes"],
+                f"{change:+d}" if change else "=",
+                d["rule"],
+                d["predicted_gain"],
+                d["resize_cost"],
+                d.get("detail", ""),
+            ]
+        )
+    return rows
+
+
+def _plan_header(plan: dict[str, Any] | None) -> str:
+    if plan is None:
+        return "no plan"
+    note = f" ({plan['note']})" if plan.get("note") else ""
+    return (
+        f"plan: solver {plan['solver']}, {plan['status']}, objective {plan['objective']:.4g}, "
+        f"solved in {plan['solve_s']:.3f}s{note}"
+    )
+
+
+_DECISION_COLUMNS = ("JOBID", "NOW", "TARGET", "CHANGE", "RULE", "GAIN", "COST", "DETAIL")
+_ACTION_COLUMNS = ("JOBID", "ACTION", "FROM", "TO", "OUTCOME", "DETAIL")
+
+
+def _action_rows(actions: Sequence[dict[str, Any]], job_ids: Sequence[int]) -> list[list[Any]]:
+    return [
+        [a["job_id"], a["kind"], a["from_nodes"], a["to_nodes"], a["outcome"], a["detail"]]
+        for a in actions
+        if not job_ids or a["job_id"] in job_ids
+    ]
+
+
+@click.command()
+@_CONFIG_OPTION
+@click.option("--json", "as_json", is_flag=True, help="The cycle result as JSON.")
+def plan(config_file: Path | None, as_json: bool) -> None:
+    """What the daemon would do now: one dry-run cycle against the live cluster.
+
+    Shadow mode with Slurm actions disabled; cooldowns come from a copy of the daemon's
+    journal.  Progress reports live in the running daemon, so this plan uses priors.
+    """
+    config = _load_config(config_file)
+    result = dry_run_cycle(config)
+    wire = result.to_json()
+    if as_json:
+        _echo_json(wire)
+        return
+    if not result.ok:
+        raise click.ClickException(f"dry-run cycle failed: {result.error}")
+    click.echo(_plan_header(wire["plan"]))
+    render_table(_DECISION_COLUMNS, _decision_rows(wire["plan"], ()))
+    actions = _action_rows(wire["actions"], ())
+    click.echo("")
+    if actions:
+        render_table(_ACTION_COLUMNS, actions, title="actions (shadow: none applied)")
+    else:
+        click.echo("actions: none (every elastic job is at its target)")
+
+
+@click.command()
+@_CONFIG_OPTION
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="The explanation as JSON.")
+@click.option(
+    "--dry-run", is_flag=True, help="Compute a fresh dry-run cycle instead of asking the daemon."
+)
+@click.option("--api", default=None, help="Daemon API base URL (default from the config).")
+def explain(
+    config_file: Path | None, job_id: int, as_json: bool, dry_run: bool, api: str | None
+) -> None:
+    """Why JOB_ID has (or will get) its size: predicted gain, cost, the deciding rule."""
+    config = _load_config(config_file)
+    if dry_run:
+        wire = dry_run_cycle(config).to_json()
+        source = "dry-run cycle"
+    else:
+        wire, source = fetch_status(config, api, None)
+        warning = stale_warning(wire, config, time.time())
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
+    found = explain_job(wire, job_id)
+    if found is None:
+        raise click.ClickException(f"job {job_id} is not in the daemon's view ({source})")
+    if as_json:
+        _echo_json({**found, "source": source})
+        return
+    click.echo("\n".join(explain_lines(found)))
+
+
+def explain_job(wire: dict[str, Any], job_id: int) -> dict[str, Any] | None:
+    """Pure: gather the row, decision and actions of one job from a status/cycle document."""
+    row = next((j for j in wire.get("jobs", []) if j.get("job_id") == job_id), None)
+    plan = wire.get("plan") or {}
+    decision = next((d for d in plan.get("decisions", []) if d["job_id"] == job_id), None)
+    actions = [a for a in wire.get("actions", []) if a.get("job_id") == job_id]
+    if row is None and decision is None:
+        return None
+    return {
+        "job": row,
+        "decision": decision,
+        "actions": actions,
+        "plan": _plan_header(plan or None),
+    }
+
+
+def explain_lines(found: dict[str, Any]) -> list[str]:
+    row, decision = found["job"], found["decision"]
+    lines = []
+    if row is not None:
+        size = f"{row['nodes']} node(s)"
+        bounds = f", elastic {row['min']}-{row['max']}" if row.get("min") is not None else ""
+        lines.append(
+            f"job {row['job_id']} ({row['name']}, user {row['user']}, {row['partition']}): "
+            f"{row['state']} at {size}{bounds}"
+        )
+        lines.append(f"  reason: {row.get('reason') or '-'}")
+    if decision is None:
+        lines.append("  no decision: the daemon does not resize this job")
+    else:
+        lines += [
+            f"  target: {decision['current_nodes']} -> {decision['target_nodes']} node(s)",
+            f"  rule: {decision['rule']}"
+            + (f" ({decision['detail']})" if decision.get("detail") else ""),
+            f"  predicted gain: {decision['predicted_gain']:.4g} steps over the horizon",
+            f"  resize cost: {decision['resize_cost']:.4g} steps",
+        ]
+    for a in found["actions"]:
+        lines.append(
+            f"  action: {a['kind']} {a['from_nodes']}->{a['to_nodes']}: {a['outcome']}"
+            + (f" ({a['detail']})" if a.get("detail") else "")
+        )
+    lines.append(f"  {found['plan']}")
+    return lines
+
+
+# --------------------------------------------------------------------------- config
+
+
+@click.group()
+def config() -> None:
+    """Inspect the daemon's configuration."""
+
+
+@config.command("check")
+@_CONFIG_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Values and sources as JSON.")
+def config_check(config_file: Path | None, as_json: bool) -> None:
+    """Validate the config; print the effective value of every key and where it came from."""
+    from slurm_elastic.config import flat_items
+
+    cfg = _load_config(config_file)
+    values = cfg.plain()
+    flat = flat_items(values)
+    provenance = cfg.provenance
+    if as_json:
+        _echo_json({"files": list(cfg.files), "values": values, "sources": provenance})
+        return
+    click.echo("# files read: " + (", ".join(cfg.files) or "none (all defaults)"))
+    width = max(len(key) for key, _ in flat)
+    for key, value in flat:
+        shown = json.dumps(value, default=str)
+        click.echo(f"{key.ljust(width)} = {shown.ljust(24)} # {provenance[key]}")
+    if shutil.which("sinfo") is None:
+        click.echo("# note: Slurm client commands are not on PATH", err=True)

@@ -1,0 +1,128 @@
+"""The status document: what the daemon did last, published after every cycle.
+
+One JSON object, written atomically (temp file + fsync + rename) to ``<state_dir>/status.json``
+and served at ``GET /v1/status``.  ``slurm-elastic status`` reads either.  Its shape is
+versioned (``"version": 1``); fields are only ever added.
+
+    {
+      "version": 1,
+      "generated_at": 1795241949.2,          # when this document was made (POSIX s)
+      "daemon": {"pid", "started_at", "mode", "policy", "interval_s", "config_files"},
+      "cycle": {"count", "ok", "error", "started_at", "finished_at", "duration_s",
+                "slurm_calls", "last_ok_at"},
+      "plan": {"solver", "status", "objective", "solve_s", "gap", "note"} | null,
+      "jobs": [ {job_id, partition, name, user, state, nodes, min, max, target,
+                 elastic, reason, explanation: {rule, predicted_gain, resize_cost, detail}} ],
+      "actions": [ {...} ]                   # actions applied (or refused) in this cycle
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATUS_FILE = "status.json"
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CycleInfo:
+    count: int  # cycles run since the daemon started, failed ones included
+    ok: bool
+    started_at: float
+    finished_at: float
+    error: str | None = None
+    slurm_calls: int = 0
+    last_ok_at: float | None = None  # when the last successful cycle finished
+
+    @property
+    def duration_s(self) -> float:
+        return self.finished_at - self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonInfo:
+    pid: int
+    started_at: float
+    mode: str
+    policy: str
+    interval_s: float
+    config_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CycleContent:
+    """What one successful cycle produced, already in wire form (plain JSON values)."""
+
+    jobs: tuple[dict[str, Any], ...] = ()
+    plan: dict[str, Any] | None = None
+    actions: tuple[dict[str, Any], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def build_document(
+    now: float, daemon: DaemonInfo, cycle: CycleInfo, content: CycleContent
+) -> dict[str, Any]:
+    """Pure: the status document for one cycle.  A failed cycle keeps the last good content."""
+    return {
+        "version": VERSION,
+        "generated_at": now,
+        "daemon": {
+            "pid": daemon.pid,
+            "started_at": daemon.started_at,
+            "mode": daemon.mode,
+            "policy": daemon.policy,
+            "interval_s": daemon.interval_s,
+            "config_files": list(daemon.config_files),
+        },
+        "cycle": {
+            "count": cycle.count,
+            "ok": cycle.ok,
+            "error": cycle.error,
+            "started_at": cycle.started_at,
+            "finished_at": cycle.finished_at,
+            "duration_s": round(cycle.duration_s, 6),
+            "slurm_calls": cycle.slurm_calls,
+            "last_ok_at": cycle.last_ok_at,
+        },
+        "plan": content.plan,
+        "jobs": list(content.jobs),
+        "actions": list(content.actions),
+        **content.extra,
+    }
+
+
+def age_s(document: dict[str, Any], now: float) -> float:
+    """Seconds since the document was generated (inf when it carries no timestamp)."""
+    generated = document.get("generated_at")
+    return now - float(generated) if isinstance(generated, int | float) else float("inf")
+
+
+def write_atomic(path: Path, document: dict[str, Any]) -> None:
+    """Readers see the old document or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(document, indent=1, sort_keys=True, default=str, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=".status.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # world-readable: `slurm-elastic status` runs as any user
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """Raises OSError / ValueError; the CLI turns them into one-line errors."""
+    value = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(value, dict) or value.get("version") != VERSION:
+        raise ValueError(f"{path} is not a version {VERSION} status document")
+    return value
