@@ -1,0 +1,200 @@
+"""Capacity and FIFO reservations as linear rows ``sum_j a_rj(size_j) <= rhs_r``.
+
+Shared nodes
+------------
+Nodes come in ``NodePool``s: nodes that belong to exactly the same set of partitions.  A
+job's *demand class* is the set of partitions it was submitted to (Slurm accepts
+``-p a,b``); it may use any node of any pool that meets its class.  Whether a set of job
+sizes fits is then a transportation problem (classes demand nodes, pools supply them),
+and by Gale's supply-demand theorem (Hall's condition) it is feasible iff for every set
+``S`` of demand classes
+
+    demand(S) <= nodes in the pools adjacent to some class of S.
+
+Only sets ``S`` that are connected through shared pools are needed (a disconnected set's
+row is the sum of its parts' rows), so we enumerate the connected subsets of each
+component of the class graph.  Real clusters have a handful of partitions; a component of
+more than ``PolicyOptions.max_component_classes`` classes is refused with a SolverError
+rather than approximated.  Running rigid jobs consume their class's capacity.  Where a
+running job actually sits is not known to the policy (the problem carries counts, not
+placements); the rows assume Slurm can place the plan, which is exact for disjoint
+partitions and an upper bound with shared nodes.
+
+FIFO reservations for pending rigid jobs
+----------------------------------------
+Elastic jobs must not jump Slurm's FIFO queue.  Pending jobs are ordered by
+``(submit_time, job_id)``.  A pending rigid job R is *ahead* of: every pending elastic job
+submitted after it, the part of an older pending elastic job above its minimum, and any
+growth of a running elastic job.  Those are the claims that R's nodes are protected from:
+
+    sum_running (t_j - cur_j) + sum_older_pending (t_j - min_j) + sum_younger_pending t_j
+        <= max(0, cap(S) - rigid_running(S) - sum_running cur_j
+                  - sum_older_pending min_j - pending_rigid_up_to_R(S))
+
+(older pending elastic jobs count at their minimum, whether or not they start: a
+conservative reading of their place in line).  When R cannot start even so, the right
+side is 0: nothing behind R may take free nodes (strict FIFO, no backfill of elastic
+work, which has no reliable end time), although running elastic jobs may still trade
+nodes among themselves.  Shrinks are never forced to make room for R.  Consecutive
+pending rigid jobs with no pending elastic job between them give identical left sides, so
+only the last of each run is kept, and rows after the first one that is 0 are implied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from slurm_elastic.errors import SolverError
+from slurm_elastic.types import AllocationProblem, ElasticDemand, RigidDemand
+
+CAPACITY = "capacity"
+RESERVATION = "fifo-reservation"
+
+Class = frozenset[str]
+
+
+def demand_class(partition: str) -> Class:
+    """Partitions a job may run in (``a,b`` = either)."""
+    names = frozenset(p.strip() for p in partition.split(",") if p.strip())
+    if not names:
+        raise SolverError(f"job has an empty partition name {partition!r}")
+    return names
+
+
+def fifo_key(submit_time: float, job_id: int) -> tuple[float, int]:
+    return (submit_time, job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RowSpec:
+    """One linear row before job coefficients are attached."""
+
+    name: str
+    kind: str  # CAPACITY or RESERVATION
+    rhs: float
+    classes: frozenset[Class]
+    cutoff: tuple[float, int] | None = None  # FIFO key of the reserving rigid job
+
+
+def _connected_subsets(members: list[int], adj: dict[int, int]) -> Iterator[int]:
+    """Bitmasks (over ``members`` indices) of every non-empty connected subset."""
+    m = len(members)
+    for mask in range(1, 1 << m):
+        start = (mask & -mask).bit_length() - 1
+        seen = 1 << start
+        frontier = seen
+        while frontier:
+            i = (frontier & -frontier).bit_length() - 1
+            frontier &= frontier - 1
+            new = adj[i] & mask & ~seen
+            seen |= new
+            frontier |= new
+        if seen == mask:
+            yield mask
+
+
+def hall_sets(
+    classes: list[Class], problem: AllocationProblem, max_component: int
+) -> list[tuple[frozenset[Class], int]]:
+    """Every connected set of demand classes with the nodes of the pools it touches."""
+    pools = problem.pools
+    touch = {c: frozenset(i for i, p in enumerate(pools) if p.partitions & c) for c in classes}
+    order = sorted(classes, key=lambda c: sorted(c))
+    # components of the "share a pool" graph, by union-find on class indices
+    parent = list(range(len(order)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(len(order)):
+        for j in range(i + 1, len(order)):
+            if touch[order[i]] & touch[order[j]]:
+                parent[find(i)] = find(j)
+    components: dict[int, list[int]] = {}
+    for i in range(len(order)):
+        components.setdefault(find(i), []).append(i)
+
+    out: list[tuple[frozenset[Class], int]] = []
+    for members in components.values():
+        if len(members) > max_component:
+            names = ", ".join("+".join(sorted(order[i])) for i in members)
+            raise SolverError(
+                f"{len(members)} partition classes share nodes ({names}); "
+                f"more than {max_component} is not supported"
+            )
+        adj = {
+            a: sum(
+                1 << b
+                for b, mb in enumerate(members)
+                if b != a and touch[order[members[a]]] & touch[order[mb]]
+            )
+            for a in range(len(members))
+        }
+        for mask in _connected_subsets(members, adj):
+            chosen = frozenset(order[members[a]] for a in range(len(members)) if mask >> a & 1)
+            pool_ids = frozenset().union(*(touch[c] for c in chosen))
+            out.append((chosen, sum(pools[i].nodes for i in pool_ids)))
+    return out
+
+
+def _name(classes: frozenset[Class]) -> str:
+    return "+".join(sorted(",".join(sorted(c)) for c in classes))
+
+
+def build_rows(
+    problem: AllocationProblem,
+    classes_of: dict[int, Class],
+    max_component: int,
+) -> list[RowSpec]:
+    """Capacity rows (one per Hall set) and FIFO reservation rows, in a stable order."""
+    rigid_classes = {r.job_id: demand_class(r.partition) for r in problem.rigid}
+    all_classes = sorted(
+        set(classes_of.values()) | set(rigid_classes.values()), key=lambda c: sorted(c)
+    )
+    rows: list[RowSpec] = []
+    for classes, cap in hall_sets(all_classes, problem, max_component):
+        rigid_in = [r for r in problem.rigid if rigid_classes[r.job_id] in classes]
+        elastic_in = [e for e in problem.elastic if classes_of[e.job_id] in classes]
+        rigid_running = sum(r.nodes for r in rigid_in if r.running)
+        name = _name(classes)
+        rows.append(RowSpec(f"{CAPACITY}:{name}", CAPACITY, float(cap - rigid_running), classes))
+        rows.extend(_reservations(name, classes, cap - rigid_running, rigid_in, elastic_in))
+    return rows
+
+
+def _reservations(
+    name: str,
+    classes: frozenset[Class],
+    free_of_rigid: int,
+    rigid_in: list[RigidDemand],
+    elastic_in: list[ElasticDemand],
+) -> list[RowSpec]:
+    pending_rigid = sorted(
+        (r for r in rigid_in if not r.running), key=lambda r: fifo_key(r.submit_time, r.job_id)
+    )
+    if not pending_rigid:
+        return []
+    running_cur = sum(e.current_nodes for e in elastic_in if e.is_running)
+    pending = sorted(
+        (fifo_key(e.submit_time, e.job_id), e.min_nodes) for e in elastic_in if not e.is_running
+    )
+    rows: list[RowSpec] = []
+    reserved = 0
+    for k, r in enumerate(pending_rigid):
+        key = fifo_key(r.submit_time, r.job_id)
+        reserved += r.nodes
+        older_min = sum(m for pk, m in pending if pk < key)
+        rhs = max(0.0, float(free_of_rigid - running_cur - older_min - reserved))
+        nxt = pending_rigid[k + 1] if k + 1 < len(pending_rigid) else None
+        if nxt is not None and rhs > 0:
+            nkey = fifo_key(nxt.submit_time, nxt.job_id)
+            if not any(key < pk < nkey for pk, _ in pending):
+                continue  # same left side as the next row, whose right side is smaller
+        rows.append(RowSpec(f"{RESERVATION}:{name}:job{r.job_id}", RESERVATION, rhs, classes, key))
+        if rhs == 0:
+            break
+    return rows

@@ -1,0 +1,48 @@
+"""``static``: the baseline.  Nothing is resized.
+
+Running jobs keep their size.  Pending jobs are treated as the rigid jobs they would be
+without this daemon: each asks for ``requested_nodes`` (snapped down to the allowed grid,
+else its max) and nothing else.  In FIFO order a pending job starts when that whole size
+fits the same capacity and FIFO-reservation rows every policy uses (computed for the
+rigid requests, so an older static job is ahead of a younger pending rigid job with its
+whole request, as in Slurm); otherwise it stays pending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slurm_elastic.policy.compiled import Compiled, compile_problem
+from slurm_elastic.policy.ledger import Ledger
+from slurm_elastic.types import AllocationProblem
+
+
+def rigidified(problem: AllocationProblem) -> AllocationProblem:
+    """Running jobs frozen, pending jobs allowed only their requested size."""
+    demands = []
+    for d in problem.elastic:
+        if d.is_running or d.frozen:
+            demands.append(replace(d, frozen=True))
+            continue
+        want = d.requested_nodes if d.requested_nodes is not None else d.max_nodes
+        fitting = [s for s in d.allowed_sizes if s <= want]
+        size = fitting[-1] if fitting else d.min_nodes
+        demands.append(replace(d, allowed_sizes=(size,), requested_nodes=size))
+    return replace(problem, elastic=tuple(demands))
+
+
+def solve_static(compiled: Compiled) -> list[int]:
+    """Candidate indices (into ``compiled``'s jobs) of the static plan."""
+    rigid = compile_problem(rigidified(compiled.problem), compiled.options)
+    ledger = Ledger(rigid)
+    jobs = rigid.jobs
+    for i in sorted(range(len(jobs)), key=lambda i: jobs[i].fifo):
+        if len(jobs[i].sizes) > 1 and ledger.fits(i, 1):
+            ledger.move(i, 1)
+    choice = []
+    for job, r, k in zip(compiled.jobs, jobs, ledger.choice, strict=True):
+        idx = job.index(int(r.sizes[k]))
+        if idx is None:  # the static size is protected from pruning in compile
+            raise AssertionError(f"job {job.job_id}: static size missing from candidates")
+        choice.append(idx)
+    return choice

@@ -1,0 +1,86 @@
+"""Property tests on random small instances: every policy is safe; mip and dp are optimal."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from slurm_elastic.policy import POLICIES, PolicyOptions, allocate
+from slurm_elastic.policy.compiled import compile_problem
+from slurm_elastic.types import AllocationProblem, SolverStatus
+from tests.test_policy_support import brute_force, fits, instances, same_plan, targets
+
+# No child process per example: isolation has its own tests, and forking hundreds of
+# times would dominate the run time on this shared machine.
+INLINE = PolicyOptions(isolate=False)
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _check_safe(p: AllocationProblem, policy: str) -> None:
+    plan = allocate(p, policy, options=INLINE)
+    got = targets(plan)
+    assert set(got) == {d.job_id for d in p.elastic}  # rigid jobs are never in a plan
+    assert fits(p, got), f"{policy} overfills: {got}"
+    for d in p.elastic:
+        t = got[d.job_id]
+        if d.frozen:
+            assert t == d.current_nodes
+        elif d.is_running:
+            assert t >= 1
+            assert t == d.current_nodes or t in d.allowed_sizes
+            assert t == d.current_nodes or t >= d.min_nodes
+        else:
+            assert t == 0 or t in d.allowed_sizes
+    if policy == "static":
+        for d in p.elastic:
+            if d.is_running:
+                assert got[d.job_id] == d.current_nodes
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@FAST
+@given(p=instances())
+def test_every_policy_is_safe(policy: str, p: AllocationProblem) -> None:
+    _check_safe(p, policy)
+
+
+@FAST
+@given(p=instances(pending_rigid=False))
+def test_mip_equals_brute_force_with_shared_nodes(p: AllocationProblem) -> None:
+    plan = allocate(p, "mip", options=INLINE)
+    assert plan.solver == "mip" and plan.status is SolverStatus.OPTIMAL
+    best = brute_force(p, INLINE)
+    assert math.isclose(plan.objective, best, rel_tol=2e-3, abs_tol=1e-6), (plan.objective, best)
+
+
+@FAST
+@given(p=instances(one_pool=True, pending_rigid=False, max_jobs=5))
+def test_mip_dp_and_brute_force_agree_on_one_pool(p: AllocationProblem) -> None:
+    best = brute_force(p, INLINE)
+    dp = allocate(p, "dp", options=INLINE)
+    assert dp.solver == "dp" and dp.status is SolverStatus.OPTIMAL
+    assert math.isclose(dp.objective, best, rel_tol=1e-9, abs_tol=1e-6)
+    mip = allocate(p, "mip", options=INLINE)
+    assert math.isclose(mip.objective, best, rel_tol=2e-3, abs_tol=1e-6)
+
+
+@FAST
+@given(p=instances())
+def test_mip_is_optimal_for_its_rows_and_beats_greedy(p: AllocationProblem) -> None:
+    """With FIFO reservations too: the MIP is never worse than greedy or static on its rows."""
+    mip = allocate(p, "mip", options=INLINE)
+    compiled = compile_problem(p, INLINE)
+    for other in ("greedy", "dp"):
+        plan = allocate(p, other, options=INLINE)
+        assert mip.objective >= plan.objective - 2e-3 * abs(plan.objective) - 1e-6
+    choice = [j.index(targets(mip)[j.job_id]) for j in compiled.jobs]
+    assert compiled.feasible(choice)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=25, deadline=None)
+@given(p=instances())
+def test_same_input_same_plan(policy: str, p: AllocationProblem) -> None:
+    assert same_plan(allocate(p, policy, options=INLINE), allocate(p, policy, options=INLINE))

@@ -1,0 +1,237 @@
+"""Builders, hypothesis strategies and independent oracles for the policy tests.
+
+The oracles do not reuse the policy's own capacity code: feasibility is a max-flow over
+pools (scipy's maximum_flow), and the brute force enumerates every legal size vector.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import scipy.sparse as sp
+from hypothesis import strategies as st
+from scipy.sparse.csgraph import maximum_flow
+
+from slurm_elastic.policy.compiled import compile_problem
+from slurm_elastic.policy.options import PolicyOptions
+from slurm_elastic.types import (
+    AllocationProblem,
+    ElasticDemand,
+    NodePool,
+    Outlook,
+    Plan,
+    RigidDemand,
+    SizeEstimate,
+)
+
+
+def outlook(
+    job_id: int,
+    cur: int,
+    sizes: tuple[int, ...],
+    *,
+    alpha: float = 0.8,
+    scale: float = 1.0,
+    work: float = 1e7,
+    cost: float = 60.0,
+) -> Outlook:
+    est = tuple(SizeEstimate(n, scale * n**alpha, work / (scale * n**alpha)) for n in sizes)
+    return Outlook(job_id, cur, est, work, cost)
+
+
+def elastic(
+    job_id: int,
+    partition: str = "batch",
+    cur: int = 0,
+    sizes: tuple[int, ...] = (1, 2, 3, 4),
+    *,
+    weight: float = 1.0,
+    submit: float = 0.0,
+    frozen: bool = False,
+    requested: int | None = None,
+    **kw: float,
+) -> ElasticDemand:
+    return ElasticDemand(
+        job_id=job_id,
+        partition=partition,
+        current_nodes=cur,
+        allowed_sizes=sizes,
+        outlook=outlook(job_id, cur, sizes, **kw),
+        weight=weight,
+        submit_time=submit,
+        requested_nodes=requested,
+        frozen=frozen,
+    )
+
+
+def pools(**nodes: int) -> tuple[NodePool, ...]:
+    """``pools(a=4, a_b=2)``: 4 nodes only in a, 2 nodes in both a and b."""
+    return tuple(NodePool(frozenset(k.split("_")), v) for k, v in nodes.items())
+
+
+def problem(
+    jobs: list[ElasticDemand],
+    node_pools: tuple[NodePool, ...],
+    rigid: tuple[RigidDemand, ...] = (),
+    **kw: float,
+) -> AllocationProblem:
+    return AllocationProblem(0.0, tuple(jobs), rigid, node_pools, **kw)
+
+
+# --------------------------------------------------------------------------- oracles
+
+
+def fits(p: AllocationProblem, sizes: dict[int, int]) -> bool:
+    """Transportation feasibility by max-flow: classes demand nodes, pools supply them."""
+    demand: dict[frozenset[str], int] = {}
+    for d in p.elastic:
+        c = frozenset(d.partition.split(","))
+        demand[c] = demand.get(c, 0) + sizes[d.job_id]
+    for r in p.rigid:
+        if r.running:
+            c = frozenset(r.partition.split(","))
+            demand[c] = demand.get(c, 0) + r.nodes
+    classes = [c for c, v in demand.items() if v > 0]
+    need = sum(demand[c] for c in classes)
+    if need == 0:
+        return True
+    n_cls, n_pool = len(classes), len(p.pools)
+    src, sink = 0, 1 + n_cls + n_pool
+    rows, cols, caps = [], [], []
+    for i, c in enumerate(classes):
+        rows.append(src)
+        cols.append(1 + i)
+        caps.append(demand[c])
+        for k, pool in enumerate(p.pools):
+            if pool.partitions & c:
+                rows.append(1 + i)
+                cols.append(1 + n_cls + k)
+                caps.append(need)
+    for k, pool in enumerate(p.pools):
+        rows.append(1 + n_cls + k)
+        cols.append(sink)
+        caps.append(pool.nodes)
+    graph = sp.csr_array((np.array(caps, dtype=np.int32), (rows, cols)), shape=(sink + 1, sink + 1))
+    return int(maximum_flow(graph, src, sink).flow_value) == need
+
+
+def legal_sizes(d: ElasticDemand) -> list[int]:
+    if d.frozen:
+        return [d.current_nodes]
+    if d.current_nodes > 0:
+        return sorted(set(d.allowed_sizes) | {d.current_nodes})
+    return [0, *d.allowed_sizes]
+
+
+def brute_force(p: AllocationProblem, options: PolicyOptions | None = None) -> float:
+    """Best objective over every legal size vector that fits (capacity only)."""
+    compiled = compile_problem(p, options or PolicyOptions())
+    values = [
+        dict(zip(j.legal.tolist(), j.legal_value.tolist(), strict=True)) for j in compiled.jobs
+    ]
+    best = -math.inf
+    for combo in itertools.product(*(legal_sizes(d) for d in p.elastic)):
+        sizes = {d.job_id: s for d, s in zip(p.elastic, combo, strict=True)}
+        if fits(p, sizes):
+            best = max(best, sum(v[s] for v, s in zip(values, combo, strict=True)))
+    return best
+
+
+def targets(plan: Plan) -> dict[int, int]:
+    return {d.job_id: d.target_nodes for d in plan.decisions}
+
+
+def same_plan(a: Plan, b: Plan) -> bool:
+    return (
+        a.decisions == b.decisions
+        and a.solver == b.solver
+        and a.status == b.status
+        and math.isclose(a.objective, b.objective, rel_tol=1e-12, abs_tol=1e-9)
+    )
+
+
+# --------------------------------------------------------------------------- strategies
+
+PARTS = ("a", "b", "c")
+
+
+@st.composite
+def instances(
+    draw: st.DrawFn,
+    *,
+    max_jobs: int = 4,
+    one_pool: bool = False,
+    pending_rigid: bool = True,
+) -> AllocationProblem:
+    """Small random problems whose *current* state fits (reality always does)."""
+    if one_pool:
+        node_pools = (NodePool(frozenset({"a"}), draw(st.integers(0, 10))),)
+        parts: tuple[str, ...] = ("a",)
+    else:
+        n_pools = draw(st.integers(1, 3))
+        node_pools = tuple(
+            NodePool(
+                frozenset(draw(st.sets(st.sampled_from(PARTS), min_size=1, max_size=3))),
+                draw(st.integers(0, 6)),
+            )
+            for _ in range(n_pools)
+        )
+        parts = (*PARTS, "a,b")
+    n_jobs = draw(st.integers(1, max_jobs))
+    jobs = []
+    for i in range(n_jobs):
+        lo = draw(st.integers(1, 3))
+        hi = draw(st.integers(lo, lo + 4))
+        step = draw(st.integers(1, 2))
+        sizes = tuple(range(lo, hi + 1, step))
+        running = draw(st.booleans())
+        cur = draw(st.sampled_from(sizes)) if running else 0
+        if running and draw(st.integers(0, 5)) == 0:
+            cur = hi + 1  # off the grid (e.g. the step changed): keeping it is still allowed
+        jobs.append(
+            elastic(
+                100 + i,
+                draw(st.sampled_from(parts)),
+                cur,
+                sizes,
+                weight=draw(st.sampled_from([0.5, 1.0, 2.0])),
+                submit=float(draw(st.integers(0, 5))),
+                frozen=draw(st.integers(0, 4)) == 0,
+                requested=draw(st.one_of(st.none(), st.integers(1, hi + 1))),
+                alpha=draw(st.floats(0.2, 1.0)),
+                scale=draw(st.sampled_from([0.5, 1.0, 3.0])),
+                work=draw(st.sampled_from([50.0, 2000.0, 1e5, math.inf])),
+                cost=draw(st.sampled_from([0.0, 30.0, 600.0, 5000.0])),
+            )
+        )
+    rigid = []
+    for i in range(draw(st.integers(0, 3))):
+        running = not pending_rigid or draw(st.booleans())
+        rigid.append(
+            RigidDemand(
+                900 + i,
+                draw(st.sampled_from(parts)),
+                draw(st.integers(1, 4)),
+                running,
+                submit_time=float(draw(st.integers(0, 5))),
+            )
+        )
+    p = problem(jobs, node_pools, tuple(rigid), horizon_s=draw(st.sampled_from([600.0, 3600.0])))
+    current = {d.job_id: d.current_nodes for d in p.elastic}
+    if not fits(p, current):  # the cluster as it is must fit; drop running rigid until it does
+        idle = tuple(r for r in rigid if not r.running)
+        p = problem(jobs, node_pools, idle, horizon_s=p.horizon_s)
+    if not fits(p, current):
+        p = problem(
+            [d if d.current_nodes == 0 else _pending(d) for d in jobs],
+            node_pools,
+            p.rigid,
+            horizon_s=p.horizon_s,
+        )
+    return p
+
+
+def _pending(d: ElasticDemand) -> ElasticDemand:
+    return elastic(d.job_id, d.partition, 0, d.allowed_sizes, submit=d.submit_time)
