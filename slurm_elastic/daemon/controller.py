@@ -33,6 +33,7 @@ from slurm_elastic.actuate.executor import ActionRecord, Executor
 from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
 from slurm_elastic.actuate.state import Classification, ElasticJob, classify
 from slurm_elastic.config import Config
+from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.problem import build_problem
@@ -51,7 +52,6 @@ from slurm_elastic.types import (
     JobView,
     Outlook,
     Plan,
-    SizeEstimate,
     SolverStatus,
 )
 
@@ -163,7 +163,9 @@ class Controller:
         self.journal = journal
         self.agents = agents
         self._allocate = allocate or _policy_allocate
+        self.estimator = Estimator(reports, config.model.default_resize_cost_s)
         self._reconciled = False
+        self._sizes: dict[int, int] = {}  # effective size of each running elastic job
         self._history: dict[int, JobHistory] = {}
         self._history_until: float | None = None
         self.last_result: CycleResult | None = None
@@ -173,6 +175,8 @@ class Controller:
         """Take a new config (SIGHUP) between cycles."""
         self.config = config
         self.knobs = GuardKnobs.from_config(config)
+        if hasattr(self, "estimator"):
+            self.estimator.default_resize_cost_s = config.model.default_resize_cost_s
         self.executor = Executor(
             self.backend,
             self.journal,
@@ -238,6 +242,7 @@ class Controller:
             if job_id not in known:
                 self.journal.remember_spec(job_id, ej.spec, now)
         self._forget_ended(cls)
+        self._note_size_changes(cls, now)
 
         records: list[ActionRecord] = []
         if self.knobs.enforce:
@@ -256,7 +261,7 @@ class Controller:
             if why:
                 frozen[job_id] = why
 
-        outlooks = {job_id: self._outlook(ej, now) for job_id, ej in cls.elastic.items()}
+        outlooks = self.estimator.outlooks(cls.elastic, self._history.values(), now)
         problem = build_problem(
             snapshot,
             cls,
@@ -323,6 +328,7 @@ class Controller:
             return 1
         for rec in records:
             self._history[rec.job_id] = rec
+        self.estimator.history_changed()
         horizon = now - self.config.slurm.sacct_lookback_s
         for job_id in [j for j, h in self._history.items() if (h.end_time or now) < horizon]:
             del self._history[job_id]
@@ -342,11 +348,18 @@ class Controller:
         for job_id in self.agents.open_jobs():
             if job_id not in cls.elastic and job_id not in open_jobs:
                 self.agents.clear(job_id)
+        self.estimator.forget(j for j in self.estimator.known_jobs() if j not in cls.jobs)
 
-    def _outlook(self, ej: ElasticJob, now: float) -> Outlook:
-        return _linear_outlook(
-            ej, self.config.model.default_resize_cost_s, self.config.policy.horizon_s
-        )
+    def _note_size_changes(self, cls: Classification, now: float) -> None:
+        """Tell the model when a job's size changed (our shrink, a companion starting,
+        or anything else): its next report at the new size measures the restart cost."""
+        sizes = {j: ej.effective_nodes for j, ej in cls.elastic.items() if ej.job.is_running}
+        for job_id, size in sizes.items():
+            before = self._sizes.get(job_id)
+            if before is not None and before != size:
+                self.estimator.resized(job_id, now, size)
+                log.info("resize.observed", job_id=job_id, from_nodes=before, to_nodes=size)
+        self._sizes = sizes
 
     def _decide(self, problem: AllocationProblem) -> Plan:
         try:
@@ -488,17 +501,9 @@ def _resolve_spec(job: JobView, known: Mapping[int, ElasticSpec]) -> ElasticSpec
     return ElasticSpec(min_nodes=lo, max_nodes=hi)
 
 
-def _linear_outlook(ej: ElasticJob, resize_cost_s: float, horizon_s: float) -> Outlook:
-    sizes = ej.spec.allowed_sizes
-    work = float(max(sizes)) * horizon_s
-    return Outlook(
-        job_id=ej.job.job_id,
-        current_nodes=ej.effective_nodes,
-        sizes=tuple(SizeEstimate(n, float(n), work / n) for n in sizes),
-        remaining_work=work,
-        resize_cost_s=resize_cost_s,
-    )
-
-
 def _policy_allocate(problem: AllocationProblem, policy: str) -> Plan:
-    return keep_current_plan(problem, f"policy {policy} unavailable")
+    # Imported on first use: the solver stack (scipy, highspy, pulp) is not needed by
+    # ``slurm-elastic --help`` or by code that only reads the controller's types.
+    from slurm_elastic.policy import allocate
+
+    return allocate(problem, policy)

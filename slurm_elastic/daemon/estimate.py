@@ -1,0 +1,92 @@
+"""Estimate step of the cycle: reports + sacct history -> one ``Outlook`` per elastic job.
+
+Glue between the controller and ``slurm_elastic.model``: it feeds each new progress
+report to the job's model once, builds the job's prior from similar finished jobs in
+the sacct history (cached until the history is read again), and calls the pure
+``estimate_outlook``.  A model failure on one job costs that job its outlook (the
+problem then holds it rigid), never the cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import structlog
+
+from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.model.outlook import ModelBank, estimate_outlook
+from slurm_elastic.model.priors import Prior, build_prior
+from slurm_elastic.types import JobHistory, Outlook
+
+log = structlog.get_logger("slurm_elastic.estimate")
+
+
+class Estimator:
+    def __init__(self, reports: ReportStore, default_resize_cost_s: float) -> None:
+        self.reports = reports
+        self.default_resize_cost_s = default_resize_cost_s
+        self.bank = ModelBank()
+        self._fed_until: dict[int, float] = {}  # per job: time of the last report fed
+        self._priors: dict[int, Prior] = {}
+
+    def history_changed(self) -> None:
+        """New sacct records: priors are rebuilt on next use."""
+        self._priors.clear()
+
+    def resized(self, job_id: int, now: float, to_nodes: int) -> None:
+        self.bank.record_resize(job_id, now, to_nodes)
+
+    def forget(self, job_ids: Iterable[int]) -> None:
+        ids = list(job_ids)
+        self.bank.forget(ids)
+        for job_id in ids:
+            self._fed_until.pop(job_id, None)
+            self._priors.pop(job_id, None)
+
+    def known_jobs(self) -> tuple[int, ...]:
+        return tuple(self._fed_until)
+
+    def outlooks(
+        self,
+        elastic: Mapping[int, ElasticJob],
+        history: Iterable[JobHistory],
+        now: float,
+    ) -> dict[int, Outlook]:
+        past = tuple(history)
+        result: dict[int, Outlook] = {}
+        for job_id, ej in elastic.items():
+            try:
+                result[job_id] = self._one(ej, past, now)
+            except Exception as exc:  # a model bug on one job must not stop the cycle
+                log.exception("estimate.failed", job_id=job_id, error=str(exc))
+        return result
+
+    def _one(self, ej: ElasticJob, history: tuple[JobHistory, ...], now: float) -> Outlook:
+        job = ej.job
+        fed = self._fed_until.get(job.job_id, float("-inf"))
+        for report in self.reports.history(job.job_id):
+            if report.time > fed:
+                self.bank.update(report)
+                fed = report.time
+        self._fed_until[job.job_id] = fed
+        prior = self._priors.get(job.job_id)
+        if prior is None:
+            prior = self._priors[job.job_id] = build_prior(
+                user=job.user,
+                name=job.name,
+                work_dir=job.work_dir,
+                requested_nodes=max(ej.spec.min_nodes, job.node_count),
+                history=history,
+            )
+        elapsed = now - job.start_time if job.is_running and job.start_time is not None else None
+        return estimate_outlook(
+            job_id=job.job_id,
+            spec=ej.spec,
+            current_nodes=ej.effective_nodes,
+            fit=self.bank.fit(job.job_id, prior),
+            prior=prior,
+            now=now,
+            default_resize_cost_s=ej.spec.resize_cost_s or self.default_resize_cost_s,
+            elapsed_s=elapsed,
+        )
