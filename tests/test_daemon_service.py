@@ -1,0 +1,293 @@
+"""The service loop: sd_notify on a real unix datagram socket, signals, reload, health.
+
+The in-process tests drive ``Service.run`` in the main thread and deliver real signals to
+this process; the ``slurm``-marked test runs ``slurm-elastic daemon`` as a subprocess
+against the live cluster, exactly as systemd would (NOTIFY_SOCKET, SIGHUP, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.config import Config, load_config
+from slurm_elastic.daemon.service import Notifier, Service, changed_keys, watchdog_interval_s
+from slurm_elastic.daemon.status import STATUS_FILE, read_document
+
+_MAIN = "from slurm_elastic.cli import main; main()"
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
+    path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(0.2)
+    try:
+        yield sock, path
+    finally:
+        sock.close()
+
+
+def _drain(sock: socket.socket, *, until, timeout_s: float) -> list[str]:
+    """Datagrams received until ``until(messages)`` holds or the time is up."""
+    messages: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not until(messages):
+        try:
+            messages.append(sock.recv(4096).decode())
+        except TimeoutError:
+            continue
+    return messages
+
+
+def _count(messages: list[str], line: str) -> int:
+    return sum(1 for m in messages if line in m.splitlines())
+
+
+def test_notifier_reaches_abstract_socket() -> None:
+    name = f"slurm-elastic-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name)
+        sock.settimeout(5)
+        assert Notifier("@" + name).notify("READY=1", "STATUS=hi")
+        assert sock.recv(4096) == b"READY=1\nSTATUS=hi"
+
+
+def test_notifier_without_systemd_is_a_noop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    notifier = Notifier()
+    assert not notifier.enabled and notifier.notify("READY=1") is False
+
+
+def test_notifier_takes_socket_out_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/nothing-here.sock")
+    notifier = Notifier()
+    assert notifier.enabled and "NOTIFY_SOCKET" not in os.environ
+    assert notifier.notify("WATCHDOG=1") is False  # nobody listens: reported, not raised
+
+
+def test_watchdog_interval_from_environment() -> None:
+    assert watchdog_interval_s({"WATCHDOG_USEC": "30000000"}) == 30.0
+    assert watchdog_interval_s({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "1"}) is None
+    assert watchdog_interval_s({}) is None
+
+
+def test_changed_keys() -> None:
+    new = Config.model_validate({"interval_s": 3, "guards": {"cooldown_s": 1}})
+    assert changed_keys(Config(), new) == ["interval_s", "guards.cooldown_s"]
+
+
+class _Crashing:
+    """A backend whose read crashes with a non-Slurm error: a bug inside a cycle."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def read_cluster(self, now: float | None = None):
+        self.calls += 1
+        raise RuntimeError(f"boom {self.calls}")
+
+
+def _config(tmp_path: Path, **extra) -> Config:
+    return Config.model_validate(
+        {"state_dir": str(tmp_path / "state"), "interval_s": 0.05, "api": {"port": 0}, **extra}
+    )
+
+
+def _stop_after(predicate, timeout_s: float = 10.0) -> threading.Thread:
+    """SIGTERM to this process once ``predicate()`` holds (the loop runs in the main thread)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not predicate():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_crashing_cycle_keeps_the_loop_alive(tmp_path: Path, notify_socket) -> None:
+    sock, path = notify_socket
+    backend = _Crashing()
+    service = Service(_config(tmp_path), backend=backend, notifier=Notifier(path), serve_api=False)
+    _stop_after(lambda: backend.calls >= 3)
+    assert service.run() == 0
+    messages = _drain(sock, until=lambda m: _count(m, "STOPPING=1"), timeout_s=5)
+    assert backend.calls >= 3
+    # READY once (after the first finished cycle), a WATCHDOG per cycle, STOPPING last.
+    assert messages[0].splitlines()[0] == "READY=1"
+    assert _count(messages, "READY=1") == 1
+    assert _count(messages, "WATCHDOG=1") == backend.calls
+    assert "STATUS=cycle 1 failed: RuntimeError: boom 1" in messages[0]
+    assert messages[-1].startswith("STOPPING=1")
+    healthy, why = service.health(time.time())
+    assert not healthy and "boom" in why
+    document = read_document(tmp_path / "state" / STATUS_FILE)
+    assert document["cycle"]["ok"] is False and "boom" in document["cycle"]["error"]
+    assert service.metrics.cycles.labels(outcome="error")._value.get() == backend.calls
+
+
+def test_unreachable_slurm_fails_cycles_but_not_the_daemon(tmp_path: Path, notify_socket) -> None:
+    """The real CLI backend against a Slurm that is not there (a config file that is not)."""
+    from slurm_elastic.slurm.cli import CliBackend
+
+    sock, path = notify_socket
+    backend = CliBackend(slurm_conf=str(tmp_path / "no-slurm.conf"), timeout_s=5)
+    service = Service(_config(tmp_path), backend=backend, notifier=Notifier(path))
+    assert service.run(once=True) == 0
+    messages = _drain(sock, until=lambda m: _count(m, "STOPPING=1"), timeout_s=5)
+    assert messages[0].startswith("READY=1\nSTATUS=cycle 1 failed: observe:")
+    assert "WATCHDOG=1" in messages[0].splitlines()
+    document = service.status_document
+    assert document is not None and document["cycle"]["ok"] is False
+    assert not service.health(time.time())[0]
+
+
+def test_sighup_reload_good_then_bad(tmp_path: Path, notify_socket) -> None:
+    sock, path = notify_socket
+    config_file = tmp_path / "main.yaml"
+    state = tmp_path / "state"
+    config_file.write_text(f"state_dir: {state}\ninterval_s: 0.05\napi: {{port: 0}}\n")
+    backend = _Crashing()
+    service = Service(
+        load_config(config_file),
+        lambda: load_config(config_file),
+        backend=backend,
+        notifier=Notifier(path),
+        serve_api=False,
+    )
+    steps: list[str] = []
+
+    def drive() -> None:
+        while backend.calls < 2:
+            time.sleep(0.01)
+        config_file.write_text(
+            f"state_dir: {state}\ninterval_s: 0.04\napi: {{port: 0}}\nguards: {{cooldown_s: 7}}\n"
+        )
+        os.kill(os.getpid(), signal.SIGHUP)
+        while service.config.guards.cooldown_s != 7:
+            time.sleep(0.01)
+        steps.append("good reloaded")
+        config_file.write_text("mode: nonsense\n")
+        calls = backend.calls
+        os.kill(os.getpid(), signal.SIGHUP)
+        while backend.calls < calls + 3:  # the loop goes on with the old config
+            time.sleep(0.01)
+        steps.append("bad kept")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=drive, daemon=True).start()
+    assert service.run() == 0
+    assert steps == ["good reloaded", "bad kept"]
+    assert service.config.guards.cooldown_s == 7 and service.config.mode == "shadow"
+    assert service.controller.config is service.config  # the controller got the new one
+    messages = _drain(sock, until=lambda m: _count(m, "STOPPING=1"), timeout_s=5)
+    failed = [m for m in messages if "config reload failed" in m]
+    assert failed and "main.yaml: mode: Input should be 'shadow' or 'enforce'" in failed[0]
+
+
+def test_reload_keeps_keys_that_need_a_restart(tmp_path: Path) -> None:
+    config_file = tmp_path / "main.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'a'}\napi: {{port: 0}}\n")
+    service = Service(
+        load_config(config_file),
+        lambda: load_config(config_file),
+        backend=_Crashing(),
+        serve_api=False,
+    )
+    config_file.write_text(f"state_dir: {tmp_path / 'b'}\napi: {{port: 0}}\ninterval_s: 4\n")
+    assert service.reload()
+    assert service.config.state_dir == tmp_path / "a" and service.config.interval_s == 4
+
+
+# --------------------------------------------------------------------------- live cluster
+
+
+def _read_events(path: Path) -> list[dict]:
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
+
+
+def _wait_event(path: Path, name: str, timeout_s: float = 20) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for event in _read_events(path):
+            if event.get("event") == name:
+                return event
+        time.sleep(0.05)
+    raise AssertionError(f"no {name} event in {path}:\n{path.read_text()[-2000:]}")
+
+
+@pytest.mark.slurm
+def test_daemon_process_under_a_systemd_like_supervisor(
+    slurm_cluster, tmp_path: Path, notify_socket
+) -> None:
+    sock, path = notify_socket
+    config_file = tmp_path / "slurm-elastic.yaml"
+    state = tmp_path / "state"
+    config_file.write_text(f"state_dir: {state}\ninterval_s: 0.5\napi: {{port: 0}}\n")
+    log_path = tmp_path / "daemon.log"
+    env = {**os.environ, "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "10000000"}
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _MAIN, "daemon", "--config", str(config_file)],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        first = _drain(sock, until=lambda m: _count(m, "WATCHDOG=1") >= 3, timeout_s=30)
+        assert first, log_path.read_text()
+        assert first[0].splitlines()[0] == "READY=1"
+        assert "STATUS=cycle 1 ok" in first[0]
+        assert _count(first, "READY=1") == 1 and _count(first, "WATCHDOG=1") >= 3
+
+        url = _wait_event(log_path, "api.listening")["url"]
+        with urllib.request.urlopen(f"{url}/healthz", timeout=5) as response:
+            assert response.status == 200
+        with urllib.request.urlopen(f"{url}/v1/status", timeout=5) as response:
+            served = json.loads(response.read())
+        assert served["cycle"]["ok"] is True and served["daemon"]["mode"] == "shadow"
+        assert read_document(state / STATUS_FILE)["cycle"]["count"] >= 1
+        cycle_done = _wait_event(log_path, "cycle.done")
+        assert cycle_done["slurm_calls"] <= 3
+
+        config_file.write_text(f"state_dir: {state}\ninterval_s: 0.4\napi: {{port: 0}}\n")
+        proc.send_signal(signal.SIGHUP)
+        reloaded = _wait_event(log_path, "config.reloaded")
+        assert reloaded["changed"] == ["interval_s"]
+
+        config_file.write_text("guards: {cooldwn_s: 1}\n")
+        proc.send_signal(signal.SIGHUP)
+        failed = _wait_event(log_path, "config.reload_failed")
+        assert "guards.cooldwn_s: unknown key" in failed["error"]
+        more = _drain(sock, until=lambda m: _count(m, "WATCHDOG=1") >= 2, timeout_s=10)
+        assert _count(more, "WATCHDOG=1") >= 2  # still cycling on the old config
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        rest = _drain(sock, until=lambda m: _count(m, "STOPPING=1"), timeout_s=5)
+        assert _count(rest, "STOPPING=1") == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
