@@ -1,8 +1,231 @@
--- slurm-elastic job_submit plugin (Lua 5.1, Debian's job_submit_lua.so).
+--[[
+slurm-elastic job_submit plugin: checks the elastic marker in a job's --comment at
+submission.  Install: copy beside slurm.conf and set JobSubmitPlugins=lua (Debian's
+job_submit_lua.so embeds Lua 5.1, so this file uses only Lua 5.1).
+
+The grammar and the messages are those of slurm_elastic/marker.py (its docstring is the
+reference; tests/test_marker_lua.py runs both on the same inputs):
+
+  * a job without a marker is not touched;
+  * a malformed marker is rejected with a one-line message saying what is wrong;
+  * a marker whose min/max disagree with --nodes=MIN-MAX is rejected;
+  * without --nodes the job's node range is set from the marker (min=, max=);
+  * a marker without min/max is completed from --nodes (elastic -> elastic:min=2,max=8),
+    because the range does not survive in Slurm once the daemon pins or resizes the job.
+
+Companion jobs (token slurm-elastic:companion-of=<PARENT>) are never elastic: they pass.
+--]]
+
+local WORD = "elastic"
+local COMPANION_PREFIX = "slurm-elastic:companion-of="
+local KEYS = { "min", "max", "step", "gpus", "cost" }
+local LOWEST = { min = 1, max = 1, step = 1, gpus = 0, cost = 0 }
+local MAX_DIGITS = 6
+local TOKEN = "[^ \t\n\v\f\r;]+"
+
+local function is_key(key)
+   for _, k in ipairs(KEYS) do
+      if k == key then return true end
+   end
+   return false
+end
+
+local function starts_with(s, prefix)
+   return string.sub(s, 1, #prefix) == prefix
+end
+
+local function is_marker_token(t)
+   return t == WORD or starts_with(t, WORD .. ":") or starts_with(t, WORD .. "/")
+end
+
+local function msg(token, reason)
+   local shown = token
+   if #shown > 60 then shown = string.sub(shown, 1, 57) .. "..." end
+   -- One line, no control bytes (a byte-wise gsub: Lua 5.1 patterns cannot hold "\0").
+   shown = string.gsub(shown, ".", function(c)
+      local b = string.byte(c)
+      if b < 32 or b == 127 then return "?" end
+   end)
+   return "invalid elastic marker '" .. shown .. "': " .. reason
+end
+
+-- Every token of the comment with its byte span, in order.
+local function tokens(comment)
+   local out, pos = {}, 1
+   while true do
+      local s, e = string.find(comment, TOKEN, pos)
+      if not s then break end
+      table.insert(out, { text = string.sub(comment, s, e), first = s, last = e })
+      pos = e + 1
+   end
+   return out
+end
+
+-- nil when the job is not a companion, true when it is, or (nil, message) when malformed.
+local function companion(toks)
+   for _, t in ipairs(toks) do
+      if starts_with(t.text, "slurm-elastic:") then
+         local parent = ""
+         if starts_with(t.text, COMPANION_PREFIX) then
+            parent = string.sub(t.text, #COMPANION_PREFIX + 1)
+         end
+         if not string.match(parent, "^[0-9]+$") or #parent > 12 or tonumber(parent) == 0 then
+            return nil, msg(t.text, "companion token must be " .. COMPANION_PREFIX .. "<PARENT_JOBID>")
+         end
+         return true
+      end
+   end
+   return nil
+end
+
+local function check_range(token, low, high, step)
+   if low == nil or high == nil then return nil end
+   if low > high then
+      return msg(token, string.format("min=%d is greater than max=%d", low, high))
+   end
+   if step ~= nil and (high - low) % step ~= 0 then
+      return msg(token, string.format("step=%d does not divide max-min=%d (min=%d, max=%d)",
+         step, high - low, low, high))
+   end
+   return nil
+end
+
+-- Parse one marker token: a table {explicit, min, max, step, gpus, cost} or (nil, message).
+local function parse_token(token)
+   local colon = string.find(token, ":", 1, true)
+   local head, options = token, nil
+   if colon then
+      head, options = string.sub(token, 1, colon - 1), string.sub(token, colon + 1)
+   end
+   local m = { explicit = false }
+   if head ~= WORD then
+      local version = string.sub(head, #WORD + 2)
+      if version ~= "1" then
+         return nil, msg(token, "unknown version '" .. version .. "' (supported: 1)")
+      end
+      m.explicit = true
+   end
+   if options ~= nil then
+      if options == "" then return nil, msg(token, "empty option list after ':'") end
+      local pos = 1
+      while pos <= #options + 1 do
+         local comma = string.find(options, ",", pos, true) or (#options + 1)
+         local option = string.sub(options, pos, comma - 1)
+         pos = comma + 1
+         local eq = string.find(option, "=", 1, true)
+         if not eq or eq == 1 then
+            return nil, msg(token, "option '" .. option .. "' is not key=value")
+         end
+         local key, raw = string.sub(option, 1, eq - 1), string.sub(option, eq + 1)
+         if not is_key(key) then
+            return nil, msg(token, "unknown key '" .. key .. "' (known: " .. table.concat(KEYS, ", ") .. ")")
+         end
+         if m[key] ~= nil then return nil, msg(token, "duplicate key '" .. key .. "'") end
+         if not string.match(raw, "^[0-9]+$") then
+            return nil, msg(token, key .. " must be a whole number, got '" .. raw .. "'")
+         end
+         if #raw > MAX_DIGITS then
+            return nil, msg(token, string.format("%s is too large (%d digits, at most 6)", key, #raw))
+         end
+         local value = tonumber(raw)
+         if value < LOWEST[key] then
+            return nil, msg(token, string.format("%s must be at least %d, got %d", key, LOWEST[key], value))
+         end
+         m[key] = value
+      end
+   end
+   local err = check_range(token, m.min, m.max, m.step)
+   if err then return nil, err end
+   return m
+end
+
+local function format_marker(m)
+   local head = WORD
+   if m.explicit then head = WORD .. "/1" end
+   local parts = {}
+   for _, k in ipairs(KEYS) do
+      if m[k] ~= nil then table.insert(parts, k .. "=" .. string.format("%d", m[k])) end
+   end
+   if #parts == 0 then return head end
+   return head .. ":" .. table.concat(parts, ",")
+end
+
+local function given(n)
+   return n ~= nil and n ~= slurm.NO_VAL and n ~= 0
+end
+
+-- The whole check for one submission: (new_comment_or_nil, new_min, new_max) or (nil, message).
+local function check(job_desc)
+   local comment = job_desc.comment
+   if comment == nil or comment == "" then return { } end
+   local toks = tokens(comment)
+   local is_companion, err = companion(toks)
+   if err then return nil, err end
+   if is_companion then return { } end
+   local marker_tok, count = nil, 0
+   for _, t in ipairs(toks) do
+      if is_marker_token(t.text) then
+         count = count + 1
+         if count == 2 then
+            return nil, msg(t.text, "more than one elastic marker in the comment")
+         end
+         marker_tok = t
+      end
+   end
+   if marker_tok == nil then return { } end
+   local token = marker_tok.text
+   local m, perr = parse_token(token)
+   if not m then return nil, perr end
+
+   local low, high
+   local result = { }
+   if given(job_desc.min_nodes) then
+      low = job_desc.min_nodes
+      high = low
+      if given(job_desc.max_nodes) then high = job_desc.max_nodes end
+      local range = tostring(low)
+      if high ~= low then range = low .. "-" .. high end
+      if m.min ~= nil and m.min ~= low then
+         return nil, msg(token, string.format("min=%d disagrees with --nodes=%s", m.min, range))
+      end
+      if m.max ~= nil and m.max ~= high then
+         return nil, msg(token, string.format("max=%d disagrees with --nodes=%s", m.max, range))
+      end
+   else
+      if m.min == nil then
+         return nil, msg(token, "no node range: give --nodes=MIN-MAX or min= in the marker")
+      end
+      low = m.min
+      high = m.max or m.min
+      result.min_nodes, result.max_nodes = low, high
+   end
+   local rerr = check_range(token, low, high, m.step)
+   if rerr then return nil, rerr end
+   if m.min == nil or m.max == nil then
+      m.min, m.max = low, high
+      result.comment = string.sub(comment, 1, marker_tok.first - 1) .. format_marker(m)
+         .. string.sub(comment, marker_tok.last + 1)
+   end
+   return result
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
+   local result, err = check(job_desc)
+   if not result then
+      slurm.log_user(err) -- the C function takes one string: no format expansion of '%'
+      slurm.log_info("slurm-elastic: rejected job from uid %d: %s", submit_uid, err)
+      return slurm.ERROR
+   end
+   if result.comment ~= nil then job_desc.comment = result.comment end
+   if result.min_nodes ~= nil then
+      job_desc.min_nodes = result.min_nodes
+      job_desc.max_nodes = result.max_nodes
+   end
    return slurm.SUCCESS
 end
 
+-- Changing a comment with scontrol (the daemon does, for companions) is not re-checked:
+-- the daemon itself ignores a malformed marker with a logged reason.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
    return slurm.SUCCESS
 end

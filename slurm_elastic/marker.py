@@ -1,0 +1,320 @@
+"""The elastic flag: the marker a user puts in a job's ``--comment``.
+
+Grammar (version 1)
+-------------------
+The marker is ONE token of the comment; tokens are separated by whitespace or ``;`` so
+the rest of the comment stays free text::
+
+    marker   := "elastic" [ "/" version ] [ ":" option { "," option } ]
+    version  := "1"                        (the only version so far; implied when absent)
+    option   := key "=" value
+    key      := "min" | "max" | "step" | "gpus" | "cost"
+    value    := 1 to 6 ASCII digits
+
+``min``/``max``: node range (>= 1); ``step``: allowed sizes are min, min+step, ... (>= 1,
+must divide max - min); ``gpus``: GPUs per node the job uses (>= 0); ``cost``: the user's
+estimate in seconds of one restart at a new size (>= 0; the daemon measures it later).
+
+Examples::
+
+    sbatch --nodes=2-8 --comment=elastic train.sh
+    sbatch --nodes=2-8 --comment="elastic:step=2,cost=30 nightly run" train.sh
+    sbatch --comment=elastic/1:min=2,max=8,gpus=4 train.sh
+
+A token is a marker when it is ``elastic`` or starts with ``elastic:`` or ``elastic/``;
+``elasticity`` or ``Elastic`` are ordinary words.  Everything is case-sensitive.
+
+Markers and ``--nodes``
+-----------------------
+At submission ``etc/job_submit.lua`` checks the marker with the same rules and messages,
+rejects a marker whose ``min``/``max`` disagree with ``--nodes=MIN-MAX``, sets the job's
+node range from the marker when ``--nodes`` was not given, and completes a marker without
+``min``/``max`` from ``--nodes`` (``elastic`` -> ``elastic:min=2,max=8``).  It completes
+the marker because the job's range does not survive in Slurm: the daemon pins pending jobs
+with ``NumNodes=n-n`` and a running job reports only its current size.  So after
+submission **the marker wins**: :func:`resolve_spec` takes ``min``/``max`` from the marker
+and falls back to the job's reported range only for values the marker leaves out.
+
+Companion jobs (submitted by the daemon to grow a job) carry the token
+``slurm-elastic:companion-of=<PARENT_JOBID>`` and are never elastic themselves:
+:func:`parse_marker` returns ``None`` for them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from slurm_elastic.errors import MarkerError
+from slurm_elastic.types import ElasticSpec
+
+__all__ = [
+    "COMPANION_PREFIX",
+    "KEYS",
+    "MARKER_WORD",
+    "SUPPORTED_VERSIONS",
+    "MarkerToken",
+    "check_submission",
+    "complete_marker",
+    "find_marker_token",
+    "format_companion",
+    "format_marker",
+    "parse_companion",
+    "parse_marker",
+    "parse_token",
+    "resolve_spec",
+    "tokens",
+]
+
+MARKER_WORD = "elastic"
+COMPANION_PREFIX = "slurm-elastic:companion-of="
+SUPPORTED_VERSIONS = (1,)
+KEYS = ("min", "max", "step", "gpus", "cost")  # also the canonical order of format_marker
+MAX_DIGITS = 6
+
+# Exactly Lua's %s plus ';' (not Unicode whitespace): job_submit.lua must split the same way.
+_TOKEN = re.compile(r"[^ \t\n\v\f\r;]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_DIGITS = re.compile(r"[0-9]+")
+_LOWEST = {"min": 1, "max": 1, "step": 1, "gpus": 0, "cost": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerToken:
+    """One parsed marker; ``None`` fields were not given."""
+
+    version: int = 1
+    explicit_version: bool = False  # written as ``elastic/1``: kept so formatting round-trips
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    step: int | None = None
+    gpus_per_node: int | None = None
+    cost_s: int | None = None
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def tokens(comment: str | None) -> list[str]:
+    """The comment's tokens (whitespace or ``;`` separated)."""
+    return _TOKEN.findall(comment or "")
+
+
+def _is_marker_token(token: str) -> bool:
+    return token == MARKER_WORD or token.startswith((MARKER_WORD + ":", MARKER_WORD + "/"))
+
+
+def _is_companion_token(token: str) -> bool:
+    return token.startswith("slurm-elastic:")
+
+
+def find_marker_token(comment: str | None) -> str | None:
+    """The marker token of a comment, None when there is none; two markers are an error."""
+    found = [t for t in tokens(comment) if _is_marker_token(t)]
+    if len(found) > 1:
+        raise MarkerError(_msg(found[1], "more than one elastic marker in the comment"))
+    return found[0] if found else None
+
+
+def _msg(token: str, reason: str) -> str:
+    # One line: a hostile comment must not smuggle newlines into logs or sbatch errors.
+    shown = token if len(token) <= 60 else token[:57] + "..."
+    shown = _CONTROL.sub("?", shown)
+    return f"invalid elastic marker '{shown}': {reason}"
+
+
+# --------------------------------------------------------------------------- parse
+
+
+def parse_token(token: str) -> MarkerToken:
+    """Parse one marker token (which must start with ``elastic``); MarkerError if malformed."""
+    if not _is_marker_token(token):
+        raise MarkerError(_msg(token, "not an elastic marker"))
+    head, colon, options = token.partition(":")
+    version, explicit = 1, False
+    if head != MARKER_WORD:
+        text = head[len(MARKER_WORD) + 1 :]
+        if text not in {str(v) for v in SUPPORTED_VERSIONS}:
+            supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+            raise MarkerError(_msg(token, f"unknown version '{text}' (supported: {supported})"))
+        version, explicit = int(text), True
+    values: dict[str, int] = {}
+    if colon:
+        if not options:
+            raise MarkerError(_msg(token, "empty option list after ':'"))
+        for option in options.split(","):
+            key, eq, raw = option.partition("=")
+            if not eq or not key:
+                raise MarkerError(_msg(token, f"option '{option}' is not key=value"))
+            if key not in KEYS:
+                raise MarkerError(_msg(token, f"unknown key '{key}' (known: {', '.join(KEYS)})"))
+            if key in values:
+                raise MarkerError(_msg(token, f"duplicate key '{key}'"))
+            values[key] = _value(token, key, raw)
+    marker = MarkerToken(
+        version=version,
+        explicit_version=explicit,
+        min_nodes=values.get("min"),
+        max_nodes=values.get("max"),
+        step=values.get("step"),
+        gpus_per_node=values.get("gpus"),
+        cost_s=values.get("cost"),
+    )
+    _check_range(token, marker.min_nodes, marker.max_nodes, marker.step)
+    return marker
+
+
+def _value(token: str, key: str, raw: str) -> int:
+    if not _DIGITS.fullmatch(raw):
+        raise MarkerError(_msg(token, f"{key} must be a whole number, got '{raw}'"))
+    if len(raw) > MAX_DIGITS:
+        raise MarkerError(_msg(token, f"{key} is too large ({len(raw)} digits, at most 6)"))
+    value = int(raw)
+    if value < _LOWEST[key]:
+        raise MarkerError(_msg(token, f"{key} must be at least {_LOWEST[key]}, got {value}"))
+    return value
+
+
+def _check_range(token: str, low: int | None, high: int | None, step: int | None) -> None:
+    if low is None or high is None:
+        return
+    if low > high:
+        raise MarkerError(_msg(token, f"min={low} is greater than max={high}"))
+    if step is not None and (high - low) % step:
+        raise MarkerError(
+            _msg(token, f"step={step} does not divide max-min={high - low} (min={low}, max={high})")
+        )
+
+
+def parse_marker(comment: str | None) -> MarkerToken | None:
+    """The comment's marker; None when it has none or is a companion's. MarkerError if bad."""
+    if parse_companion(comment) is not None:
+        return None
+    token = find_marker_token(comment)
+    return None if token is None else parse_token(token)
+
+
+def parse_companion(comment: str | None) -> int | None:
+    """The parent job id of a companion job's comment, None when it is not a companion."""
+    for token in tokens(comment):
+        if not _is_companion_token(token):
+            continue
+        parent = token[len(COMPANION_PREFIX) :] if token.startswith(COMPANION_PREFIX) else ""
+        if not _DIGITS.fullmatch(parent) or len(parent) > 12 or int(parent) == 0:
+            raise MarkerError(
+                _msg(token, f"companion token must be {COMPANION_PREFIX}<PARENT_JOBID>")
+            )
+        return int(parent)
+    return None
+
+
+# --------------------------------------------------------------------------- combine
+
+
+def resolve_spec(comment: str | None, min_nodes: int, max_nodes: int | None) -> ElasticSpec | None:
+    """The job's ElasticSpec from its marker and its reported node range, None if not elastic.
+
+    The marker wins (see the module docstring): the job's ``min_nodes``/``max_nodes`` only
+    fill in what the marker leaves out.  A missing max means a fixed size (max = min).
+    """
+    marker = parse_marker(comment)
+    if marker is None:
+        return None
+    token = find_marker_token(comment) or MARKER_WORD
+    low = marker.min_nodes if marker.min_nodes is not None else min_nodes
+    high = marker.max_nodes if marker.max_nodes is not None else max_nodes
+    if high is None:
+        high = low
+    if low < 1:
+        raise MarkerError(_msg(token, f"min must be at least 1, got {low}"))
+    _check_range(token, low, high, marker.step)
+    return ElasticSpec(
+        min_nodes=low,
+        max_nodes=high,
+        step=marker.step or 1,
+        gpus_per_node=marker.gpus_per_node,
+        resize_cost_s=None if marker.cost_s is None else float(marker.cost_s),
+    )
+
+
+def check_submission(
+    comment: str | None, min_nodes: int | None, max_nodes: int | None
+) -> ElasticSpec | None:
+    """What ``etc/job_submit.lua`` enforces, for one submission (None = not elastic).
+
+    Stricter than :func:`resolve_spec`: a marker ``min``/``max`` must equal the job's
+    ``--nodes`` range when the user gave one (``min_nodes`` None = no ``--nodes``).
+    """
+    marker = parse_marker(comment)
+    if marker is None:
+        return None
+    token = find_marker_token(comment) or MARKER_WORD
+    if min_nodes is not None:
+        high = max_nodes if max_nodes is not None else min_nodes
+        given = f"{min_nodes}-{high}" if high != min_nodes else str(min_nodes)
+        for key, mine, theirs in (
+            ("min", marker.min_nodes, min_nodes),
+            ("max", marker.max_nodes, high),
+        ):
+            if mine is not None and mine != theirs:
+                raise MarkerError(_msg(token, f"{key}={mine} disagrees with --nodes={given}"))
+        return resolve_spec(comment, min_nodes, high)
+    if marker.min_nodes is None:
+        raise MarkerError(_msg(token, "no node range: give --nodes=MIN-MAX or min= in the marker"))
+    return resolve_spec(comment, marker.min_nodes, marker.max_nodes)
+
+
+def complete_marker(comment: str, min_nodes: int | None, max_nodes: int | None) -> str:
+    """The comment as ``etc/job_submit.lua`` stores it: the marker with min and max filled in.
+
+    Raises MarkerError where the plugin rejects the job; returns the comment unchanged when
+    it has no marker or the marker already names both min and max.
+    """
+    spec = check_submission(comment, min_nodes, max_nodes)
+    marker = parse_marker(comment)
+    if spec is None or marker is None:
+        return comment
+    if marker.min_nodes is not None and marker.max_nodes is not None:
+        return comment
+    full = format_marker(
+        MarkerToken(
+            version=marker.version,
+            explicit_version=marker.explicit_version,
+            min_nodes=spec.min_nodes,
+            max_nodes=spec.max_nodes,
+            step=marker.step,
+            gpus_per_node=marker.gpus_per_node,
+            cost_s=marker.cost_s,
+        )
+    )
+    for match in _TOKEN.finditer(comment):
+        if _is_marker_token(match.group()):
+            return comment[: match.start()] + full + comment[match.end() :]
+    return comment
+
+
+# --------------------------------------------------------------------------- format
+
+
+def format_marker(marker: MarkerToken | ElasticSpec) -> str:
+    """The canonical token for a marker (or a spec): ``parse_token(format_marker(m)) == m``."""
+    if isinstance(marker, ElasticSpec):
+        cost = None if marker.resize_cost_s is None else round(marker.resize_cost_s)
+        marker = MarkerToken(
+            min_nodes=marker.min_nodes,
+            max_nodes=marker.max_nodes,
+            step=None if marker.step == 1 else marker.step,
+            gpus_per_node=marker.gpus_per_node,
+            cost_s=cost,
+        )
+    values = (marker.min_nodes, marker.max_nodes, marker.step, marker.gpus_per_node, marker.cost_s)
+    options = ",".join(f"{k}={v}" for k, v in zip(KEYS, values, strict=True) if v is not None)
+    head = f"{MARKER_WORD}/{marker.version}" if marker.explicit_version else MARKER_WORD
+    return f"{head}:{options}" if options else head
+
+
+def format_companion(parent_job_id: int) -> str:
+    """The comment token that links a companion job to its parent."""
+    if parent_job_id < 1:
+        raise MarkerError(f"companion parent job id must be positive, got {parent_job_id}")
+    return f"{COMPANION_PREFIX}{parent_job_id}"
