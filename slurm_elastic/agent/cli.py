@@ -1,0 +1,72 @@
+"""``slurm-elastic run``: the click front end of ``agent.launcher`` (no torch import)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from slurm_elastic.errors import SlurmElasticError
+
+
+@click.command(
+    "run",
+    context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False},
+)
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--min-nodes", type=click.IntRange(min=1), default=None, help="Overrides the marker.")
+@click.option("--max-nodes", type=click.IntRange(min=1), default=None, help="Overrides the marker.")
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="torch elastic restarts per node agent (every shrink costs one).",
+)
+@click.option(
+    "--join",
+    "join",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="PARENT",
+    help="Companion mode: join the rendezvous of job PARENT (run in its working directory).",
+)
+@click.option("--poll", "poll_s", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(
+    nproc_per_node: int,
+    min_nodes: int | None,
+    max_nodes: int | None,
+    max_restarts: int,
+    join: int | None,
+    poll_s: float,
+    command: tuple[str, ...],
+) -> None:
+    """Run elastic torch training in this Slurm job: slurm-elastic run -- python train.py ...
+
+    Inside a batch script it starts torchrun on every node (c10d rendezvous on the batch
+    host) and follows the daemon's resize instructions; with --join PARENT (what a
+    companion job runs) it adds this job's nodes to the parent's training.
+    """
+    from slurm_elastic.agent.launcher import RunOptions
+    from slurm_elastic.agent.launcher import run as launch
+    from slurm_elastic.daemon.log import configure_logging
+
+    if join is not None and command:
+        raise click.UsageError("--join takes the command from the parent's launch.json")
+    configure_logging()
+    options = RunOptions(
+        argv=command,
+        nproc_per_node=nproc_per_node,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        max_restarts=max_restarts,
+        poll_s=poll_s,
+        join=join,
+    )
+    try:
+        code = launch(options)
+    except SlurmElasticError as exc:
+        click.echo(f"slurm-elastic run: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(code)

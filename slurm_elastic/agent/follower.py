@@ -1,0 +1,225 @@
+"""The launcher's side of a shrink: follow the daemon's instructions (docs/CONTRACTS.md).
+
+For each new ``shrink`` instruction:
+
+1. refuse at once (``ack failed``) what would break the job: below its minimum, dropping
+   the batch host (which hosts the rendezvous store), or an unknown kind;
+2. ``hold``: the workers agree (inside their gradient all-reduce) on a step boundary, rank
+   0 checkpoints, and every rank waits; rank 0 confirms in ``held.json``;
+3. ``POST ack {"status": "ready", "step": k}``: the daemon may now ``scontrol update``;
+4. wait until Slurm shows the smaller allocation (the tasks on removed nodes are SIGKILLed
+   while idle: nothing is lost), or until the daemon withdraws the instruction or the
+   deadline passes;
+5. ``resume``: with ``restart`` the survivors exit so that torch elastic re-forms the group
+   at the new size and restores the checkpoint; without it (nothing changed) they simply
+   carry on from where they held.
+
+The pure part (``refusal``) decides; ``Follower`` only moves data between the daemon, the
+job directory and Slurm.  Time comes from the injected ``clock``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from slurm_elastic.agent.jobdir import CONTROL, HELD, Control, read_json, write_json
+from slurm_elastic.daemon import auth
+from slurm_elastic.errors import AgentError
+
+log = structlog.get_logger("slurm_elastic.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    id: str
+    kind: str
+    target_nodes: int
+    keep_nodes: tuple[str, ...]
+    deadline: float
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Instruction:
+        try:
+            return cls(
+                id=str(data["id"]),
+                kind=str(data["kind"]),
+                target_nodes=int(data["target_nodes"]),
+                keep_nodes=tuple(str(n) for n in data.get("keep_nodes") or ()),
+                deadline=float(data["deadline"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AgentError(f"malformed instruction from the daemon: {exc}") from None
+
+
+def refusal(
+    instruction: Instruction, *, current_nodes: int, min_nodes: int, batch_host: str
+) -> str | None:
+    """Why this job must answer ``failed`` instead of shrinking; None when it can comply."""
+    if instruction.kind != "shrink":
+        return f"unknown instruction kind {instruction.kind!r}"
+    if instruction.target_nodes < min_nodes:
+        return f"target {instruction.target_nodes} nodes is below the job's minimum {min_nodes}"
+    if instruction.target_nodes >= current_nodes:
+        return f"target {instruction.target_nodes} nodes is not smaller than {current_nodes}"
+    if instruction.keep_nodes and batch_host not in instruction.keep_nodes:
+        return f"the batch host {batch_host} hosts the rendezvous and cannot be removed"
+    return None
+
+
+class ControlWriter:
+    """Issues numbered requests in ``control.json``; shared by the follower and signal paths."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+        current = read_json(directory / CONTROL)
+        self._seq = int(current["seq"]) if current else 0
+
+    def issue(self, action: str, **fields: Any) -> Control:
+        with self._lock:
+            self._seq += 1
+            return self._write(Control(seq=self._seq, action=action, **fields))
+
+    def answer(self, seq: int, action: str, **fields: Any) -> Control:
+        """A follow-up (``resume``) to request ``seq``: same number, so workers match it."""
+        with self._lock:
+            return self._write(Control(seq=seq, action=action, **fields))
+
+    def _write(self, control: Control) -> Control:
+        write_json(self.directory / CONTROL, control.to_json())
+        log.info("agent.control", seq=control.seq, action=control.action, restart=control.restart)
+        return control
+
+
+@dataclass
+class Follower:
+    job_id: int
+    job_dir: Path
+    api: str
+    min_nodes: int
+    batch_host: str
+    control: ControlWriter
+    node_count: Callable[[], int]  # the job's node count as Slurm reports it now
+    clock: Callable[[], float] = time.time
+    poll_s: float = 1.0
+    hold_timeout_s: float = 60.0
+    applied_grace_s: float = 30.0  # after the deadline, how long to wait for scontrol
+    answered: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._warned = False
+
+    # ------------------------------------------------------------------ loop
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._loop, name="slurm-elastic-follower", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception as exc:  # the follower must never take the launcher down
+                log.warning("agent.follow_failed", error=str(exc))
+            self._stop.wait(self.poll_s)
+
+    def fetch(self) -> Instruction | None:
+        url = f"{self.api}/v1/jobs/{self.job_id}/instruction"
+        try:
+            answer = auth.get_json(url, timeout_s=5.0)
+        except AgentError as exc:
+            if not self._warned:  # once: a job may well run without a daemon
+                log.warning("agent.daemon_unreachable", url=url, error=str(exc))
+                self._warned = True
+            return None
+        self._warned = False
+        data = answer.body.get("instruction") if answer.status == 200 else None
+        return Instruction.from_json(data) if isinstance(data, dict) else None
+
+    def poll_once(self) -> None:
+        instruction = self.fetch()
+        if instruction is None or instruction.id in self.answered:
+            return
+        self.answered.add(instruction.id)
+        self.handle(instruction)
+
+    # ------------------------------------------------------------------ one shrink
+
+    def handle(self, instruction: Instruction) -> None:
+        before = self.node_count()
+        log.info(
+            "agent.instruction",
+            id=instruction.id,
+            kind=instruction.kind,
+            target_nodes=instruction.target_nodes,
+            current_nodes=before,
+        )
+        why = refusal(
+            instruction,
+            current_nodes=before,
+            min_nodes=self.min_nodes,
+            batch_host=self.batch_host,
+        )
+        if why is not None:
+            self.ack(instruction, "failed", 0, why)
+            return
+        request = self.control.issue(
+            "hold", instruction_id=instruction.id, keep_nodes=instruction.keep_nodes
+        )
+        held_step = self.wait_held(request.seq, min(instruction.deadline, self.clock() + 60.0))
+        if held_step is None:
+            self.control.answer(request.seq, "resume", restart=False)
+            self.ack(instruction, "failed", 0, "workers did not reach a checkpoint in time")
+            return
+        self.ack(instruction, "ready", held_step, "checkpoint written, workers holding")
+        after = self.wait_applied(instruction, before)
+        self.control.answer(request.seq, "resume", restart=after < before)
+        log.info("agent.resumed", id=instruction.id, nodes=after, step=held_step)
+
+    def wait_held(self, seq: int, until: float) -> int | None:
+        until = min(until, self.clock() + self.hold_timeout_s)
+        while self.clock() < until and not self._stop.is_set():
+            held = read_json(self.job_dir / HELD)
+            if held and int(held.get("seq", -1)) == seq:
+                return int(held["step"])
+            time.sleep(0.05)
+        return None
+
+    def wait_applied(self, instruction: Instruction, before: int) -> int:
+        """The node count once Slurm shrank the job, or ``before`` if it never happens."""
+        until = instruction.deadline + self.applied_grace_s
+        last_fetch = self.clock()
+        while self.clock() < until and not self._stop.is_set():
+            nodes = self.node_count()
+            if nodes < before:
+                return nodes
+            if self.clock() - last_fetch >= self.poll_s:
+                last_fetch = self.clock()
+                current = self.fetch()
+                if current is None or current.id != instruction.id:
+                    # Withdrawn: one last look in case the update landed just before.
+                    return min(before, self.node_count())
+            time.sleep(0.2)
+        return min(before, self.node_count())
+
+    def ack(self, instruction: Instruction, status: str, step: int, detail: str) -> None:
+        body = {"instruction_id": instruction.id, "status": status, "step": step, "detail": detail}
+        url = f"{self.api}/v1/jobs/{self.job_id}/ack"
+        try:
+            answer = auth.post_authenticated(url, body, timeout_s=5.0)
+        except AgentError as exc:
+            log.warning("agent.ack_failed", id=instruction.id, error=str(exc))
+            return
+        log.info("agent.ack", id=instruction.id, status=status, step=step, http=answer.status)

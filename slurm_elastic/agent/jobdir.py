@@ -1,0 +1,172 @@
+"""The job directory ``$SLURM_SUBMIT_DIR/.slurm-elastic/job-<id>/`` and the files in it.
+
+It is the only channel between the launcher (batch host), the workers on every node, and
+companion jobs, so it must live on a file system every node sees (the submit directory
+normally is).  Every file is written atomically (temporary + rename) and read whole:
+
+* ``launch.json``  what a companion needs to join: argv, rendezvous endpoint and id, sizes.
+* ``control.json`` launcher -> workers: ``hold`` (checkpoint at the next step boundary and
+  wait), ``resume`` (continue, or exit so torch elastic re-forms the group at a new size),
+  ``checkpoint`` (save soon, keep training).  ``seq`` increases with every new request.
+* ``held.json``    workers -> launcher: rank 0 says all ranks stopped at ``step`` for ``seq``.
+* ``done.json``    rank 0 says training finished (so a non-zero srun status after a shrink,
+  whose killed tasks Slurm counts, is not mistaken for a failure).
+* ``checkpoints/`` the training checkpoints (see ``agent.checkpoint``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurm_elastic.agent.checkpoint import atomic_write
+from slurm_elastic.errors import AgentError
+
+LAUNCH = "launch.json"
+CONTROL = "control.json"
+HELD = "held.json"
+DONE = "done.json"
+CHECKPOINTS = "checkpoints"
+
+
+def job_dir(submit_dir: str | Path, job_id: int) -> Path:
+    return Path(submit_dir) / ".slurm-elastic" / f"job-{job_id}"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    payload = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+    atomic_write(path, lambda handle: handle.write(payload))
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The file's object, or None when it does not exist yet."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise AgentError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise AgentError(f"{path} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise AgentError(f"{path} does not hold a JSON object")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchInfo:
+    """``launch.json``: everything a node agent or a companion job needs to join."""
+
+    job_id: int
+    argv: tuple[str, ...]
+    nproc_per_node: int
+    rdzv_host: str
+    rdzv_port: int
+    rdzv_id: str
+    min_nodes: int
+    max_nodes: int
+    batch_host: str
+    max_restarts: int
+    api: str
+    job_dir: str
+    created_at: float
+    rdzv_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def rdzv_endpoint(self) -> str:
+        return f"{self.rdzv_host}:{self.rdzv_port}"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["argv"] = list(self.argv)
+        data["rdzv_endpoint"] = self.rdzv_endpoint
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LaunchInfo:
+        try:
+            return cls(
+                job_id=int(data["job_id"]),
+                argv=tuple(str(a) for a in data["argv"]),
+                nproc_per_node=int(data["nproc_per_node"]),
+                rdzv_host=str(data["rdzv_host"]),
+                rdzv_port=int(data["rdzv_port"]),
+                rdzv_id=str(data["rdzv_id"]),
+                min_nodes=int(data["min_nodes"]),
+                max_nodes=int(data["max_nodes"]),
+                batch_host=str(data["batch_host"]),
+                max_restarts=int(data["max_restarts"]),
+                api=str(data["api"]),
+                job_dir=str(data["job_dir"]),
+                created_at=float(data["created_at"]),
+                rdzv_conf={str(k): str(v) for k, v in data.get("rdzv_conf", {}).items()},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AgentError(f"launch.json is incomplete or malformed: {exc}") from None
+
+    def save(self) -> Path:
+        path = Path(self.job_dir) / LAUNCH
+        write_json(path, self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, directory: Path) -> LaunchInfo:
+        data = read_json(directory / LAUNCH)
+        if data is None:
+            raise AgentError(
+                f"no {LAUNCH} in {directory}: is the parent job running slurm-elastic run, "
+                "and is this the parent's working directory?"
+            )
+        return cls.from_json(data)
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """``control.json``: the launcher's latest request to the workers."""
+
+    seq: int
+    action: str  # "hold" | "resume" | "checkpoint"
+    restart: bool = False  # resume: exit so that torch elastic re-forms the group
+    instruction_id: str = ""
+    keep_nodes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Control:
+        return cls(
+            seq=int(data["seq"]),
+            action=str(data["action"]),
+            restart=bool(data.get("restart", False)),
+            instruction_id=str(data.get("instruction_id", "")),
+            keep_nodes=tuple(data.get("keep_nodes", ())),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["keep_nodes"] = list(self.keep_nodes)
+        return data
+
+
+class ControlReader:
+    """Cheap per-step check of ``control.json``: one ``stat``, a read only when it changed."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / CONTROL
+        self._stamp: tuple[int, int] | None = None
+        self._last: Control | None = None
+
+    def read(self) -> Control | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_ino)
+        if stamp != self._stamp:
+            data = read_json(self.path)
+            self._last = Control.from_json(data) if data is not None else None
+            self._stamp = stamp
+        return self._last

@@ -1,0 +1,205 @@
+"""``slurm-elastic run``: start torch elastic training on the job's nodes and keep it going.
+
+Parent mode (in the batch script, on the batch host):
+
+1. read the job from Slurm (one ``scontrol`` call): nodes, batch host, elastic marker;
+2. pick the rendezvous endpoint (batch host's ``NodeAddr``, a port unique to the job),
+   write ``launch.json`` into the job directory;
+3. start the follower thread (daemon instructions -> hold / ack / resume);
+4. ``srun --ntasks-per-node=1 python -m slurm_elastic.agent.node`` on every node, with the
+   Slurm environment recomputed from the current allocation; if the step ends without the
+   training having finished (and at least ``min`` nodes remain), launch it again.
+
+Companion mode (``--join PARENT``, in a companion job started in the parent's directory):
+read the parent's ``launch.json`` and run the same node agents in this job's allocation;
+they join the parent's rendezvous and torch elastic widens the group.
+
+torch is never imported here: the launcher runs wherever ``slurm-elastic`` is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from slurm_elastic.agent.allocation import read_job, srun_env
+from slurm_elastic.agent.follower import ControlWriter, Follower
+from slurm_elastic.agent.jobdir import DONE, LaunchInfo, job_dir, read_json
+from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
+from slurm_elastic.agent.rendezvous import choose_port
+from slurm_elastic.daemon.auth import api_base
+from slurm_elastic.errors import AgentError, MarkerError
+from slurm_elastic.types import JobView
+
+log = structlog.get_logger("slurm_elastic.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    argv: tuple[str, ...]
+    nproc_per_node: int = 1
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    max_restarts: int = 100
+    max_relaunches: int = 2
+    poll_s: float = 1.0
+    join: int | None = None
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name, "")
+    if not value.isdigit():
+        raise AgentError(f"${name} is not set: run slurm-elastic run inside a Slurm batch job")
+    return int(value)
+
+
+def resolve_sizes(view: JobView, opts: RunOptions) -> tuple[int, int]:
+    """(min, max) nodes: command-line options, else the elastic marker, else [1, current].
+
+    A running job's requested node range is no longer visible in Slurm, so the marker in
+    its comment (or the options) is the only source of the range.
+    """
+    low, high = 1, max(1, view.node_count)
+    try:
+        from slurm_elastic.marker import resolve_spec
+
+        spec = resolve_spec(view.comment, low, high)
+    except (ImportError, MarkerError) as exc:
+        log.info("agent.marker_unused", reason=str(exc))
+        spec = None
+    if spec is not None:
+        low, high = spec.min_nodes, spec.max_nodes
+    low = opts.min_nodes if opts.min_nodes is not None else low
+    high = opts.max_nodes if opts.max_nodes is not None else high
+    if not 1 <= low <= high:
+        raise AgentError(f"invalid node range {low}:{high} (need 1 <= min <= max)")
+    return low, high
+
+
+def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
+    submit_dir = os.environ.get("SLURM_SUBMIT_DIR") or os.getcwd()
+    low, high = resolve_sizes(view, opts)
+    batch_host = view.batch_host or os.environ.get("SLURMD_NODENAME", "")
+    if not batch_host:
+        raise AgentError(f"job {job_id} has no batch host yet")
+    host = node_addr(batch_host) or socket.gethostname()
+    return LaunchInfo(
+        job_id=job_id,
+        argv=opts.argv,
+        nproc_per_node=opts.nproc_per_node,
+        rdzv_host=host,
+        rdzv_port=choose_port(job_id, host),
+        rdzv_id=f"slurm-elastic-{job_id}",
+        min_nodes=low,
+        max_nodes=high,
+        batch_host=batch_host,
+        max_restarts=opts.max_restarts,
+        api=api_base(),
+        job_dir=str(job_dir(submit_dir, job_id)),
+        created_at=time.time(),
+    )
+
+
+class _Step:
+    """The running ``srun``; forwards the launcher's SIGTERM/SIGINT to it."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+
+    def forward(self, signum: int, _frame: FrameType | None) -> None:
+        self.stopping = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def run(self, argv: list[str], env: dict[str, str]) -> int:
+        self.proc = subprocess.Popen(argv, env=env)
+        return self.proc.wait()
+
+
+def srun_argv(info: LaunchInfo, nodes: int, role: str, *, relaunch: bool) -> list[str]:
+    argv = [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        f"--job-name=slurm-elastic-{role}",
+    ]
+    if relaunch:
+        argv.append("--overlap")  # an old step may still be releasing its CPUs
+    return [*argv, sys.executable, "-m", "slurm_elastic.agent.node", info.job_dir, role]
+
+
+def launch_steps(info: LaunchInfo, own_job: int, role: str, opts: RunOptions, step: _Step) -> int:
+    """Run srun until training is done; relaunch a step that died early, boundedly."""
+    rc = 1
+    for attempt in range(opts.max_relaunches + 1):
+        view = read_job(own_job)
+        if attempt and (role == PARENT and view.node_count < info.min_nodes):
+            log.error("agent.below_min", nodes=view.node_count, min_nodes=info.min_nodes)
+            break
+        env = srun_env(os.environ, view.nodes)
+        argv = srun_argv(info, len(view.nodes), role, relaunch=attempt > 0)
+        log.info("agent.srun", attempt=attempt, nodes=list(view.nodes), role=role)
+        rc = step.run(argv, env)
+        if read_json(Path(info.job_dir) / DONE) is not None:
+            log.info("agent.done", srun_rc=rc)
+            return 0
+        if step.stopping:
+            break
+        log.warning("agent.step_ended", rc=rc, attempt=attempt)
+    return rc or 1
+
+
+def run(opts: RunOptions) -> int:
+    job_id = _env_int("SLURM_JOB_ID")
+    step = _Step()
+    signal.signal(signal.SIGTERM, step.forward)
+    signal.signal(signal.SIGINT, step.forward)
+    if opts.join is not None:
+        submit_dir = os.environ.get("SLURM_SUBMIT_DIR") or os.getcwd()
+        info = LaunchInfo.load(job_dir(submit_dir, opts.join))
+        log.info("agent.join", parent=info.job_id, endpoint=info.rdzv_endpoint, job=job_id)
+        return launch_steps(info, job_id, COMPANION, opts, step)
+    if not opts.argv:
+        raise AgentError("nothing to run: give the training command after --")
+    info = parent_info(opts, job_id, read_job(job_id))
+    Path(info.job_dir).mkdir(parents=True, exist_ok=True)
+    (Path(info.job_dir) / DONE).unlink(missing_ok=True)
+    info.save()
+    log.info(
+        "agent.launch",
+        job=job_id,
+        endpoint=info.rdzv_endpoint,
+        nodes=f"{info.min_nodes}:{info.max_nodes}",
+        argv=list(info.argv),
+    )
+    control = ControlWriter(Path(info.job_dir))
+    # SIGUSR1 to the batch shell (scancel --signal=USR1 --batch) asks for a checkpoint; it
+    # must never kill the launcher, which Python's default action would.
+    signal.signal(signal.SIGUSR1, lambda *_: control.issue("checkpoint"))
+    follower = Follower(
+        job_id=job_id,
+        job_dir=Path(info.job_dir),
+        api=info.api,
+        min_nodes=info.min_nodes,
+        batch_host=info.batch_host,
+        control=control,
+        node_count=lambda: read_job(job_id).node_count,
+        poll_s=opts.poll_s,
+    )
+    follower.start()
+    try:
+        return launch_steps(info, job_id, PARENT, opts, step)
+    finally:
+        follower.stop()

@@ -1,0 +1,86 @@
+"""What ``srun`` runs on every node: ``python -m slurm_elastic.agent.node <job_dir> <role>``.
+
+It turns the job's ``launch.json`` into this node's torchrun command and ``exec``s it, so the
+task Slurm tracks *is* the torch elastic agent:
+
+* SIGUSR1 is ignored before the exec (the ``trap '' USR1`` of SLURM-FACTS.md): torchrun does
+  not handle it and dies silently on it, orphaning its workers.  The ignore is inherited
+  across exec; the training library installs its own handler in the workers.
+* ``is_host=1`` only for the parent job's batch host.  Fake nodes all share one host name and
+  127.0.0.1, so the node is told apart by ``$SLURMD_NODENAME``, never by its address.
+* ``--local-addr`` is the node's ``NodeAddr`` from Slurm, so worker traffic goes where Slurm
+  says the node is (127.0.0.1 for the local fake nodes), and gloo is pinned to the loopback
+  interface when that address is a loopback one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from slurm_elastic.agent.jobdir import LaunchInfo
+from slurm_elastic.agent.rendezvous import torchrun_argv
+
+PARENT = "parent"
+COMPANION = "companion"
+
+
+def node_addr(node: str) -> str | None:
+    """``NodeAddr`` of ``node`` per ``scontrol``; None when Slurm cannot say."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "node", node],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for word in out.split():
+        if word.startswith("NodeAddr="):
+            return word.partition("=")[2] or None
+    return None
+
+
+def is_loopback(addr: str | None) -> bool:
+    try:
+        return addr is not None and ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return addr == "localhost"
+
+
+def node_env(info: LaunchInfo, addr: str | None, env: dict[str, str]) -> dict[str, str]:
+    """Environment of the torch agent and its workers on this node."""
+    out = dict(env)
+    out["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    out["SLURM_ELASTIC_JOB_ID"] = str(info.job_id)
+    out["SLURM_ELASTIC_JOB_DIR"] = info.job_dir
+    out["SLURM_ELASTIC_API"] = info.api
+    out.setdefault("OMP_NUM_THREADS", "1")
+    if is_loopback(addr):
+        out.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[1] not in (PARENT, COMPANION):
+        print("usage: python -m slurm_elastic.agent.node JOB_DIR parent|companion", file=sys.stderr)
+        return 2
+    info = LaunchInfo.load(Path(args[0]))
+    me = os.environ.get("SLURMD_NODENAME", "")
+    is_host = args[1] == PARENT and me == info.batch_host
+    addr = node_addr(me) if me else None
+    command = torchrun_argv(info, python=sys.executable, is_host=is_host, local_addr=addr)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    print(f"slurm-elastic node {me or '?'}: is_host={int(is_host)} addr={addr}", file=sys.stderr)
+    os.execvpe(command[0], command, node_env(info, addr, dict(os.environ)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The torchrun command line and the rendezvous port: pure functions, no torch import.
+
+Settings that companion growth needs (measured in SLURM-FACTS.md, torch 2.13):
+
+* ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` on every agent of parent and companions: with the
+  shared store the old rank 0 never republishes MASTER_ADDR for a new round and growth
+  deadlocks.
+* ``is_host=1`` only on the parent's batch host agent (Slurm never removes the batch host),
+  ``is_host=0`` everywhere else: otherwise whichever agent binds first hosts the c10d store
+  and the job dies when that node is shrunk away.
+* ``last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3``: the defaults (30 s
+  last call, 5 s x 3 keep-alive) put 40-50 s into every resize.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Sequence
+
+from slurm_elastic.agent.jobdir import LaunchInfo
+
+FAST_RDZV_CONF: dict[str, str] = {
+    "last_call_timeout": "3",
+    "keep_alive_interval": "1",
+    "keep_alive_max_attempt": "3",
+}
+PORT_BASE = 20000  # below Linux's ephemeral range (32768-60999), above the well-known ports
+PORT_SPAN = 12000
+_PYTHONS = ("python", "python3")
+
+
+def preferred_port(job_id: int) -> int:
+    """A job's first-choice rendezvous port: distinct for distinct jobs in a 12000 window."""
+    return PORT_BASE + job_id % PORT_SPAN
+
+
+def choose_port(job_id: int, host: str, *, tries: int = 64) -> int:
+    """The first port from the job's preferred one on that ``host`` can bind right now."""
+    for i in range(tries):
+        port = PORT_BASE + (job_id + i * 997) % PORT_SPAN
+        if _can_bind(host, port):
+            return port
+    return preferred_port(job_id)
+
+
+def _can_bind(host: str, port: int) -> bool:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def rdzv_conf(info: LaunchInfo, *, is_host: bool) -> str:
+    conf = {"is_host": "1" if is_host else "0", **FAST_RDZV_CONF, **info.rdzv_conf}
+    return ",".join(f"{key}={value}" for key, value in conf.items())
+
+
+def script_args(argv: Sequence[str]) -> list[str]:
+    """torchrun's view of the user's command: it runs Python scripts itself.
+
+    ``python train.py ...`` -> ``train.py ...``; ``python -m pkg ...`` -> ``-m pkg ...``;
+    anything else (a shell wrapper, a binary) -> ``--no-python cmd ...``.
+    """
+    if not argv:
+        return []
+    head = os.path.basename(argv[0])
+    if head in _PYTHONS or head.startswith("python3."):
+        rest = list(argv[1:])
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            return ["--module", *rest[1:]]
+        if rest and not rest[0].startswith("-"):
+            return rest
+    return ["--no-python", *argv]
+
+
+def torchrun_argv(
+    info: LaunchInfo, *, python: str, is_host: bool, local_addr: str | None
+) -> list[str]:
+    """The full ``python -m torch.distributed.run ...`` command for one node."""
+    argv = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={info.min_nodes}:{info.max_nodes}",
+        f"--nproc-per-node={info.nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={info.rdzv_endpoint}",
+        f"--rdzv-id={info.rdzv_id}",
+        f"--rdzv-conf={rdzv_conf(info, is_host=is_host)}",
+        f"--max-restarts={info.max_restarts}",
+    ]
+    if local_addr:
+        argv.append(f"--local-addr={local_addr}")
+    return argv + script_args(info.argv)
