@@ -103,7 +103,7 @@ def render_table(
         return
     if title:
         click.echo(title)
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     for line in [list(headers), *cells]:
         padded = [c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)]
         click.echo(" ".join([*padded, line[-1]]).rstrip())

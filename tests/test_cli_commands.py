@@ -1,0 +1,378 @@
+"""``status``, ``plan``, ``explain`` and ``config check``: pure rendering, then the real CLI on
+the live cluster (subprocesses, stdout not a TTY: the plain-text form scripts read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_elastic.config import Config
+from slurm_elastic.daemon.commands import (
+    STATUS_COLUMNS,
+    config_check,
+    explain_job,
+    explain_lines,
+    filter_jobs,
+    stale_warning,
+    status,
+)
+from slurm_elastic.daemon.status import STATUS_FILE, read_document, write_atomic
+
+_MAIN = "from slurm_elastic.cli import main; main()"
+
+ROWS = [
+    {"job_id": 7, "user": "alice", "state": "RUNNING", "min": 1, "max": 4, "target": 2},
+    {"job_id": 8, "user": "bob", "state": "PENDING", "min": None, "max": None, "target": None},
+]
+
+
+def test_filter_jobs() -> None:
+    assert [j["job_id"] for j in filter_jobs(ROWS, ["alice"], [])] == [7]
+    assert [j["job_id"] for j in filter_jobs(ROWS, [], [8])] == [8]
+    assert filter_jobs(ROWS, ["carol"], []) == []
+    assert filter_jobs(ROWS, [], []) == ROWS
+
+
+def test_stale_warning() -> None:
+    config = Config()
+    fresh = {"generated_at": 1000.0, "daemon": {"interval_s": 10}, "cycle": {"ok": True}}
+    assert stale_warning(fresh, config, 1010.0) is None
+    warning = stale_warning(fresh, config, 1000.0 + 3 * 10 + 20 + 1)
+    assert warning is not None and "51s old" in warning
+    failed = {**fresh, "cycle": {"ok": False, "error": "observe: slurmctld down"}}
+    assert "slurmctld down" in (stale_warning(failed, config, 1001.0) or "")
+
+
+def test_explain_from_a_document() -> None:
+    document = {
+        "jobs": [
+            {
+                "job_id": 7,
+                "name": "train",
+                "user": "alice",
+                "partition": "batch",
+                "state": "RUNNING",
+                "nodes": 2,
+                "min": 1,
+                "max": 4,
+                "target": 3,
+                "reason": "target 3",
+            }
+        ],
+        "plan": {
+            "solver": "mip",
+            "status": "optimal",
+            "objective": 12.5,
+            "solve_s": 0.02,
+            "note": "",
+            "decisions": [
+                {
+                    "job_id": 7,
+                    "current_nodes": 2,
+                    "target_nodes": 3,
+                    "rule": "marginal-gain",
+                    "predicted_gain": 420.0,
+                    "resize_cost": 30.0,
+                    "detail": "best use of n4",
+                }
+            ],
+        },
+        "actions": [
+            {
+                "job_id": 7,
+                "kind": "grow",
+                "from_nodes": 2,
+                "to_nodes": 3,
+                "outcome": "shadow",
+                "detail": "shadow mode: not applied",
+            }
+        ],
+    }
+    found = explain_job(document, 7)
+    assert found is not None and explain_job(document, 99) is None
+    text = "\n".join(explain_lines(found))
+    assert "job 7 (train, user alice, batch): RUNNING at 2 node(s), elastic 1-4" in text
+    assert "target: 2 -> 3 node(s)" in text
+    assert "rule: marginal-gain (best use of n4)" in text
+    assert "predicted gain: 420 steps" in text and "resize cost: 30 steps" in text
+    assert "action: grow 2->3: shadow" in text
+    assert "plan: solver mip, optimal" in text
+
+
+def test_status_plain_table_and_filters(tmp_path: Path) -> None:
+    document = {
+        "version": 1,
+        "generated_at": time.time(),
+        "daemon": {"mode": "shadow", "policy": "mip", "interval_s": 10},
+        "cycle": {"count": 4, "ok": True},
+        "plan": None,
+        "actions": [],
+        "jobs": [
+            {
+                "job_id": 7,
+                "partition": "batch",
+                "name": "train",
+                "user": "alice",
+                "state": "RUNNING",
+                "nodes": 2,
+                "min": 1,
+                "max": 4,
+                "target": 3,
+                "reason": "target 3",
+            },
+            {
+                "job_id": 8,
+                "partition": "shared",
+                "name": "plain",
+                "user": "bob",
+                "state": "PENDING",
+                "nodes": 1,
+                "min": None,
+                "max": None,
+                "target": None,
+                "reason": "not elastic",
+            },
+        ],
+    }
+    path = tmp_path / STATUS_FILE
+    write_atomic(path, document)
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(f"state_dir: {tmp_path}\n")
+    runner = CliRunner()
+    result = runner.invoke(status, ["--config", str(config_file), "--file", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == list(STATUS_COLUMNS)
+    assert lines[1].split() == [
+        "7",
+        "batch",
+        "train",
+        "alice",
+        "R",
+        "2",
+        "1",
+        "4",
+        "3",
+        "target",
+        "3",
+    ]
+    assert lines[2].split() == [
+        "8",
+        "shared",
+        "plain",
+        "bob",
+        "PD",
+        "1",
+        "-",
+        "-",
+        "-",
+        "not",
+        "elastic",
+    ]
+    result = runner.invoke(
+        status, ["--config", str(config_file), "--file", str(path), "-u", "bob", "--json"]
+    )
+    assert [j["job_id"] for j in json.loads(result.stdout)["jobs"]] == [8]
+    result = runner.invoke(status, ["--config", str(config_file), "--file", str(path), "-j", "x"])
+    assert result.exit_code == 2 and "not a job id" in result.output
+
+
+def test_status_without_any_daemon_is_one_line_error(tmp_path: Path) -> None:
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(f"state_dir: {tmp_path}\napi: {{port: 1}}\n")
+    result = CliRunner().invoke(status, ["--config", str(config_file)])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: no daemon status: ")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_config_check_lists_every_key_with_its_source(tmp_path: Path) -> None:
+    main = tmp_path / "slurm-elastic.yaml"
+    main.write_text("mode: enforce\n")
+    (tmp_path / "conf.d").mkdir()
+    extra = tmp_path / "conf.d" / "10-guards.yaml"
+    extra.write_text("guards: {cooldown_s: 30}\n")
+    result = CliRunner().invoke(config_check, ["--config", str(main)])
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if "=" in line}
+    assert len(lines) == len(Config().provenance)
+    assert lines["mode"].endswith(f"# {main}") and '"enforce"' in lines["mode"]
+    assert lines["guards.cooldown_s"].endswith(f"# {extra}")
+    assert lines["guards.min_dwell_s"].endswith("# default")
+    result = CliRunner().invoke(config_check, ["--config", str(main), "--json"])
+    payload = json.loads(result.stdout)
+    assert payload["sources"]["guards.cooldown_s"] == str(extra)
+    assert payload["values"]["guards"]["cooldown_s"] == 30
+
+
+def test_config_check_bad_config_is_one_line(tmp_path: Path) -> None:
+    main = tmp_path / "slurm-elastic.yaml"
+    main.write_text("api: {port: http}\n")
+    result = CliRunner().invoke(config_check, ["--config", str(main)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"Error: {main}: api.port: Input should be a valid integer, unable to parse string "
+        "as an integer (got 'http')"
+    )
+
+
+# --------------------------------------------------------------------------- live cluster
+
+
+def _cli(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-c", _MAIN, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def _sbatch(*args: str) -> int:
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-t", "5", "-o", "/dev/null", *args, "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    return int(out.strip().split(";")[0])
+
+
+@pytest.fixture
+def live_jobs(slurm_cluster, tmp_path: Path) -> Iterator[tuple[Path, int, int]]:
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\napi: {{port: 0}}\n")
+    elastic = _sbatch("-N1-2", "--comment=elastic", "-J", "cli-elastic", "-p", "shared")
+    plain = _sbatch("-N1", "-J", "cli-plain", "-p", "shared")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # wait until Slurm has placed both
+            states = subprocess.run(
+                ["squeue", "-h", "-j", f"{elastic},{plain}", "-o", "%T"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.split()
+            if states and all(s == "RUNNING" for s in states):
+                break
+            time.sleep(0.3)
+        _cli("daemon", "--once", "--config", str(config_file))
+        yield config_file, elastic, plain
+    finally:
+        subprocess.run(["scancel", str(elastic), str(plain)], timeout=30, check=False)
+
+
+@pytest.mark.slurm
+def test_status_on_the_live_cluster(live_jobs) -> None:
+    config_file, elastic, plain = live_jobs
+    proc = _cli("status", "--config", str(config_file))
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == list(STATUS_COLUMNS)
+    rows = {int(line.split()[0]): line.split() for line in lines[1:]}
+    assert rows[elastic][1:5] == ["shared", "cli-elastic", "root", "R"]
+    assert rows[elastic][6] != "-" and rows[elastic][7] != "-"  # MIN / MAX of an elastic job
+    assert rows[plain][1:5] == ["shared", "cli-plain", "root", "R"]
+    assert rows[plain][6:9] == ["-", "-", "-"] and " ".join(rows[plain][9:]) == "not elastic"
+    assert "cycle 1 ok" in proc.stderr  # the footer goes to stderr when piped
+
+    only = _cli("status", "--config", str(config_file), "-j", str(plain), "--json")
+    assert [j["job_id"] for j in json.loads(only.stdout)["jobs"]] == [plain]
+    mine = _cli("status", "--config", str(config_file), "--me", "--json")
+    assert {elastic, plain} <= {j["job_id"] for j in json.loads(mine.stdout)["jobs"]}
+    nobody = _cli("status", "--config", str(config_file), "-u", "nobody")
+    assert nobody.stdout.splitlines() == [" ".join(STATUS_COLUMNS)]
+
+
+@pytest.mark.slurm
+def test_status_warns_when_stale(live_jobs) -> None:
+    config_file, _, _ = live_jobs
+    path = Path(read_config_state_dir(config_file)) / STATUS_FILE
+    document = read_document(path)
+    write_atomic(path, {**document, "generated_at": time.time() - 3600})
+    proc = _cli("status", "--config", str(config_file))
+    assert re.search(r"warning: status is 3[56]\d\ds old .* is the daemon running\?", proc.stderr)
+
+
+def read_config_state_dir(config_file: Path) -> str:
+    from slurm_elastic.config import load_config
+
+    return str(load_config(config_file).state_dir)
+
+
+@pytest.mark.slurm
+def test_plan_and_explain_on_the_live_cluster(live_jobs) -> None:
+    config_file, elastic, plain = live_jobs
+    proc = _cli("plan", "--config", str(config_file))
+    assert proc.stdout.startswith("plan: solver ")
+    header = proc.stdout.splitlines()[1].split()
+    assert header == ["JOBID", "NOW", "TARGET", "CHANGE", "RULE", "GAIN", "COST", "DETAIL"]
+    planned = {int(line.split()[0]) for line in proc.stdout.splitlines()[2:] if line[:1].isdigit()}
+    assert elastic in planned and plain not in planned
+
+    wire = json.loads(_cli("plan", "--config", str(config_file), "--json").stdout)
+    assert wire["ok"] is True and wire["mode"] == "shadow"
+    assert wire["slurm_calls"] <= 3
+    assert all(a["outcome"] != "applied" for a in wire["actions"])  # a dry run acts on nothing
+
+    why = _cli("explain", str(elastic), "--config", str(config_file))
+    assert f"job {elastic} (cli-elastic, user root, shared): RUNNING" in why.stdout
+    assert "rule: " in why.stdout and "predicted gain: " in why.stdout
+    assert "resize cost: " in why.stdout
+
+    rigid = _cli("explain", str(plain), "--config", str(config_file))
+    assert "no decision: the daemon does not resize this job" in rigid.stdout
+
+    fresh = _cli("explain", str(elastic), "--config", str(config_file), "--dry-run", "--json")
+    assert json.loads(fresh.stdout)["decision"]["job_id"] == elastic
+
+    missing = _cli("explain", "999999", "--config", str(config_file), check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.strip().startswith("Error: job 999999 is not in the daemon's view")
+
+
+@pytest.mark.slurm
+def test_status_through_the_running_daemons_api(slurm_cluster, tmp_path: Path) -> None:
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\ninterval_s: 0.5\napi: {{port: 0}}\n")
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("w") as log_file:
+        daemon = subprocess.Popen(
+            [sys.executable, "-c", _MAIN, "daemon", "--config", str(config_file)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NOTIFY_SOCKET": ""},
+        )
+    try:
+        url = None
+        deadline = time.monotonic() + 30
+        while url is None and time.monotonic() < deadline:
+            for line in log_path.read_text().splitlines():
+                if '"api.listening"' in line:
+                    url = json.loads(line)["url"]
+            time.sleep(0.1)
+        assert url, log_path.read_text()
+        while not (tmp_path / "state" / STATUS_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc = _cli("status", "--config", str(config_file), "--api", url, "--json")
+        document = json.loads(proc.stdout)
+        assert document["source"] == f"{url}/v1/status"
+        assert document["cycle"]["ok"] is True and document["daemon"]["pid"] == daemon.pid
+    finally:
+        daemon.terminate()
+        assert daemon.wait(timeout=20) == 0
