@@ -1,0 +1,173 @@
+"""Normaliser for Slurm 22.05's JSON generation (openapi v0.0.38 / dbv0.0.38).
+
+Pure functions from the decoded JSON document to ``types`` dataclasses.  The
+dispatcher in :mod:`slurm_elastic.slurm.parse_json` picks this module from
+``meta.plugin.type``; a later Slurm generation gets its own module beside it,
+written from real samples of that version.
+
+Quirks of this generation handled here (measured on 22.05.8):
+
+* ``squeue --json`` ignores every filter and also lists jobs that ended within
+  MinJobAge; callers filter client-side.
+* A pending job's ``node_count`` is NOT its requested minimum: once slurmctld has
+  looked at the job it reports its own node-count estimate (``-N2-3`` shows 3, and
+  ``scontrol`` says ``NumNodes=3-3``).  The requested minimum survives only in
+  ``tres_req_str`` (``node=2``), so that is what ``min_nodes`` is taken from;
+  ``max_nodes`` is the requested maximum (0 = none given).  A running job's
+  ``node_count`` is its allocation.
+* Times are POSIX seconds with 0 meaning "not set"; ``time_limit`` is minutes,
+  null or >= 525600 meaning unlimited.
+* ``het_job_id`` is 0 for ordinary jobs; a heterogeneous component carries its
+  own raw ``job_id`` and the leader's id in ``het_job_id``.
+* sacct: see :mod:`slurm_elastic.slurm.history` for the resize records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from slurm_elastic.errors import SlurmParseError
+from slurm_elastic.slurm import convert as cv
+from slurm_elastic.slurm.history import AcctRecord, collapse
+from slurm_elastic.types import JobHistory, JobState, JobView, NodeView
+
+PLUGIN_TYPES = ("openapi/v0.0.38", "openapi/dbv0.0.38")
+
+
+def parse_squeue(doc: Mapping[str, Any]) -> tuple[JobView, ...]:
+    jobs = cv.as_list(cv.field(doc, "jobs", "squeue --json"), "squeue --json: jobs")
+    return tuple(_job(cv.mapping(j, f"squeue --json: jobs[{i}]"), i) for i, j in enumerate(jobs))
+
+
+def parse_sinfo(doc: Mapping[str, Any]) -> tuple[NodeView, ...]:
+    nodes = cv.as_list(cv.field(doc, "nodes", "sinfo --json"), "sinfo --json: nodes")
+    return tuple(_node(cv.mapping(n, f"sinfo --json: nodes[{i}]"), i) for i, n in enumerate(nodes))
+
+
+def parse_sacct_records(doc: Mapping[str, Any]) -> tuple[AcctRecord, ...]:
+    jobs = cv.as_list(cv.field(doc, "jobs", "sacct --json"), "sacct --json: jobs")
+    return tuple(_acct(cv.mapping(j, f"sacct --json: jobs[{i}]"), i) for i, j in enumerate(jobs))
+
+
+def parse_sacct(doc: Mapping[str, Any]) -> tuple[JobHistory, ...]:
+    return collapse(parse_sacct_records(doc))
+
+
+def _job(raw: Mapping[str, Any], index: int) -> JobView:
+    job_id = cv.as_int(cv.field(raw, "job_id", f"squeue --json: jobs[{index}]"), "job_id")
+    where = f"squeue --json: job {job_id}"
+
+    def get(key: str) -> Any:
+        return cv.field(raw, key, where)
+
+    state = cv.job_state(get("job_state"), f"{where}: job_state")
+    node_count = cv.as_int(get("node_count"), f"{where}: node_count", default=0)
+    if state is JobState.PENDING:
+        requested = cv.tres_count(raw.get("tres_req_str"), "node", f"{where}: tres_req_str")
+        node_count = requested or node_count
+    max_nodes = cv.opt_int(get("max_nodes"), f"{where}: max_nodes")
+    het_job_id = cv.opt_int(raw.get("het_job_id"), f"{where}: het_job_id") or None
+    running_like = state in {JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING}
+    gpus = _gpus_per_node(raw, node_count, allocated=running_like, where=where)
+    return JobView(
+        job_id=job_id,
+        name=cv.as_str(get("name"), f"{where}: name"),
+        user=cv.as_str(get("user_name"), f"{where}: user_name"),
+        user_id=cv.opt_int(raw.get("user_id"), f"{where}: user_id"),
+        account=cv.as_str(get("account"), f"{where}: account"),
+        partition=cv.as_str(get("partition"), f"{where}: partition"),
+        qos=cv.as_str(raw.get("qos"), f"{where}: qos"),
+        state=state,
+        state_reason=cv.as_str(raw.get("state_reason"), f"{where}: state_reason"),
+        node_count=node_count,
+        min_nodes=node_count,
+        max_nodes=max_nodes or None,
+        nodes=cv.nodes(get("nodes"), f"{where}: nodes"),
+        batch_host=cv.as_str(raw.get("batch_host"), f"{where}: batch_host") or None,
+        comment=cv.as_str(get("comment"), f"{where}: comment"),
+        admin_comment=cv.as_str(raw.get("admin_comment"), f"{where}: admin_comment"),
+        submit_time=cv.epoch(raw.get("submit_time"), f"{where}: submit_time"),
+        start_time=cv.epoch(raw.get("start_time"), f"{where}: start_time"),
+        end_time=cv.epoch(raw.get("end_time"), f"{where}: end_time"),
+        resize_time=cv.epoch(raw.get("resize_time"), f"{where}: resize_time"),
+        time_limit_s=cv.limit_minutes(raw.get("time_limit"), f"{where}: time_limit"),
+        restart_count=cv.as_int(raw.get("restart_cnt"), f"{where}: restart_cnt", default=0),
+        gpus_per_node=gpus,
+        het_job_id=het_job_id,
+        het_job_offset=(
+            cv.as_int(raw.get("het_job_offset"), f"{where}: het_job_offset", default=0)
+            if het_job_id is not None
+            else None
+        ),
+        work_dir=cv.as_str(
+            raw.get("current_working_directory"), f"{where}: current_working_directory"
+        ),
+        dependency=cv.as_str(raw.get("dependency"), f"{where}: dependency"),
+    )
+
+
+def _gpus_per_node(raw: Mapping[str, Any], node_count: int, *, allocated: bool, where: str) -> int:
+    # A running job's allocation is the truth (exclusive partitions hand out every GPU
+    # of a node); a pending job only has its request.
+    if allocated and node_count > 0:
+        total = cv.tres_count(raw.get("tres_alloc_str"), "gres/gpu", f"{where}: tres_alloc_str")
+        if total:
+            return total // node_count
+    per_node = cv.gres_gpus(raw.get("tres_per_node"), f"{where}: tres_per_node")
+    if per_node:
+        return per_node
+    per_job = cv.gres_gpus(raw.get("tres_per_job"), f"{where}: tres_per_job")
+    return per_job // node_count if per_job and node_count else 0
+
+
+def _node(raw: Mapping[str, Any], index: int) -> NodeView:
+    name = cv.as_str(cv.field(raw, "name", f"sinfo --json: nodes[{index}]"), "name")
+    where = f"sinfo --json: node {name or index}"
+    if not name:
+        raise SlurmParseError(f"{where}: empty node name")
+    flags = cv.as_list(raw.get("state_flags") or [], f"{where}: state_flags")
+    partitions = cv.as_list(raw.get("partitions") or [], f"{where}: partitions")
+    return NodeView(
+        name=name,
+        state=cv.as_str(cv.field(raw, "state", where), f"{where}: state").lower(),
+        flags=tuple(cv.as_str(f, f"{where}: state_flags").upper() for f in flags),
+        cpus=cv.as_int(cv.field(raw, "cpus", where), f"{where}: cpus"),
+        alloc_cpus=cv.as_int(raw.get("alloc_cpus"), f"{where}: alloc_cpus", default=0),
+        gpus=cv.gres_gpus(raw.get("gres"), f"{where}: gres"),
+        alloc_gpus=cv.gres_gpus(raw.get("gres_used"), f"{where}: gres_used"),
+        partitions=tuple(cv.as_str(p, f"{where}: partitions") for p in partitions),
+        reason=cv.as_str(raw.get("reason"), f"{where}: reason"),
+    )
+
+
+def _acct(raw: Mapping[str, Any], index: int) -> AcctRecord:
+    job_id = cv.as_int(cv.field(raw, "job_id", f"sacct --json: jobs[{index}]"), "job_id")
+    where = f"sacct --json: job {job_id} (record {index})"
+    state = cv.mapping(cv.field(raw, "state", where), f"{where}: state")
+    times = cv.mapping(cv.field(raw, "time", where), f"{where}: time")
+    comment = raw.get("comment") or {}
+    comment = cv.mapping(comment, f"{where}: comment")
+    het = cv.mapping(raw.get("het") or {}, f"{where}: het")
+    het_job_id = cv.opt_int(het.get("job_id"), f"{where}: het.job_id") or None
+    return AcctRecord(
+        job_id=job_id,
+        name=cv.as_str(raw.get("name"), f"{where}: name"),
+        user=cv.as_str(raw.get("user"), f"{where}: user"),
+        account=cv.as_str(raw.get("account"), f"{where}: account"),
+        partition=cv.as_str(raw.get("partition"), f"{where}: partition"),
+        state=cv.job_state(cv.field(state, "current", where), f"{where}: state.current"),
+        submit_time=cv.epoch(times.get("submission"), f"{where}: time.submission"),
+        start_time=cv.epoch(times.get("start"), f"{where}: time.start"),
+        end_time=cv.epoch(times.get("end"), f"{where}: time.end"),
+        node_count=cv.as_int(raw.get("allocation_nodes"), f"{where}: allocation_nodes", default=0),
+        nodes=cv.nodes(raw.get("nodes"), f"{where}: nodes"),
+        comment=cv.as_str(comment.get("job"), f"{where}: comment.job"),
+        work_dir=cv.as_str(raw.get("working_directory"), f"{where}: working_directory"),
+        het_job_id=het_job_id,
+        het_job_offset=(
+            cv.opt_int(het.get("job_offset"), f"{where}: het.job_offset")
+            if het_job_id is not None
+            else None
+        ),
+    )

@@ -1,0 +1,160 @@
+"""The one place that runs Slurm client commands.
+
+Every call has a timeout, passes ``SLURM_CONF`` through, is counted, and turns
+failures into the typed errors of :mod:`slurm_elastic.errors`:
+
+* missing binary, "Unable to contact slurm controller", connection refused,
+  socket timeouts towards slurmctld/slurmdbd  -> ``SlurmUnreachable``
+* the command ran past its timeout                -> ``SlurmTimeout``
+* any other non-zero exit                         -> ``SlurmRejected`` carrying
+  Slurm's own message (the last meaningful stderr line)
+
+Actions can run in dry-run mode (as torchx does): the command is logged and
+recorded in ``dry_run_log`` and never executed.  Reads always run, so a
+dry-run daemon still sees the real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from slurm_elastic.errors import SlurmRejected, SlurmTimeout, SlurmUnreachable
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+
+# stderr fragments meaning "the request never reached a working controller/database".
+# Nothing was applied in these cases, which is what makes retrying an action safe.
+_UNREACHABLE = re.compile(
+    r"unable to contact slurm controller|connection refused|"
+    r"socket timed out|unable to establish connection|"
+    r"slurm_persist_conn_open|problem talking to the database|"
+    r"could not establish a connection|slurmdbd: .*not running|"
+    r"zero bytes were transmitted or received|"
+    r"couldn't find the specified plugin|munge.*(?:fail|error)",
+    re.IGNORECASE,
+)
+# "squeue: error: " / "scontrol: " / "sbatch: error: " prefixes say nothing useful.
+_PREFIX = re.compile(r"^(?:\w+: )?(?:error: |fatal: )?", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+    dry_run: bool = False
+
+
+def slurm_message(stderr: str) -> str:
+    """Slurm's own one-line message from a command's stderr."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    # scontrol prints the generic "slurm_update error: X" after any detail lines;
+    # keep the most specific line that names the problem: the last one.
+    return _PREFIX.sub("", lines[-1], count=1).strip()
+
+
+@dataclass
+class SlurmRunner:
+    """Runs Slurm commands; counts them; optionally only records actions.
+
+    ``slurm_conf`` (if given) is exported as ``SLURM_CONF``; otherwise the
+    caller's environment (including any ``SLURM_CONF``) is inherited.
+    """
+
+    slurm_conf: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    dry_run: bool = False
+    calls: int = 0
+    read_calls: int = 0
+    action_calls: int = 0
+    dry_run_log: list[tuple[str, ...]] = field(default_factory=list)
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.slurm_conf is not None:
+            env["SLURM_CONF"] = self.slurm_conf
+        if extra:
+            env.update(extra)
+        return env
+
+    def read(self, argv: Sequence[str], *, timeout_s: float | None = None) -> CommandResult:
+        """Run a read-only command (never skipped in dry-run mode)."""
+        self.read_calls += 1
+        return self._run(tuple(argv), timeout_s=timeout_s, stdin=None)
+
+    def act(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        """Run a command that changes Slurm state; in dry-run mode only record it."""
+        command = tuple(argv)
+        if self.dry_run:
+            self.dry_run_log.append(command)
+            log.info("slurm.dry_run", command=" ".join(command))
+            return CommandResult(command, 0, "", "", 0.0, dry_run=True)
+        self.action_calls += 1
+        return self._run(command, timeout_s=timeout_s, stdin=stdin)
+
+    def _run(
+        self, argv: tuple[str, ...], *, timeout_s: float | None, stdin: str | None
+    ) -> CommandResult:
+        self.calls += 1
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                argv,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=limit,
+                env=self.env(),
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise SlurmUnreachable(
+                f"Slurm command {argv[0]!r} not found (is slurm-client installed?)",
+                command=argv,
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmTimeout(
+                f"{' '.join(argv[:3])} did not finish within {limit:g}s", command=argv
+            ) from exc
+        except OSError as exc:
+            raise SlurmUnreachable(f"cannot run {argv[0]!r}: {exc}", command=argv) from exc
+        elapsed = time.monotonic() - started
+        result = CommandResult(argv, proc.returncode, proc.stdout, proc.stderr, elapsed)
+        log.debug("slurm.command", command=" ".join(argv), rc=proc.returncode, elapsed_s=elapsed)
+        if proc.returncode != 0:
+            raise _classify(result)
+        return result
+
+
+def _classify(result: CommandResult) -> SlurmRejected | SlurmUnreachable:
+    message = slurm_message(result.stderr) or slurm_message(result.stdout)
+    what = " ".join(result.argv[:3])
+    if _UNREACHABLE.search(result.stderr):
+        return SlurmUnreachable(
+            f"{what}: Slurm unreachable: {message or 'no message'}", command=result.argv
+        )
+    return SlurmRejected(
+        f"{what} rejected: {message or f'exit status {result.returncode}'}",
+        slurm_message=message,
+        command=result.argv,
+    )
