@@ -38,15 +38,21 @@ local function is_marker_token(t)
    return t == WORD or starts_with(t, WORD .. ":") or starts_with(t, WORD .. "/")
 end
 
-local function msg(token, reason)
-   local shown = token
-   if #shown > 60 then shown = string.sub(shown, 1, 57) .. "..." end
-   -- One line, no control bytes (a byte-wise gsub: Lua 5.1 patterns cannot hold "\0").
+-- One bounded line: a hostile comment must not smuggle newlines or pages into logs.
+local function show(text, limit)
+   limit = limit or 20
+   local shown = text
+   if #shown > limit then shown = string.sub(shown, 1, limit - 3) .. "..." end
+   -- A byte-wise gsub: Lua 5.1 patterns cannot hold "\0".
    shown = string.gsub(shown, ".", function(c)
       local b = string.byte(c)
       if b < 32 or b == 127 then return "?" end
    end)
-   return "invalid elastic marker '" .. shown .. "': " .. reason
+   return shown
+end
+
+local function msg(token, reason)
+   return "invalid elastic marker '" .. show(token, 60) .. "': " .. reason
 end
 
 -- Every token of the comment with its byte span, in order.
@@ -101,7 +107,7 @@ local function parse_token(token)
    if head ~= WORD then
       local version = string.sub(head, #WORD + 2)
       if version ~= "1" then
-         return nil, msg(token, "unknown version '" .. version .. "' (supported: 1)")
+         return nil, msg(token, "unknown version '" .. show(version) .. "' (supported: 1)")
       end
       m.explicit = true
    end
@@ -114,15 +120,15 @@ local function parse_token(token)
          pos = comma + 1
          local eq = string.find(option, "=", 1, true)
          if not eq or eq == 1 then
-            return nil, msg(token, "option '" .. option .. "' is not key=value")
+            return nil, msg(token, "option '" .. show(option) .. "' is not key=value")
          end
          local key, raw = string.sub(option, 1, eq - 1), string.sub(option, eq + 1)
          if not is_key(key) then
-            return nil, msg(token, "unknown key '" .. key .. "' (known: " .. table.concat(KEYS, ", ") .. ")")
+            return nil, msg(token, "unknown key '" .. show(key) .. "' (known: " .. table.concat(KEYS, ", ") .. ")")
          end
          if m[key] ~= nil then return nil, msg(token, "duplicate key '" .. key .. "'") end
          if not string.match(raw, "^[0-9]+$") then
-            return nil, msg(token, key .. " must be a whole number, got '" .. raw .. "'")
+            return nil, msg(token, key .. " must be a whole number, got '" .. show(raw) .. "'")
          end
          if #raw > MAX_DIGITS then
             return nil, msg(token, string.format("%s is too large (%d digits, at most 6)", key, #raw))

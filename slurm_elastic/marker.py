@@ -116,11 +116,14 @@ def find_marker_token(comment: str | None) -> str | None:
     return found[0] if found else None
 
 
+def _show(text: str, limit: int = 20) -> str:
+    # One bounded line: a hostile comment must not smuggle newlines or pages into logs.
+    shown = text if len(text) <= limit else text[: limit - 3] + "..."
+    return _CONTROL.sub("?", shown)
+
+
 def _msg(token: str, reason: str) -> str:
-    # One line: a hostile comment must not smuggle newlines into logs or sbatch errors.
-    shown = token if len(token) <= 60 else token[:57] + "..."
-    shown = _CONTROL.sub("?", shown)
-    return f"invalid elastic marker '{shown}': {reason}"
+    return f"invalid elastic marker '{_show(token, 60)}': {reason}"
 
 
 # --------------------------------------------------------------------------- parse
@@ -136,7 +139,9 @@ def parse_token(token: str) -> MarkerToken:
         text = head[len(MARKER_WORD) + 1 :]
         if text not in {str(v) for v in SUPPORTED_VERSIONS}:
             supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
-            raise MarkerError(_msg(token, f"unknown version '{text}' (supported: {supported})"))
+            raise MarkerError(
+                _msg(token, f"unknown version '{_show(text)}' (supported: {supported})")
+            )
         version, explicit = int(text), True
     values: dict[str, int] = {}
     if colon:
@@ -145,9 +150,11 @@ def parse_token(token: str) -> MarkerToken:
         for option in options.split(","):
             key, eq, raw = option.partition("=")
             if not eq or not key:
-                raise MarkerError(_msg(token, f"option '{option}' is not key=value"))
+                raise MarkerError(_msg(token, f"option '{_show(option)}' is not key=value"))
             if key not in KEYS:
-                raise MarkerError(_msg(token, f"unknown key '{key}' (known: {', '.join(KEYS)})"))
+                raise MarkerError(
+                    _msg(token, f"unknown key '{_show(key)}' (known: {', '.join(KEYS)})")
+                )
             if key in values:
                 raise MarkerError(_msg(token, f"duplicate key '{key}'"))
             values[key] = _value(token, key, raw)
@@ -166,7 +173,7 @@ def parse_token(token: str) -> MarkerToken:
 
 def _value(token: str, key: str, raw: str) -> int:
     if not _DIGITS.fullmatch(raw):
-        raise MarkerError(_msg(token, f"{key} must be a whole number, got '{raw}'"))
+        raise MarkerError(_msg(token, f"{key} must be a whole number, got '{_show(raw)}'"))
     if len(raw) > MAX_DIGITS:
         raise MarkerError(_msg(token, f"{key} is too large ({len(raw)} digits, at most 6)"))
     value = int(raw)

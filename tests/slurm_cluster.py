@@ -1,0 +1,155 @@
+"""pytest plugin: the real local Slurm cluster (scripts/cluster.sh) as fixtures.
+
+* ``slurm_cluster`` (session): brings up instance ``$SLURM_ELASTIC_TEST_INSTANCE`` (default
+  0) with ``$SLURM_ELASTIC_TEST_NODES`` nodes (default 4) -- a quick no-op when it is
+  already up -- exports ``SLURM_CONF`` and yields a :class:`SlurmCluster`.
+* ``clean_queue`` (function): cancels every job of that cluster and waits (bounded) until
+  the queue is empty and every node is idle, then cancels again after the test.
+
+Tests marked ``@pytest.mark.slurm`` are skipped when this machine cannot run the cluster
+(not root, or Debian's Slurm is not installed) -- but only outside CI: with ``CI`` set a
+missing cluster is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_SH = REPO / "scripts" / "cluster.sh"
+SLURM_BINARIES = (
+    "/usr/sbin/slurmctld",
+    "/usr/sbin/slurmd",
+    "/usr/sbin/slurmdbd",
+    "/usr/sbin/munged",
+)
+UP_TIMEOUT_S = 240
+IDLE_TIMEOUT_S = 40.0
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    instance: int
+    conf: Path
+    cluster_name: str
+    nodes: tuple[str, ...]
+    partitions: tuple[str, ...]  # the default partition first
+
+    @property
+    def env(self) -> dict[str, str]:
+        """os.environ with this cluster's SLURM_CONF (for subprocesses)."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client command against this cluster."""
+        return subprocess.run(
+            args, env=self.env, capture_output=True, text=True, check=check, timeout=timeout
+        )
+
+    def active_job_ids(self) -> list[int]:
+        out = self.run("squeue", "-h", "-o", "%i|%T").stdout
+        return [int(line.split("|")[0].split("_")[0]) for line in out.split() if line]
+
+    def node_states(self) -> dict[str, str]:
+        out = self.run("sinfo", "-h", "-N", "-p", self.partitions[0], "-o", "%N|%t").stdout
+        return dict(line.split("|", 1) for line in out.split())
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in {"", "0", "false", "no"}
+
+
+def cluster_unavailable_reason() -> str | None:
+    """Why this machine cannot run the local cluster, None when it can."""
+    if os.geteuid() != 0:
+        return "needs root (scripts/cluster.sh starts munged, MariaDB and Slurm daemons)"
+    missing = [b for b in SLURM_BINARIES if not Path(b).exists()]
+    if missing:
+        return f"Debian's Slurm is not installed ({', '.join(missing)}): run make setup"
+    return None
+
+
+def _skip_or_fail(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"CI is set but the local Slurm cluster is unavailable: {reason}")
+    pytest.skip(reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("slurm") is not None:
+        reason = cluster_unavailable_reason()
+        if reason is not None:
+            _skip_or_fail(reason)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``predicate`` until true; fail the test saying ``what`` did not happen."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    reason = cluster_unavailable_reason()
+    if reason is not None:
+        _skip_or_fail(reason)
+    instance = int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
+    nodes = int(os.environ.get("SLURM_ELASTIC_TEST_NODES", "4"))
+    cmd = ["bash", str(CLUSTER_SH), "up", "--instance", str(instance), "--nodes", str(nodes)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=UP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(cmd)} took more than {UP_TIMEOUT_S}s")
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+    env_line = subprocess.run(
+        ["bash", str(CLUSTER_SH), "env", "--instance", str(instance)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout.strip()
+    conf = Path(env_line.partition("SLURM_CONF=")[2])
+    os.environ["SLURM_CONF"] = str(conf)
+    cluster = SlurmCluster(
+        instance=instance,
+        conf=conf,
+        cluster_name=f"cluster{instance}",
+        nodes=tuple(f"n{i}" for i in range(1, nodes + 1)),
+        partitions=("batch", "shared"),
+    )
+    yield cluster
+
+
+def _cancel_all(cluster: SlurmCluster) -> None:
+    ids = cluster.active_job_ids()
+    if ids:
+        cluster.run("scancel", *map(str, ids), check=False)
+
+
+@pytest.fixture
+def clean_queue(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    _cancel_all(slurm_cluster)
+
+    def settled() -> bool:
+        if slurm_cluster.active_job_ids():
+            _cancel_all(slurm_cluster)  # a job submitted while we waited
+            return False
+        states = slurm_cluster.node_states()
+        return len(states) == len(slurm_cluster.nodes) and set(states.values()) == {"idle"}
+
+    wait_until(settled, IDLE_TIMEOUT_S, "an empty queue and idle nodes")
+    yield slurm_cluster
+    _cancel_all(slurm_cluster)
