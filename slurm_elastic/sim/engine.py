@@ -1,0 +1,426 @@
+"""The event-driven cluster: jobs, nodes, FIFO + EASY backfill, progress and resizes.
+
+Everything that happens is an event at a simulated time: arrivals, completions, the end
+of a shrink checkpoint (the job's acknowledgement) and control cycles.  Between events
+each running job progresses linearly at its profile's rate for its current world size;
+after every resize it pays its resize cost (checkpoint + restart) with no progress.
+
+Elastic decisions are not made here: a *driver* (``sim.runner.ControllerDriver``, the
+daemon's own Controller) is called at control cycles and acts through
+``sim.backend.SimBackend``, which calls the mutators below exactly as Slurm would
+apply ``scontrol``/``sbatch``/``scancel``.  With no driver the cluster is plain Slurm.
+
+Control cycles run on the daemon's interval grid, but only when something happened
+since the last cycle (an arrival, an end, a start, an acknowledgement, or an action
+taken by the previous cycle) or when ``refresh_s`` has passed while elastic jobs run:
+a cycle over an unchanged cluster that took no action would repeat itself.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from slurm_elastic.errors import SlurmRejected
+from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
+from slurm_elastic.sim.workload import JobSpec
+from slurm_elastic.types import JobState
+
+# Event kinds, ordered: at equal times ends are handled before arrivals (nodes freed
+# at t are usable at t), acknowledgements before the control cycle that reads them.
+_END, _ARRIVE, _ACK, _CYCLE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSpec:
+    name: str
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    partitions: tuple[PartitionSpec, ...]
+    gpus_per_node: int = 1
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(p.nodes for p in self.partitions)
+
+    @property
+    def default_partition(self) -> str:
+        return self.partitions[0].name
+
+
+@dataclass(slots=True)
+class Period:
+    """One stretch of a job at one size (becomes a sacct-like Allocation)."""
+
+    start: float
+    end: float | None
+    nodes: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class SimJob:
+    job_id: int
+    spec: JobSpec | None  # None for companion jobs
+    name: str
+    user: str
+    partition: str
+    comment: str
+    submit: float
+    request: int  # nodes asked for (pending) — changed by pin_pending_size
+    state: JobState = JobState.PENDING
+    parent: int | None = None  # companion: the job it grows
+    companions: list[int] = field(default_factory=list)
+    nodes: list[int] = field(default_factory=list)  # own allocation, batch host first
+    start: float | None = None
+    end: float | None = None
+    done: float = 0.0  # steps
+    last: float = 0.0  # progress accounted up to here
+    paused_until: float = 0.0  # restarting / holding a checkpoint until then (inf: hold)
+    world: int = 0  # nodes training together (own + joined companions)
+    version: int = 0  # invalidates stale end events
+    resizes: int = 0
+    resized_at: float = -math.inf
+    node_seconds: float = 0.0
+    periods: list[Period] = field(default_factory=list)
+    admin_comment: str = ""
+
+    @property
+    def is_companion(self) -> bool:
+        return self.parent is not None
+
+
+class Driver(Protocol):
+    """What drives elastic jobs at control cycles (the daemon's Controller, in the sim)."""
+
+    interval_s: float
+
+    def cycle(self, now: float) -> None: ...
+
+    def acknowledge(self, job_id: int, now: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    time: float
+    busy_nodes: int
+    queued: int
+
+
+class Cluster:
+    """State + Slurm-like mutators.  Not thread-safe; one simulation per instance."""
+
+    def __init__(self, spec: ClusterSpec, jobs: tuple[JobSpec, ...]) -> None:
+        self.spec = spec
+        self.now = 0.0
+        self.jobs: dict[int, SimJob] = {}
+        self.node_names: list[str] = []
+        self.node_partition: list[str] = []
+        self.owner: list[int] = []  # job id per node, 0 = idle
+        self.free: dict[str, list[int]] = {}
+        for part in spec.partitions:
+            ids = list(range(len(self.node_names), len(self.node_names) + part.nodes))
+            self.free[part.name] = ids
+            self.node_names.extend(f"{part.name}-n{i + 1}" for i in range(part.nodes))
+            self.node_partition.extend([part.name] * part.nodes)
+            self.owner.extend([0] * part.nodes)
+        self.specs = jobs
+        self.active: dict[int, SimJob] = {}  # pending + running, insertion = submit order
+        self.finished: list[SimJob] = []
+        self.next_id = (max((j.sim_id for j in jobs), default=0)) + 1
+        self.changed = True  # something happened since the last control cycle
+        self.actions = 0  # mutations applied through the backend (resizes, pins, submits)
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        self.on_hold: Callable[[SimJob], None] | None = None
+
+    # ------------------------------------------------------------ event queue
+    def push(self, time: float, kind: int, job_id: int = 0, version: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (time, kind, self._seq, job_id, version))
+
+    # ------------------------------------------------------------ progress
+    def rate(self, job: SimJob) -> float:
+        assert job.spec is not None
+        return job.spec.rate_at(job.world) if job.world else 0.0
+
+    def advance(self, job: SimJob, t: float) -> None:
+        """Account progress up to ``t`` at the current world size."""
+        if job.spec is None or job.state is not JobState.RUNNING:
+            return
+        begin = max(job.last, job.paused_until)
+        if t > begin:
+            job.done = min(job.spec.work, job.done + self.rate(job) * (t - begin))
+        job.last = max(job.last, t)
+
+    def expected_end(self, job: SimJob) -> float:
+        if job.parent is not None:
+            return self.expected_end(self.jobs[job.parent])
+        assert job.spec is not None
+        if job.state is JobState.PENDING:
+            return math.inf
+        if math.isinf(job.paused_until):
+            return math.inf
+        remaining = max(0.0, job.spec.work - job.done)
+        return max(job.last, job.paused_until) + remaining / self.rate(job)
+
+    def _reschedule(self, job: SimJob) -> None:
+        job.version += 1
+        end = self.expected_end(job)
+        if math.isfinite(end):
+            self.push(end, _END, job.job_id, job.version)
+
+    # ------------------------------------------------------------ allocation
+    def _take(self, job: SimJob, count: int) -> None:
+        pool = self.free[job.partition]
+        pool.sort()
+        taken, self.free[job.partition] = pool[:count], pool[count:]
+        for n in taken:
+            self.owner[n] = job.job_id
+        job.nodes.extend(taken)
+
+    def _release(self, job: SimJob, nodes: list[int]) -> None:
+        gone = set(nodes)
+        for n in gone:
+            self.owner[n] = 0
+        self.free[job.partition].extend(nodes)
+        job.nodes = [n for n in job.nodes if n not in gone]
+
+    def _close_period(self, job: SimJob, t: float) -> None:
+        if job.periods and job.periods[-1].end is None:
+            p = job.periods[-1]
+            p.end = t
+            job.node_seconds += (t - p.start) * len(p.nodes)
+
+    def _open_period(self, job: SimJob, t: float) -> None:
+        self._close_period(job, t)
+        if job.nodes:
+            job.periods.append(Period(start=t, end=None, nodes=tuple(job.nodes)))
+
+    def _set_world(self, parent: SimJob, t: float, *, resize: bool) -> None:
+        """Recompute the parent's training world; a change costs one resize."""
+        self.advance(parent, t)
+        world = len(parent.nodes) + sum(
+            len(self.jobs[c].nodes)
+            for c in parent.companions
+            if self.jobs[c].state is JobState.RUNNING
+        )
+        if world != parent.world:
+            parent.world = world
+            if resize and parent.resized_at == t:
+                pass  # one restart covers every change applied at the same instant
+            elif resize:
+                parent.resized_at = t
+                assert parent.spec is not None
+                parent.resizes += 1
+                # A job that checkpointed while holding for this shrink only restarts.
+                cost = parent.spec.restart_s
+                if not math.isinf(parent.paused_until):
+                    cost += parent.spec.checkpoint_s
+                parent.paused_until = t + cost
+        parent.last = max(parent.last, t)
+        self._reschedule(parent)
+
+    # ------------------------------------------------------------ lifecycle
+    def arrive(self, spec: JobSpec) -> None:
+        job = SimJob(
+            job_id=spec.sim_id,
+            spec=spec,
+            # Same name for the same model: a site's priors match "same user + job name".
+            name=spec.profile.model,
+            user=spec.user,
+            partition=spec.partition,
+            comment="",
+            submit=self.now,
+            request=spec.req_nodes,
+        )
+        self.jobs[job.job_id] = job
+        self.active[job.job_id] = job
+        self.changed = True
+
+    def start(self, job: SimJob) -> None:
+        t = self.now
+        self._take(job, job.request)
+        job.state = JobState.RUNNING
+        job.start = t
+        job.last = t
+        self._open_period(job, t)
+        self.changed = True
+        if job.parent is not None:
+            parent = self.jobs[job.parent]
+            self._set_world(parent, t, resize=True)
+        else:
+            job.world = len(job.nodes)
+            self._reschedule(job)
+
+    def finish(self, job: SimJob, state: JobState = JobState.COMPLETED) -> None:
+        t = self.now
+        self.advance(job, t)
+        if job.state is JobState.RUNNING:
+            self._close_period(job, t)
+            self._release(job, list(job.nodes))
+        job.state = state
+        job.end = t
+        job.version += 1
+        self.active.pop(job.job_id, None)
+        self.finished.append(job)
+        self.changed = True
+        for cid in list(job.companions):
+            companion = self.jobs[cid]
+            if companion.state.is_active:
+                self.finish(companion, JobState.CANCELLED)
+        if job.parent is not None:
+            parent = self.jobs[job.parent]
+            if job.job_id in parent.companions:
+                parent.companions.remove(job.job_id)
+            if parent.state is JobState.RUNNING and state is not JobState.COMPLETED:
+                self._set_world(parent, t, resize=True)
+
+    # ------------------------------------------------------------ Slurm actions
+    def pin(self, job_id: int, nodes: int) -> None:
+        job = self.get_active(job_id)
+        if job.state is not JobState.PENDING:
+            raise SlurmRejected(
+                f"job {job_id} is not pending", slurm_message="Job is no longer pending execution"
+            )
+        if nodes < 1 or nodes > self._partition_size(job.partition):
+            raise SlurmRejected(
+                f"job {job_id}: {nodes} nodes",
+                slurm_message="Requested node configuration is not available",
+            )
+        if nodes != job.request:
+            job.request = nodes
+            self.actions += 1
+
+    def shrink(self, job_id: int, nodes: int) -> None:
+        job = self.get_active(job_id)
+        if job.state is not JobState.RUNNING:
+            raise SlurmRejected(f"job {job_id} is not running", slurm_message="Job is pending")
+        if nodes > len(job.nodes):
+            raise SlurmRejected(
+                f"job {job_id} cannot grow to {nodes}",
+                slurm_message="Job is no longer pending execution",
+            )
+        if nodes < 1:
+            raise SlurmRejected(
+                f"job {job_id}: cannot remove the batch host",
+                slurm_message="Invalid node name specified",
+            )
+        if nodes == len(job.nodes):
+            return
+        t = self.now
+        if job.parent is None:
+            self.advance(job, t)
+        self._release(job, job.nodes[nodes:])
+        self._open_period(job, t)
+        self.actions += 1
+        self.changed = True
+        target = job if job.parent is None else self.jobs[job.parent]
+        self._set_world(target, t, resize=True)
+
+    def cancel(self, job_id: int) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or not job.state.is_active:
+            raise SlurmRejected(
+                f"job {job_id} is not active", slurm_message="Invalid job id specified"
+            )
+        self.actions += 1
+        self.finish(job, JobState.CANCELLED)
+
+    def submit(
+        self, *, user: str, nodes: int, partition: str, name: str, comment: str, parent: int | None
+    ) -> int:
+        if partition not in self.free:
+            raise SlurmRejected(
+                f"no partition {partition!r}", slurm_message="Invalid partition name specified"
+            )
+        if nodes < 1 or nodes > self._partition_size(partition):
+            raise SlurmRejected(
+                f"{nodes} nodes", slurm_message="Requested node configuration is not available"
+            )
+        job = SimJob(
+            job_id=self.next_id,
+            spec=None,
+            name=name,
+            user=user,
+            partition=partition,
+            comment=comment,
+            submit=self.now,
+            request=nodes,
+            parent=parent,
+        )
+        self.next_id += 1
+        self.jobs[job.job_id] = job
+        self.active[job.job_id] = job
+        if parent is not None:
+            self.jobs[parent].companions.append(job.job_id)
+        self.actions += 1
+        self.changed = True
+        return job.job_id
+
+    def hold_for_checkpoint(self, job_id: int, ack_after_s: float) -> None:
+        """A shrink instruction reached the job: it checkpoints and holds until resized."""
+        job = self.get_active(job_id)
+        self.advance(job, self.now)
+        job.paused_until = math.inf
+        job.version += 1  # no end while holding
+        self.push(self.now + ack_after_s, _ACK, job_id, 0)
+
+    def resume(self, job_id: int) -> None:
+        """The shrink a job held for was dropped (timeout, rollback): it trains on."""
+        job = self.active.get(job_id)
+        if job is not None and math.isinf(job.paused_until):
+            job.paused_until = self.now
+            job.last = self.now
+            self._reschedule(job)
+
+    def get_active(self, job_id: int) -> SimJob:
+        job = self.active.get(job_id)
+        if job is None:
+            raise SlurmRejected(
+                f"job {job_id} is not active", slurm_message="Invalid job id specified"
+            )
+        return job
+
+    def _partition_size(self, partition: str) -> int:
+        return sum(p.nodes for p in self.spec.partitions if p.name == partition)
+
+    # ------------------------------------------------------------ scheduling
+    def schedule(self) -> None:
+        """One FIFO + EASY backfill pass per partition at ``now``."""
+        by_part: dict[str, list[SimJob]] = {}
+        for job in self.active.values():
+            if job.state is JobState.PENDING:
+                by_part.setdefault(job.partition, []).append(job)
+        for part, pending in by_part.items():
+            pending.sort(key=lambda j: (j.submit, j.job_id))
+            waiting = [Waiting(j.job_id, j.request, self._runtime(j)) for j in pending]
+            holding = [
+                Holding(len(j.nodes), self.expected_end(j))
+                for j in self.active.values()
+                if j.partition == part and j.state is JobState.RUNNING
+            ]
+            for job_id in fifo_easy_backfill(self.now, len(self.free[part]), waiting, holding):
+                self.start(self.jobs[job_id])
+
+    def _runtime(self, job: SimJob) -> float:
+        if job.parent is not None:
+            return max(0.0, self.expected_end(self.jobs[job.parent]) - self.now)
+        assert job.spec is not None
+        return job.spec.work / job.spec.rate_at(job.request)
+
+    # ------------------------------------------------------------ invariants
+    def busy_nodes(self) -> int:
+        return sum(1 for o in self.owner if o)
+
+    def check_capacity(self) -> None:
+        """Every node has at most one owner and every job holds what it thinks it holds."""
+        held = sum(len(j.nodes) for j in self.active.values())
+        free = sum(len(f) for f in self.free.values())
+        if held != self.busy_nodes() or held + free != len(self.owner):
+            raise AssertionError(f"capacity broken at t={self.now}: held={held} free={free}")

@@ -1,0 +1,252 @@
+"""Run one policy over one workload: the event loop and the daemon in the loop.
+
+``simulate`` replays the workload through :class:`engine.Cluster`; at control cycles a
+driver runs the daemon's own ``Controller.run_once(now)`` against ``SimBackend``.  The
+simulated jobs play the agents' part: before every cycle each running elastic job posts a
+``ProgressReport`` (steps, samples/s at its current size, the metric of its model's real
+validation curve at its progress) into the controller's report store, and a job that
+finds a shrink instruction on the board checkpoints (its ``checkpoint_s``, no progress)
+and acknowledges ``ready``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_elastic.sim.backend import SimBackend
+from slurm_elastic.sim.engine import (
+    _ACK,
+    _ARRIVE,
+    _CYCLE,
+    _END,
+    Cluster,
+    ClusterSpec,
+    Driver,
+    Sample,
+    SimJob,
+)
+from slurm_elastic.sim.workload import Workload
+from slurm_elastic.types import JobState, ProgressReport
+
+#: Simulated clocks start here (2023-11-14 UTC) so that every time the daemon sees is a
+#: plausible POSIX time; results are reported relative to the first submission.
+ORIGIN = 1_700_000_000.0
+
+POLICIES = ("static", "greedy", "dp", "mip")
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    policy: str = "mip"
+    interval_s: float | None = None  # control-cycle grid; None: the daemon config's interval
+    refresh_s: float = 600.0  # re-run an idle controller this often while elastic jobs run
+    report_total_steps: bool = True  # jobs declare their step budget (ElasticFlow-style)
+
+
+@dataclass(slots=True)
+class Outcome:
+    policy: str
+    jobs: list[SimJob]  # every finished trace job (companions excluded)
+    all_jobs: list[SimJob]
+    samples: list[Sample]
+    total_nodes: int
+    gpus_per_node: int
+    cycles: int
+    cycle_wall_s: float
+    wall_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+DriverFactory = Callable[[SimBackend, Cluster, SimSettings], Driver]
+
+
+def simulate(
+    workload: Workload,
+    spec: ClusterSpec,
+    settings: SimSettings,
+    *,
+    driver_factory: DriverFactory | None = None,
+    on_step: Callable[[Cluster], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Outcome:
+    """Replay ``workload``; ``driver_factory`` None is plain Slurm (FIFO + backfill only)."""
+    import time as _time
+
+    wall0 = _time.perf_counter()
+    cluster = Cluster(spec, workload.jobs)
+    backend = SimBackend(cluster)
+    driver = driver_factory(backend, cluster, settings) if driver_factory else None
+    interval = settings.interval_s or (driver.interval_s if driver is not None else 10.0)
+    by_id = {s.sim_id: s for s in workload.jobs}
+    for s in workload.jobs:
+        cluster.push(ORIGIN + s.submit_s, _ARRIVE, s.sim_id)
+    samples: list[Sample] = []
+    last_cycle = -math.inf
+    next_cycle = math.inf
+    cycles = 0
+    cycle_wall = 0.0
+    total = len(workload.jobs)
+    finished_trace = 0
+    events = cluster.events
+    while events:
+        t = events[0][0]
+        cluster.now = t
+        run_cycle = False
+        while events and events[0][0] == t:
+            _, kind, _, job_id, version = heapq.heappop(events)
+            if kind == _END:
+                job = cluster.jobs[job_id]
+                if job.version == version and job.state is JobState.RUNNING:
+                    cluster.finish(job)
+                    finished_trace += 1
+            elif kind == _ARRIVE:
+                cluster.arrive(by_id[job_id])
+            elif kind == _ACK and driver is not None:
+                driver.acknowledge(job_id, t)
+                cluster.changed = True
+            elif kind == _CYCLE:
+                next_cycle = math.inf
+                run_cycle = cluster.changed or t - last_cycle >= settings.refresh_s
+        if run_cycle and driver is not None:
+            before = cluster.actions
+            cluster.changed = False
+            c0 = _time.perf_counter()
+            driver.cycle(t)
+            cycle_wall += _time.perf_counter() - c0
+            cycles += 1
+            last_cycle = t
+            if cluster.actions != before:
+                cluster.changed = True  # the controller acted: look again next cycle
+        cluster.schedule()
+        if on_step is not None:
+            on_step(cluster)
+        samples.append(Sample(t, cluster.busy_nodes(), _queued(cluster)))
+        if driver is not None and cluster.active:
+            if cluster.changed:
+                due = (math.floor(t / interval) + 1) * interval
+            elif any(j.spec is not None and j.spec.elastic for j in cluster.active.values()):
+                due = max(t, last_cycle + settings.refresh_s)
+                due = math.ceil(due / interval) * interval
+                due = due if due > t else due + interval
+            else:
+                due = math.inf
+            if due < next_cycle:
+                next_cycle = due
+                cluster.push(due, _CYCLE)
+        if progress is not None:
+            progress(finished_trace, total)
+    trace_jobs = [j for j in cluster.finished if j.spec is not None]
+    return Outcome(
+        policy=settings.policy if driver is not None else "slurm",
+        jobs=trace_jobs,
+        all_jobs=list(cluster.finished),
+        samples=samples,
+        total_nodes=spec.total_nodes,
+        gpus_per_node=spec.gpus_per_node,
+        cycles=cycles,
+        cycle_wall_s=cycle_wall,
+        wall_s=_time.perf_counter() - wall0,
+        extra={"rejected": len(workload.rejected)},
+    )
+
+
+def _queued(cluster: Cluster) -> int:
+    return sum(
+        1 for j in cluster.active.values() if j.state is JobState.PENDING and j.spec is not None
+    )
+
+
+def report_for(job: SimJob, cluster: Cluster, now: float, *, total_steps: bool) -> ProgressReport:
+    """What the job's agent would report now."""
+    assert job.spec is not None
+    spec = job.spec
+    rate = cluster.rate(job)
+    curve = spec.profile.curve
+    return ProgressReport(
+        job_id=job.job_id,
+        time=now,
+        step=int(job.done),
+        nodes=job.world,
+        loss=curve.at(job.done / spec.work if spec.work else 1.0),
+        metric_higher_is_better=curve.higher_is_better,
+        samples_per_s=rate * spec.profile.batch,
+        global_batch=spec.profile.batch,
+        total_steps=math.ceil(spec.work) if total_steps else None,
+    )
+
+
+class ControllerDriver:
+    """The daemon's own Controller, in enforce mode, driving the simulated cluster."""
+
+    def __init__(self, backend: SimBackend, cluster: Cluster, settings: SimSettings) -> None:
+        from slurm_elastic.config import Config
+        from slurm_elastic.daemon.controller import Controller
+        from slurm_elastic.daemon.instructions import InstructionBoard
+        from slurm_elastic.daemon.journal import Journal
+        from slurm_elastic.daemon.reports import ReportStore
+
+        config = Config.model_validate({"mode": "enforce", "policy": {"name": settings.policy}})
+        self.cluster = cluster
+        self.settings = settings
+        self.interval_s = config.interval_s
+        self.reports = ReportStore()
+        self.board = InstructionBoard()
+        self.controller = Controller(
+            backend, config, reports=self.reports, journal=Journal(":memory:"), agents=self.board
+        )
+        self._held: dict[int, str] = {}  # job id -> instruction id being checkpointed for
+        self.solve_s: list[float] = []
+        self.errors = 0
+
+    def cycle(self, now: float) -> None:
+        c = self.cluster
+        for job in c.active.values():
+            if job.spec is not None and job.spec.elastic and job.state is JobState.RUNNING:
+                self.reports.add(
+                    report_for(job, c, now, total_steps=self.settings.report_total_steps)
+                )
+        result = self.controller.run_once(now)
+        if not result.ok:
+            self.errors += 1
+        if result.plan is not None:
+            self.solve_s.append(result.plan.solve_s)
+        self._follow_instructions(now)
+
+    def _follow_instructions(self, now: float) -> None:
+        """Agents: checkpoint for a new shrink instruction; resume when one is withdrawn."""
+        open_jobs = set(self.board.open_jobs())
+        for job_id in list(self._held):
+            if job_id not in open_jobs:
+                del self._held[job_id]
+                self.cluster.resume(job_id)
+        for job_id in open_jobs:
+            instruction = self.board.pending_for(job_id)
+            if instruction is None or self._held.get(job_id) == instruction.id:
+                continue
+            job = self.cluster.active.get(job_id)
+            if job is None or job.spec is None or job.state is not JobState.RUNNING:
+                continue
+            self._held[job_id] = instruction.id
+            self.cluster.hold_for_checkpoint(job_id, job.spec.checkpoint_s)
+
+    def acknowledge(self, job_id: int, now: float) -> None:
+        from slurm_elastic.daemon.instructions import Ack, AckStatus
+
+        instruction_id = self._held.get(job_id)
+        job = self.cluster.jobs.get(job_id)
+        if instruction_id is None or job is None:
+            return
+        self.board.ack(
+            Ack(
+                instruction_id=instruction_id,
+                job_id=job_id,
+                status=AckStatus.READY,
+                step=int(job.done),
+                detail="simulated checkpoint written",
+                received_at=now,
+            )
+        )

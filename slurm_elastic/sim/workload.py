@@ -1,0 +1,187 @@
+"""Workload mapping: trace jobs -> simulated jobs (model profile, work, elasticity, sizes).
+
+Rules (all configurable through :class:`WorkloadConfig`, all seeded):
+
+* **Allocation unit.**  A simulated Slurm node has ``gpus_per_node`` GPUs (default 1: one
+  GPU slot per node, the way a site runs ``--gpus-per-node 1`` jobs on a shared GPU
+  partition).  A job asking ``g`` GPUs requests ``ceil(g / G)`` whole nodes; at ``n`` nodes
+  it uses ``g * n / req_nodes`` GPUs (so a 2-GPU job on 8-GPU nodes keeps using 2 GPUs per
+  node: no packing of several jobs onto one node).
+* **Model.**  The trace's model where it names one (ITP augmented: A100 table row at its
+  batch size; Pollux workloads: the Pollux profile).  ITP raw: a model drawn uniformly
+  from the augmented traces' six and a batch size drawn from that model's A100 rows (what
+  ElasticFlow's augmentation did).  Canonical rows naming a model: the Pollux profile for
+  a Pollux model, else the A100 table (batch = ``batch_size`` or the smallest row).
+  Philly, sacct and canonical rows without a model: Pollux's GPU-time rule — < 1 GPU-h:
+  cifar10 or ncf (coin flip), 1-10 GPU-h: deepspeech2 (half of them bert), 10-100 GPU-h:
+  yolov3, >= 100 GPU-h: imagenet.
+* **Work.**  Duration-preserving: ``W = duration × rate(req_gpus)`` steps, so a job kept at
+  its requested size finishes in exactly its trace duration.  Pollux workloads have no
+  duration: ``W`` is the whole validation curve (training to the final metric).
+* **Elasticity.**  Each job is elastic with probability ``elastic_fraction`` (seeded
+  draw, independent of the model draw); min nodes = ``max(1, ceil(req × min_fraction))``,
+  max nodes = ``min(partition size, max(req, floor(req × max_multiple)))``, step =
+  ``gcd(min, req)`` so the requested size is always an allowed size.
+* **Resize cost** = measured restart overhead (``restart_s``, default 15 s: grow 12-19 s,
+  shrink 9-13 s with tuned rendezvous timeouts in SLURM-FACTS) + the model's checkpoint
+  time (``profiles.CHECKPOINT_S``, assumed).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.sim import profiles
+from slurm_elastic.sim.profiles import Profile
+from slurm_elastic.sim.traces import Trace, TraceJob
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    gpus_per_node: int = 1
+    elastic_fraction: float = 1.0
+    min_fraction: float = 0.5
+    max_multiple: float = 2.0
+    restart_s: float = 15.0
+    checkpoint_s: float | None = None  # None: per-model table
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1:
+            raise ConfigError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if not 0.0 <= self.elastic_fraction <= 1.0:
+            raise ConfigError(f"elastic fraction must be in [0, 1], got {self.elastic_fraction}")
+        if not 0.0 < self.min_fraction <= 1.0:
+            raise ConfigError(f"min fraction must be in (0, 1], got {self.min_fraction}")
+        if self.max_multiple < 1.0:
+            raise ConfigError(f"max multiple must be >= 1, got {self.max_multiple}")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A simulated job: everything fixed at submission."""
+
+    sim_id: int
+    trace_id: str
+    submit_s: float
+    user: str
+    partition: str
+    req_gpus: int
+    req_nodes: int
+    elastic: bool
+    min_nodes: int
+    max_nodes: int
+    step: int
+    profile: Profile
+    work: float  # steps to finish
+    restart_s: float  # relaunch of the workers at the new size
+    checkpoint_s: float  # write + read of one checkpoint
+
+    @property
+    def resize_cost_s(self) -> float:
+        return self.restart_s + self.checkpoint_s
+
+    def gpus_at(self, nodes: int) -> float:
+        return self.req_gpus * nodes / self.req_nodes
+
+    def rate_at(self, nodes: int) -> float:
+        return self.profile.rate_at(self.gpus_at(nodes))
+
+    @property
+    def duration_at_request(self) -> float:
+        return self.work / self.rate_at(self.req_nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    jobs: tuple[JobSpec, ...]
+    rejected: tuple[str, ...]  # trace ids that can never fit their partition
+
+
+_BUCKETS = ((1.0, ("cifar10", "ncf")), (10.0, ("deepspeech2", "bert")), (100.0, ("yolov3",)))
+
+
+def pollux_bucket_model(gpu_hours: float, rng: random.Random) -> str:
+    for limit, choices in _BUCKETS:
+        if gpu_hours < limit:
+            return choices[0] if len(choices) == 1 else rng.choice(choices)
+    return "imagenet"
+
+
+def _profile(job: TraceJob, fmt: str, traces_dir: Path, rng: random.Random) -> Profile:
+    pollux_dir = traces_dir / "pollux" / "profiles"
+    model = job.model
+    if model is None and fmt == "itp-raw":
+        model = rng.choice(profiles.a100_models(traces_dir))
+        batches = sorted(profiles.a100_table(traces_dir / "elasticflow_throughputs", model))
+        return profiles.a100_profile(traces_dir, model, rng.choice(batches))
+    if model is None:
+        gpu_hours = (job.duration_s or 0.0) * job.gpus / 3600.0
+        return profiles.pollux_profile(pollux_dir, pollux_bucket_model(gpu_hours, rng))
+    if fmt != "itp-augmented" and model in profiles.POLLUX_MODELS:
+        return profiles.pollux_profile(pollux_dir, model)
+    if model in profiles.CURVE_FOR_A100:
+        table = profiles.a100_table(traces_dir / "elasticflow_throughputs", model)
+        batch = job.batch_size if job.batch_size in table else min(table)
+        return profiles.a100_profile(traces_dir, model, batch)
+    raise ConfigError(f"job {job.job_id}: no throughput profile for model {model!r}")
+
+
+def build_workload(
+    trace: Trace,
+    cfg: WorkloadConfig,
+    *,
+    traces_dir: Path,
+    partition_nodes: dict[str, int],
+    default_partition: str,
+) -> Workload:
+    """Map every trace job; jobs larger than their partition are rejected (as Slurm would)."""
+    model_rng = random.Random(f"model-{cfg.seed}")
+    elastic_rng = random.Random(f"elastic-{cfg.seed}")
+    jobs: list[JobSpec] = []
+    rejected: list[str] = []
+    for job in trace.jobs:
+        # Draw from both streams for every job so that one job's outcome never shifts
+        # another job's draws.
+        profile = _profile(job, trace.format, traces_dir, model_rng)
+        draw = elastic_rng.random()
+        partition = job.partition if job.partition in partition_nodes else default_partition
+        cap = partition_nodes[partition]
+        req_nodes = math.ceil(job.gpus / cfg.gpus_per_node)
+        if req_nodes > cap:
+            rejected.append(job.job_id)
+            continue
+        elastic = job.elastic if job.elastic is not None else draw < cfg.elastic_fraction
+        lo = math.ceil((job.min_gpus or job.gpus * cfg.min_fraction) / cfg.gpus_per_node)
+        hi = math.floor((job.max_gpus or job.gpus * cfg.max_multiple) / cfg.gpus_per_node)
+        min_nodes = max(1, min(lo, req_nodes))
+        step = math.gcd(min_nodes, req_nodes)
+        max_nodes = min(cap, max(req_nodes, hi))
+        max_nodes -= (max_nodes - min_nodes) % step  # the marker wants step | max - min
+        probe = JobSpec(
+            sim_id=len(jobs) + 1,
+            trace_id=job.job_id,
+            submit_s=job.submit_s,
+            user=job.user,
+            partition=partition,
+            req_gpus=job.gpus,
+            req_nodes=req_nodes,
+            elastic=elastic,
+            min_nodes=min_nodes if elastic else req_nodes,
+            max_nodes=max_nodes if elastic else req_nodes,
+            step=step if elastic else 1,
+            profile=profile,
+            work=0.0,
+            restart_s=cfg.restart_s,
+            checkpoint_s=cfg.checkpoint_s if cfg.checkpoint_s is not None else profile.checkpoint_s,
+        )
+        if job.duration_s is not None:
+            work = job.duration_s * probe.rate_at(req_nodes)
+        else:
+            work = profile.full_run_steps
+        jobs.append(replace(probe, work=work))
+    return Workload(jobs=tuple(jobs), rejected=tuple(rejected))
