@@ -44,6 +44,10 @@ die() {
 }
 
 # A daemon failed: name it, say what was expected, and show the end of its log.
+died_or() { # message: "exited" when wait_daemon saw the process die, else the message
+    if ((DAEMON_DIED)); then echo "exited during start-up"; else echo "$1"; fi
+}
+
 fail_daemon() {
     local daemon=$1 log=$2 what=$3
     {
@@ -128,6 +132,22 @@ wait_for() { # seconds command...: poll until the command succeeds
 
 # Stop the daemons in the given pid files together (a slurmd takes ~2 s to exit, so one by
 # one would make `down` of 16 nodes slow): SIGTERM all, wait up to 10 s, then SIGKILL.
+# Like wait_for, but give up at once when the daemon's process has died (no point waiting
+# the full timeout for a slurmctld that exited on a bad config or a busy port).
+wait_daemon() { # pidfile seconds command...
+    local pidfile=$1 deadline=$((SECONDS + $2))
+    shift 2
+    until "$@" >/dev/null 2>&1; do
+        if [[ -f $pidfile ]] && ! pid_alive "$pidfile"; then
+            DAEMON_DIED=1
+            return 1
+        fi
+        ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
+}
+DAEMON_DIED=0
+
 stop_pidfiles() { # pidfile...
     local f pid pids=()
     for f in "$@"; do
@@ -220,7 +240,8 @@ start_slurmdbd() {
     if ! pid_alive "$SHARED_RUN/slurmdbd.pid"; then
         env -u SLURM_CONF slurmdbd >>"$log" 2>&1 9>&- || fail_daemon slurmdbd "$log" "did not start"
     fi
-    wait_for 30 dbd_ok || fail_daemon slurmdbd "$log" "does not answer (sacctmgr list cluster)"
+    wait_daemon "$SHARED_RUN/slurmdbd.pid" 30 dbd_ok ||
+        fail_daemon slurmdbd "$log" "$(died_or "does not answer (sacctmgr list cluster)")"
 }
 
 stop_shared_if_unused() {
@@ -320,8 +341,9 @@ start_instance() {
         SLURM_CONF=$CONF slurmctld -f "$CONF" >>"$log" 2>&1 9>&- ||
             fail_daemon "slurmctld (instance $INSTANCE)" "$log" "did not start"
     fi
-    wait_for "$WAIT_S" ctld_ok ||
-        fail_daemon "slurmctld (instance $INSTANCE)" "$log" "does not answer (scontrol ping)"
+    wait_daemon "$RUN_DIR/slurmctld.pid" "$WAIT_S" ctld_ok ||
+        fail_daemon "slurmctld (instance $INSTANCE)" "$log" \
+            "$(died_or "does not answer after ${WAIT_S}s (scontrol ping)")"
     for i in $(seq "$NODES"); do
         pid_alive "$RUN_DIR/slurmd-n$i.pid" && continue
         install -d "$SPOOL_DIR/n$i"

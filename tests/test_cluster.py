@@ -1,0 +1,129 @@
+"""scripts/cluster.sh on the real machine: the cluster it builds is what CONTRACTS.md says."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.slurm_cluster import CLUSTER_SH, SlurmCluster, wait_until
+
+pytestmark = pytest.mark.slurm
+
+
+def cluster_sh(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        ["bash", str(CLUSTER_SH), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def test_nodes_cpus_gpus_and_partitions(slurm_cluster: SlurmCluster) -> None:
+    nodes = json.loads(slurm_cluster.run("sinfo", "--json").stdout)["nodes"]
+    by_name = {n["name"]: n for n in nodes}
+    assert sorted(by_name) == sorted(slurm_cluster.nodes)
+    for node in by_name.values():
+        assert node["cpus"] == 4
+        assert node["gres"] == "gpu:4"
+        assert node["address"] == "127.0.0.1"
+    parts = slurm_cluster.run("scontrol", "-o", "show", "partition").stdout.splitlines()
+    fields = {line.split()[0].split("=")[1]: line for line in parts}
+    assert set(fields) == {"batch", "shared"}
+    assert "Default=YES" in fields["batch"] and "OverSubscribe=EXCLUSIVE" in fields["batch"]
+    assert "Default=NO" in fields["shared"] and "OverSubscribe=NO" in fields["shared"]
+    config = slurm_cluster.run("scontrol", "show", "config").stdout
+    assert f"ClusterName             = {slurm_cluster.cluster_name}" in config
+    assert "JobSubmitPlugins        = lua" in config
+    assert "MULTIPLE_SLURMD         = Yes" in config
+
+
+def test_job_runs_on_distinct_fake_nodes_with_gpus_and_reaches_sacct(
+    clean_queue: SlurmCluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.txt"
+    proc = clean_queue.run(
+        "sbatch", "--parsable", "-N2", "--gpus-per-node=4", "--comment=smoke test",
+        "-o", str(out),
+        "--wrap", "srun bash -c 'echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES'",
+    )  # fmt: skip
+    job_id = proc.stdout.strip()
+
+    def finished() -> bool:
+        return not clean_queue.run("squeue", "-h", "-j", job_id).stdout.strip()
+
+    wait_until(finished, 30, f"job {job_id} to finish")
+    lines = sorted(out.read_text().split("\n")[:-1])
+    assert lines == ["n1 0,1,2,3", "n2 0,1,2,3"]
+
+    def in_sacct() -> bool:
+        res = clean_queue.run(
+            "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "state,nnodes,comment", check=False
+        )
+        return res.stdout.strip() == "COMPLETED|2|smoke test"
+
+    wait_until(in_sacct, 15, f"job {job_id} in sacct with its comment")
+
+
+def test_up_again_is_a_quick_no_op(slurm_cluster: SlurmCluster) -> None:
+    nodes = str(len(slurm_cluster.nodes))
+    t0 = time.monotonic()
+    proc = cluster_sh("up", "--instance", str(slurm_cluster.instance), "--nodes", nodes)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"instance {slurm_cluster.instance} already up")
+    assert elapsed < 10
+
+
+def test_status_and_env(slurm_cluster: SlurmCluster) -> None:
+    status = cluster_sh("status", "--instance", str(slurm_cluster.instance))
+    assert status.returncode == 0, status.stdout + status.stderr
+    for daemon in ("munged", "mariadbd", "slurmdbd", "slurmctld", *slurm_cluster.nodes):
+        assert daemon in status.stdout
+    assert "DOWN" not in status.stdout
+    assert "batch*" in status.stdout
+    env = cluster_sh("env", "--instance", str(slurm_cluster.instance))
+    assert env.stdout.strip() == f"export SLURM_CONF={slurm_cluster.conf}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["up", "--nodes", "17"], "--nodes must be an integer 1..16, got '17'"),
+        (["up", "--instance", "8"], "--instance must be an integer 0..7, got '8'"),
+        (["up", "--bogus"], "unknown argument '--bogus'"),
+        (["restart"], "unknown command 'restart'"),
+    ],
+)
+def test_bad_arguments_give_one_clear_line(args: list[str], message: str) -> None:
+    proc = cluster_sh(*args, timeout=10)
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == f"cluster.sh: {message}" or message in proc.stderr
+
+
+def test_failed_daemon_is_named_with_its_log(slurm_cluster: SlurmCluster) -> None:
+    """Instance 7's slurmctld port is taken: the error names the daemon and shows why."""
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        blocker.bind(("127.0.0.1", 17700))
+    except OSError:
+        pytest.skip("port 17700 (instance 7) is in use")
+    blocker.listen()
+    try:
+        proc = cluster_sh("up", "--instance", "7", "--nodes", "1", CLUSTER_WAIT_S="2")
+    finally:
+        blocker.close()
+        cluster_sh("down", "--instance", "7")
+    assert proc.returncode == 1
+    assert "cluster.sh: slurmctld (instance 7)" in proc.stderr
+    assert "Address already in use" in proc.stderr
