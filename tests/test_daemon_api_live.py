@@ -1,0 +1,101 @@
+"""The running daemon's API on the live cluster: job ownership comes from Slurm's own snapshot.
+
+A report about a root-owned job made with ``nobody``'s MUNGE credential is forged: 403.
+The owner's (root's) report is accepted and counted.  No Slurm call is made per report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.daemon import auth
+
+_MAIN = "from slurm_elastic.cli import main; main()"
+
+
+def _nobody_credential(body: bytes) -> str:
+    return (
+        subprocess.run(
+            ["runuser", "-u", "nobody", "--", "munge", "-s", auth.body_digest(body)],
+            capture_output=True,
+            check=True,
+            timeout=10,
+        )
+        .stdout.decode()
+        .strip()
+    )
+
+
+@pytest.mark.slurm
+def test_forged_report_rejected_owner_accepted(slurm_cluster, tmp_path: Path) -> None:
+    job = int(
+        subprocess.run(
+            ["sbatch", "--parsable", "-N1", "-t", "5", "-p", "shared", "-o", "/dev/null",
+             "--comment=elastic", "-J", "api-live", "--wrap", "sleep 300"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip().split(";")[0]
+    )  # fmt: skip
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\ninterval_s: 0.5\napi: {{port: 0}}\n")
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("w") as log_file:
+        daemon = subprocess.Popen(
+            [sys.executable, "-c", _MAIN, "daemon", "--config", str(config_file)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = _wait_ready(log_path, tmp_path / "state" / "status.json", job)
+        report = json.dumps({"step": 10, "nodes": 1, "samples_per_s": 50.0}).encode()
+        forged = urllib.request.Request(
+            f"{url}/v1/jobs/{job}/report",
+            data=report,
+            method="POST",
+            headers={auth.HEADER: _nobody_credential(report)},
+        )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(forged, timeout=10)
+        assert info.value.code == 403
+
+        accepted = auth.post_authenticated(f"{url}/v1/jobs/{job}/report", report)
+        assert accepted.status == 202
+        assert auth.post_authenticated(f"{url}/v1/jobs/999999/report", report).status == 404
+
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        assert "slurm_elastic_reports_total 1.0" in metrics
+        assert 'slurm_elastic_auth_failures_total{reason="not_owner"} 1.0' in metrics
+        rejected = [
+            json.loads(line)
+            for line in log_path.read_text().splitlines()
+            if '"report.rejected"' in line
+        ]
+        assert [r["status"] for r in rejected] == [403, 404]
+        assert "uid 65534" in rejected[0]["detail"]
+    finally:
+        daemon.terminate()
+        assert daemon.wait(timeout=20) == 0
+        subprocess.run(["scancel", str(job)], timeout=30, check=False)
+
+
+def _wait_ready(log_path: Path, status_path: Path, job: int, timeout_s: float = 30) -> str:
+    """The API URL once a published cycle has seen ``job`` (so its owner is known)."""
+    deadline = time.monotonic() + timeout_s
+    url = None
+    while time.monotonic() < deadline:
+        for line in log_path.read_text().splitlines():
+            if '"api.listening"' in line:
+                url = json.loads(line)["url"]
+        if url and status_path.exists():
+            jobs = json.loads(status_path.read_text()).get("jobs", [])
+            if any(j["job_id"] == job for j in jobs):
+                return url
+        time.sleep(0.1)
+    raise AssertionError(f"daemon not ready:\n{log_path.read_text()[-2000:]}")
