@@ -20,9 +20,10 @@ Throughput (leave one size out): every scaling table (ElasticFlow A100/T4 rows, 
 local batch size) with at least 3 sizes; each size in turn is predicted from the others.
 Error = ``|pred - true| / true`` of steps/s; the median is over all held-out points.
 
-``fit_1000_jobs_s``: wall time to refit 1,000 jobs (synthetic Optimus curves with noise,
-100 reports over 3 sizes each) after each received one new report: the daemon's worst
-cycle.  Last line: ``key=value`` pairs.
+``fit_1000_jobs_s``: wall time of ``ModelBank.fit_all`` refitting 1,000 jobs (synthetic
+Optimus curves with noise, 100 reports over 3 sizes each) after each received one new
+report: the daemon's worst cycle.  Best of 3 cycles, since the machine is shared.
+Last line: ``key=value`` pairs.
 """
 
 from __future__ import annotations
@@ -147,31 +148,40 @@ def _pollux(traces: Path) -> Iterator[tuple[str, dict[int, float]]]:
             )
 
 
-def tput_rows(traces: Path) -> Iterator[tuple[str, str, int, list[float]]]:
+def interp_baseline(sizes: list[int], rates: list[float], at: int) -> float:
+    """Model-free yardstick: log-log line through the two nearest known sizes."""
+    near = sorted(range(len(sizes)), key=lambda i: (abs(math.log(sizes[i] / at)), sizes[i]))[:2]
+    (x0, y0), (x1, y1) = ((math.log(sizes[i]), math.log(rates[i])) for i in near)
+    slope = (y1 - y0) / (x1 - x0)
+    return math.exp(y0 + slope * (math.log(at) - x0))
+
+
+def tput_rows(traces: Path) -> Iterator[tuple[str, str, int, list[float], list[float]]]:
     for source, gen in (("elasticflow", _elasticflow), ("gavel", _gavel), ("pollux", _pollux)):
         for name, table in gen(traces):
             sizes = sorted(table)
             if len(sizes) < 3:
                 continue
             errs = []
+            base = []
             for held in sizes:
                 rest = [s for s in sizes if s != held]
-                fit = fit_throughput(rest, [table[s] for s in rest])
-                if fit is None:
-                    errs.append(1.0)
-                    continue
-                pred = fit.throughput(held)
+                rates = [table[s] for s in rest]
+                fit = fit_throughput(rest, rates)
+                pred = fit.throughput(held) if fit is not None else 0.0
                 errs.append(abs(pred - table[held]) / table[held])
-            yield source, name, len(sizes), errs
+                base.append(abs(interp_baseline(rest, rates, held) - table[held]) / table[held])
+            yield source, name, len(sizes), errs, base
 
 
 # --------------------------------------------------------------------------- refit speed
 
 
-def refit_seconds(jobs: int = 1000, reports: int = 100, seed: int = 7) -> float:
+def refit_seconds(jobs: int = 1000, reports: int = 100, seed: int = 7, repeat: int = 3) -> float:
+    """Best of ``repeat`` timed cycles (the machine is shared: the minimum is the cost)."""
     rng = np.random.default_rng(seed)
     bank = ModelBank()
-    prior = site_prior(4)
+    priors = {j: site_prior(4) for j in range(jobs)}
     for j in range(jobs):
         b0, b1, b2 = rng.uniform(1e-4, 1e-2), rng.uniform(0.2, 2.0), rng.uniform(0.0, 1.0)
         t0, t1, t2 = rng.uniform(0.5, 2.0), rng.uniform(0.01, 0.2), rng.uniform(0.0, 0.02)
@@ -191,24 +201,26 @@ def refit_seconds(jobs: int = 1000, reports: int = 100, seed: int = 7) -> float:
                     global_batch=256,
                 )
             )
-        bank.fit(j, prior)
-    # One more report each, then the timed refit of every job (all dirty).
-    for j in range(jobs):
-        bank.update(
-            ProgressReport(
-                job_id=j,
-                time=3000.0,
-                step=50 * (reports + 1),
-                nodes=8,
-                loss=0.5,
-                samples_per_s=1000.0,
-                global_batch=256,
+    bank.fit_all(priors)
+    best = math.inf
+    for r in range(repeat):
+        # One more report each, then the timed refit of every job (all stale).
+        for j in range(jobs):
+            bank.update(
+                ProgressReport(
+                    job_id=j,
+                    time=3000.0 + 30 * r,
+                    step=50 * (reports + 1 + r),
+                    nodes=8,
+                    loss=0.5,
+                    samples_per_s=1000.0,
+                    global_batch=256,
+                )
             )
-        )
-    t = time.perf_counter()
-    for j in range(jobs):
-        bank.fit(j, prior)
-    return time.perf_counter() - t
+        t = time.perf_counter()
+        bank.fit_all(priors)
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 # --------------------------------------------------------------------------- main
@@ -257,16 +269,22 @@ def main(argv: list[str] | None = None) -> int:
 
     print("# throughput: leave-one-size-out relative error of steps/s")
     pooled: list[float] = []
-    by_source: dict[str, list[float]] = {}
-    for source, name, n, errs in tput_rows(traces):
+    pooled_base: list[float] = []
+    by_source: dict[str, tuple[list[float], list[float]]] = {}
+    for source, name, n, errs, base in tput_rows(traces):
         pooled.extend(errs)
-        by_source.setdefault(source, []).extend(errs)
+        pooled_base.extend(base)
+        src = by_source.setdefault(source, ([], []))
+        src[0].extend(errs)
+        src[1].extend(base)
         print(f"{name:<56} sizes={n:<3} median={_med(errs):.3f} max={max(errs):.3f}")
-    for source, errs in by_source.items():
+    for source, (errs, base) in by_source.items():
         print(
             f"# {source}: {len(errs)} held-out points, median={_med(errs):.3f} "
-            f"p90={float(np.percentile(errs, 90)):.3f}"
+            f"p90={float(np.percentile(errs, 90)):.3f} "
+            f"(log-log interpolation yardstick: median={_med(base):.3f})"
         )
+    print(f"# all: model median={_med(pooled):.3f}, yardstick median={_med(pooled_base):.3f}")
     p90 = float(np.percentile(pooled, 90)) if pooled else math.nan
 
     fit_s = refit_seconds(args.jobs)

@@ -29,6 +29,7 @@ Convergence criterion (one definition, used by the daemon and the validation ben
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,11 @@ _BAND_CHI2 = 2.71  # 90% one-parameter profile interval
 BAND_CAP = 100.0  # band upper ends are capped at BAND_CAP * k_last to stay finite
 
 Array = NDArray[np.float64]
+
+# Grids are built once: c = k_max * _UNIT_COARSE, and the fine grid between two coarse
+# neighbours lo, hi is lo * (hi/lo) ** _FINE_FRAC (log-spaced, no np.geomspace per fit).
+_UNIT_COARSE = np.geomspace(_C_SPAN[0], _C_SPAN[1], _COARSE)
+_FINE_FRAC = np.linspace(0.0, 1.0, _FINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,41 +148,58 @@ def _clean(k: ArrayLike, y: ArrayLike) -> tuple[Array, Array]:
     return kk[order], yy[order]
 
 
-def _solve_grid(
-    cs: Array, k: Array, y: Array, w: Array, nonneg_b2: bool
-) -> tuple[Array, Array, Array]:
-    """Best ``(a, b2)`` with ``a >= 0`` (and ``b2 >= 0``) for every ``c``; returns a, b2, sse."""
-    x = 1.0 / (k[None, :] + cs[:, None])  # (G, n)
-    wx = w * x
-    sw = w.sum()
-    sy = (w * y).sum()
-    syy = (w * y * y).sum()
-    sx = wx.sum(axis=1)
-    sxx = (wx * x).sum(axis=1)
-    sxy = (wx * y).sum(axis=1)
+def _solve_grid(cs: Array, k: Array, y: Array, w: Array) -> tuple[Array, Array, Array]:
+    """Best ``(a, b2)`` with ``a >= 0, b2 >= 0`` for every job and every ``c``.
 
-    def sse(a: Array, b: Array) -> Array:
-        return syy - 2 * a * sxy - 2 * b * sy + a * a * sxx + 2 * a * b * sx + b * b * sw
-
+    Shapes: ``cs`` (J, G); ``k``, ``y``, ``w`` (J, N) with ``w == 0`` on padding.
+    Returns ``a``, ``b2``, weighted SSE, each (J, G).  The optimum of this convex
+    2-variable problem is one of four closed-form candidates: unconstrained, ``a = 0``,
+    ``b2 = 0``, or both zero (never better than ``a = 0`` since ``y >= 0``).
+    """
+    x = 1.0 / (k[:, None, :] + cs[:, :, None])  # (J, G, N)
+    wx = w[:, None, :] * x
+    sw = w.sum(axis=1)[:, None]
+    sy = (w * y).sum(axis=1)[:, None]
+    syy = (w * y * y).sum(axis=1)[:, None]
+    sx = wx.sum(axis=2)
+    sxx = (wx * x).sum(axis=2)
+    sxy = (wx * y[:, None, :]).sum(axis=2)
     det = sw * sxx - sx * sx
-    safe = np.where(np.abs(det) > 1e-300, det, 1.0)
-    a1 = np.where(np.abs(det) > 1e-300, (sw * sxy - sx * sy) / safe, 0.0)
+    ok = np.abs(det) > 1e-300
+    a1 = np.where(ok, (sw * sxy - sx * sy) / np.where(ok, det, 1.0), 0.0)
     b1 = (sy - a1 * sx) / sw
-    cand_a = [a1, np.zeros_like(sx)]
-    cand_b = [b1, np.full_like(sx, sy / sw)]
-    if nonneg_b2:
-        cand_a.append(np.where(sxx > 0, sxy / np.where(sxx > 0, sxx, 1.0), 0.0))
-        cand_b.append(np.zeros_like(sx))
-    A = np.stack(cand_a)
-    B = np.stack(cand_b)
-    S = sse(A, B)
-    valid = A >= 0.0
-    if nonneg_b2:
-        valid &= B >= 0.0
-    S = np.where(valid, S, np.inf)
-    pick = np.argmin(S, axis=0)
-    cols = np.arange(cs.size)
-    return A[pick, cols], B[pick, cols], np.maximum(S[pick, cols], 0.0)
+    a3 = np.where(sxx > 0, sxy / np.where(sxx > 0, sxx, 1.0), 0.0)
+    A = np.stack([a1, np.zeros_like(sx), a3])
+    B = np.stack([b1, np.broadcast_to(sy / sw, sx.shape), np.zeros_like(sx)])
+    S = syy - 2 * A * sxy - 2 * B * sy + A * A * sxx + 2 * A * B * sx + B * B * sw
+    S = np.where((A >= 0.0) & (B >= 0.0), S, np.inf)
+    pick = np.argmin(S, axis=0)[None]
+    a = np.take_along_axis(A, pick, 0)[0]
+    b = np.take_along_axis(B, pick, 0)[0]
+    return a, b, np.maximum(np.take_along_axis(S, pick, 0)[0], 0.0)
+
+
+def _masked_median(x: Array, mask: Array) -> Array:
+    """Row medians of ``x`` over ``mask`` (J, N) -> (J,)."""
+    return np.nanmedian(np.where(mask, x, np.nan), axis=1)
+
+
+def _insufficient(kk: Array, ll: Array, tr: MetricTransform) -> ConvergenceFit:
+    n = int(kk.size)
+    last = max(float(ll[-1]), 0.0) if n else 0.0
+    return ConvergenceFit(
+        kind="insufficient",
+        transform=tr,
+        a=0.0,
+        c=0.0,
+        b2=last,
+        n_points=n,
+        k_first=float(kk[0]) if n else 0.0,
+        k_last=float(kk[-1]) if n else 0.0,
+        l_first=float(ll[0]) if n else 0.0,
+        l_last_fit=last,
+        scale=0.0,
+    )
 
 
 def fit_convergence(
@@ -191,82 +214,127 @@ def fit_convergence(
     NaN/inf points and negative ``k`` are dropped.  With fewer than ``MIN_POINTS`` left the
     result has ``kind="insufficient"`` (a flat line at the last value).
     """
-    kk, yy = _clean(k, y)
-    tr = choose_transform(yy, higher_is_better)
-    ll = tr.to_loss(yy)
-    n = int(kk.size)
-    if n < MIN_POINTS or float(kk[-1] - kk[0]) <= 0.0:
-        last = float(ll[-1]) if n else 0.0
-        first = float(ll[0]) if n else 0.0
-        return ConvergenceFit(
-            kind="insufficient",
-            transform=tr,
-            a=0.0,
-            c=0.0,
-            b2=max(last, 0.0),
-            n_points=n,
-            k_first=float(kk[0]) if n else 0.0,
-            k_last=float(kk[-1]) if n else 0.0,
-            l_first=first,
-            l_last_fit=max(last, 0.0),
-            scale=0.0,
-        )
-    k_max = max(float(kk[-1]), 1e-12)
-    span = float(kk[-1] - kk[0])
-    w = np.exp(recency * ((kk - kk[-1]) / span))
-    # Scale to O(1) so the normal-equation sums keep their precision.
-    y_scale = max(float(np.abs(ll).max()), 1e-300)
-    ly = ll / y_scale
-    nonneg = True  # the transform makes l >= 0, so b2 >= 0 is always the right bound
+    return fit_convergence_many([(k, y, higher_is_better)], recency=recency)[0]
 
-    coarse = k_max * np.geomspace(_C_SPAN[0], _C_SPAN[1], _COARSE)
-    a, b, s = _solve_grid(coarse, kk, ly, w, nonneg)
-    best = int(np.argmin(s))
+
+def fit_convergence_many(
+    series: Sequence[tuple[ArrayLike, ArrayLike, bool]],
+    *,
+    recency: float = RECENCY,
+    chunk: int = 256,
+) -> list[ConvergenceFit]:
+    """``fit_convergence`` for many jobs at once: one vectorised solve per chunk of jobs.
+
+    This is what keeps a daemon cycle over thousands of jobs cheap: the per-call overhead
+    of numpy is paid per chunk, not per job.
+    """
+    out: list[ConvergenceFit | None] = [None] * len(series)
+    todo: list[tuple[int, Array, Array, MetricTransform]] = []
+    for i, (k, y, rising) in enumerate(series):
+        kk, yy = _clean(k, y)
+        tr = choose_transform(yy, rising)
+        ll = tr.to_loss(yy)
+        if kk.size < MIN_POINTS or float(kk[-1] - kk[0]) <= 0.0:
+            out[i] = _insufficient(kk, ll, tr)
+        else:
+            todo.append((i, kk, ll, tr))
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        for (i, *_), fit in zip(part, _fit_chunk(part, recency), strict=True):
+            out[i] = fit
+    return [f for f in out if f is not None]
+
+
+def _fit_chunk(
+    part: Sequence[tuple[int, Array, Array, MetricTransform]], recency: float
+) -> list[ConvergenceFit]:
+    J = len(part)
+    N = max(kk.size for _, kk, _, _ in part)
+    K = np.ones((J, N))
+    L = np.zeros((J, N))
+    W = np.zeros((J, N))
+    mask = np.zeros((J, N), dtype=bool)
+    y_scale = np.empty(J)
+    for j, (_, kk, ll, _) in enumerate(part):
+        n = kk.size
+        scale = max(float(np.abs(ll).max()), 1e-300)  # O(1) values keep sums precise
+        y_scale[j] = scale
+        K[j, :n] = kk
+        L[j, :n] = ll / scale
+        W[j, :n] = np.exp(recency * (kk - kk[-1]) / (kk[-1] - kk[0]))
+        mask[j, :n] = True
+    k_max = np.maximum(K.max(axis=1, where=mask, initial=0.0), 1e-12)
+    rows = np.arange(J)
+
+    coarse = k_max[:, None] * _UNIT_COARSE[None, :]
+    a, b, s = _solve_grid(coarse, K, L, W)
+    best = np.argmin(s, axis=1)
 
     # One Huber re-weighting pass: points far outside the robust scale count less.
-    resid = ly - (b[best] + a[best] / (kk + coarse[best]))
-    mad = float(np.median(np.abs(resid - np.median(resid))))
-    scale = 1.4826 * mad
-    if scale > 1e-12:
-        h = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(resid), 1e-300))
-        w = w * h
-        a, b, s = _solve_grid(coarse, kk, ly, w, nonneg)
-        best = int(np.argmin(s))
-
-    lo_i, hi_i = max(best - 1, 0), min(best + 1, _COARSE - 1)
-    fine = np.geomspace(coarse[lo_i], coarse[hi_i], _FINE)
-    fa, fb, fs = _solve_grid(fine, kk, ly, w, nonneg)
-    cs = np.concatenate([coarse, fine])
-    a = np.concatenate([a, fa])
-    b = np.concatenate([b, fb])
-    s = np.concatenate([s, fs])
-    best = int(np.argmin(s))
-
-    dof = max(n - 3, 1)
-    limit = s[best] * (1.0 + _BAND_CHI2 / dof) + 1e-15
-    members = np.nonzero(s <= limit)[0]
-    band = tuple((float(a[i] * y_scale), float(cs[i]), float(b[i] * y_scale)) for i in members)
-    a_best = float(a[best] * y_scale)
-    c_best = float(cs[best])
-    b2 = float(b[best] * y_scale)
-    kind = "curve" if a_best > 0.0 else "flat"
-    fitted_last = b2 + (a_best / (kk[-1] + c_best) if a_best > 0 else 0.0)
-    resid_final = ll - (b2 + (a_best / (kk + c_best) if a_best > 0 else 0.0))
-    mad_final = float(np.median(np.abs(resid_final - np.median(resid_final))))
-    return ConvergenceFit(
-        kind=kind,
-        transform=tr,
-        a=a_best,
-        c=c_best,
-        b2=b2,
-        n_points=n,
-        k_first=float(kk[0]),
-        k_last=float(kk[-1]),
-        l_first=float(ll[0]),
-        l_last_fit=float(fitted_last),
-        scale=1.4826 * mad_final,
-        band=band,
+    pred = b[rows, best][:, None] + a[rows, best][:, None] / (K + coarse[rows, best][:, None])
+    resid = L - pred
+    med = _masked_median(resid, mask)
+    scale = 1.4826 * _masked_median(np.abs(resid - med[:, None]), mask)
+    huber = np.where(
+        (scale[:, None] > 1e-12) & mask,
+        np.minimum(1.0, HUBER_K * scale[:, None] / np.maximum(np.abs(resid), 1e-300)),
+        1.0,
     )
+    W = W * huber
+    a, b, s = _solve_grid(coarse, K, L, W)
+    best = np.argmin(s, axis=1)
+
+    lo = coarse[rows, np.maximum(best - 1, 0)]
+    hi = coarse[rows, np.minimum(best + 1, _COARSE - 1)]
+    fine = lo[:, None] * (hi / lo)[:, None] ** _FINE_FRAC[None, :]
+    fa, fb, fs = _solve_grid(fine, K, L, W)
+    cs = np.concatenate([coarse, fine], axis=1)
+    a = np.concatenate([a, fa], axis=1)
+    b = np.concatenate([b, fb], axis=1)
+    s = np.concatenate([s, fs], axis=1)
+    best = np.argmin(s, axis=1)
+
+    a_best = a[rows, best] * y_scale
+    c_best = cs[rows, best]
+    b2_best = b[rows, best] * y_scale
+    n_pts = mask.sum(axis=1)
+    dof = np.maximum(n_pts - 3, 1)
+    limit = s[rows, best] * (1.0 + _BAND_CHI2 / dof) + 1e-15
+    in_band = s <= limit[:, None]
+    fitted = b2_best[:, None] + a_best[:, None] / (K + c_best[:, None])
+    resid = L * y_scale[:, None] - fitted
+    med = _masked_median(resid, mask)
+    final_scale = 1.4826 * _masked_median(np.abs(resid - med[:, None]), mask)
+
+    fits = []
+    for j, (_, kk, ll, tr) in enumerate(part):
+        members = np.nonzero(in_band[j])[0]
+        band = tuple(
+            zip(
+                (a[j, members] * y_scale[j]).tolist(),
+                cs[j, members].tolist(),
+                (b[j, members] * y_scale[j]).tolist(),
+                strict=True,
+            )
+        )
+        aj = float(a_best[j])
+        fits.append(
+            ConvergenceFit(
+                kind="curve" if aj > 0.0 else "flat",
+                transform=tr,
+                a=aj,
+                c=float(c_best[j]),
+                b2=float(b2_best[j]),
+                n_points=int(kk.size),
+                k_first=float(kk[0]),
+                k_last=float(kk[-1]),
+                l_first=float(ll[0]),
+                l_last_fit=float(fitted[j, kk.size - 1]),
+                scale=float(final_scale[j]),
+                band=band,
+            )
+        )
+    return fits
 
 
 def _k_for(

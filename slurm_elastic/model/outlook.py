@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +39,7 @@ from slurm_elastic.model.convergence import (
     DEFAULT_TOL,
     ConvergenceFit,
     ConvergencePrediction,
-    fit_convergence,
+    fit_convergence_many,
     predict_convergence,
 )
 from slurm_elastic.model.priors import Prior
@@ -184,13 +184,28 @@ class JobModel:
 
     def fit(self, prior: Prior | None = None) -> JobFit:
         """Refit (only when reports arrived since the last call) and return the state."""
-        key = (self._n_reports, self._n_costs, prior)
-        if self._cache is not None and self._cache_key == key:
+        if self._cache is not None and not self.stale(prior):
             return self._cache
-        conv = None
-        if self._k:
-            k, y = _binned(np.fromiter(self._k, float), np.fromiter(self._y, float))
-            conv = fit_convergence(k, y, higher_is_better=self._higher_is_better)
+        series = self.series()
+        conv = fit_convergence_many([series])[0] if series is not None else None
+        return self.assemble(conv, prior)
+
+    def _key(self, prior: Prior | None) -> tuple[int, int, Prior | None]:
+        return (self._n_reports, self._n_costs, prior)
+
+    def stale(self, prior: Prior | None = None) -> bool:
+        """True when reports (or the prior) changed since the last fit."""
+        return self._cache is None or self._cache_key != self._key(prior)
+
+    def series(self) -> tuple[np.ndarray, np.ndarray, bool] | None:
+        """The metric history as handed to the curve fit (binned), or None when empty."""
+        if not self._k:
+            return None
+        k, y = _binned(np.fromiter(self._k, float), np.fromiter(self._y, float))
+        return k, y, self._higher_is_better
+
+    def assemble(self, conv: ConvergenceFit | None, prior: Prior | None = None) -> JobFit:
+        """Combine a convergence fit (made here or in a batch) with the rest of the state."""
         tput = self._fit_rates(prior)
         last = self._last
         self._cache = JobFit(
@@ -205,7 +220,7 @@ class JobModel:
             target_metric=self._target,
             resize_cost_s=statistics.median(self._costs) if self._costs else None,
         )
-        self._cache_key = key
+        self._cache_key = self._key(prior)
         return self._cache
 
     def _fit_rates(self, prior: Prior | None) -> ThroughputFit | None:
@@ -261,6 +276,22 @@ class ModelBank:
         m = self._models.get(job_id)
         return m.fit(prior) if m is not None else None
 
+    def fit_all(self, priors: Mapping[int, Prior] | None = None) -> dict[int, JobFit]:
+        """Fit every known job, refitting only stale ones, curves in one batched solve.
+
+        This is the daemon's per-cycle call (see ``scripts/bench_models.py``,
+        ``fit_1000_jobs_s``).
+        """
+        priors = priors or {}
+        stale = [m for m in self._models.values() if m.stale(priors.get(m.job_id))]
+        with_series = [(m, m.series()) for m in stale]
+        batch = [(m, s) for m, s in with_series if s is not None]
+        convs = fit_convergence_many([s for _, s in batch])
+        by_job = {m.job_id: c for (m, _), c in zip(batch, convs, strict=True)}
+        for m in stale:
+            m.assemble(by_job.get(m.job_id), priors.get(m.job_id))
+        return {j: m.fit(priors.get(j)) for j, m in self._models.items()}
+
     def forget(self, job_ids: Iterable[int]) -> None:
         for j in job_ids:
             self._models.pop(j, None)
@@ -303,14 +334,15 @@ def estimate_outlook(
     """
     sizes = spec.allowed_sizes or (max(spec.min_nodes, 1),)
     tput = fit.throughput if fit is not None else None
+    speed: Callable[[float], float]
     if tput is not None:
-        params, unit_real, tp_conf = tput.params, True, tput.confidence
+        speed, unit_real, tp_conf = tput.throughput, True, tput.confidence
     elif prior.scaling_measured:
-        params, unit_real, tp_conf = prior.scaling, True, 0.3
+        speed, unit_real, tp_conf = prior.scaling.throughput, True, 0.3
     else:
-        params, unit_real, tp_conf = prior.scaling, False, 0.0
+        speed, unit_real, tp_conf = prior.scaling.throughput, False, 0.0
     run_nodes = current_nodes if current_nodes > 0 else prior.reference_nodes
-    run_rate = params.throughput(run_nodes)
+    run_rate = speed(run_nodes)
 
     reported = fit is not None and fit.n_reports > 0 and unit_real
     if reported and fit is not None:
@@ -322,7 +354,7 @@ def estimate_outlook(
     if unit_real and prior.total_steps is not None and prior.scaling_measured:
         prior_total = prior.total_steps
     else:
-        prior_total = prior.runtime_s * params.throughput(prior.reference_nodes)
+        prior_total = prior.runtime_s * speed(prior.reference_nodes)
     floor = max(MIN_REMAINING_S * run_rate, MIN_REMAINING_FRACTION * done)
     prior_remaining = max(prior_total - done, floor)
     work, work_conf, source = prior_remaining, (0.3 if prior.source == "history" else 0.0), "prior"
@@ -345,11 +377,9 @@ def estimate_outlook(
         source = "fitted"
 
     work = work if math.isfinite(work) and work > 0 else max(floor, 1.0)
+    rates = {n: speed(n) for n in sorted(sizes)}
     estimates = tuple(
-        SizeEstimate(
-            nodes=n, throughput=params.throughput(n), remaining_s=work / params.throughput(n)
-        )
-        for n in sorted(sizes)
+        SizeEstimate(nodes=n, throughput=f, remaining_s=work / f) for n, f in rates.items()
     )
     cost = (
         _finite_pos(fit.resize_cost_s if fit is not None else None)

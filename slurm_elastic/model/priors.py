@@ -40,7 +40,7 @@ class SiteDefaults:
 
     runtime_s: float = 4 * 3600.0
     step_time_s: float = 1.0  # nominal seconds per step on one node
-    scaling_shape: tuple[float, float, float] = DEFAULT_SHAPE
+    scaling_shape: tuple[float, ...] = DEFAULT_SHAPE
     resize_cost_s: float = 60.0
 
 

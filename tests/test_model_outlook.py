@@ -1,0 +1,230 @@
+"""Per-job model state and the pure outlook: invariants, sources, resize cost, batching."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_elastic.model.outlook import (
+    MIN_REMAINING_FRACTION,
+    JobModel,
+    ModelBank,
+    estimate_outlook,
+    marginal_progress,
+    progress_over,
+)
+from slurm_elastic.model.priors import SiteDefaults, site_prior
+from slurm_elastic.model.throughput import ScalingParams
+from slurm_elastic.types import ElasticSpec, Outlook, ProgressReport
+
+SPEC = ElasticSpec(min_nodes=1, max_nodes=8)
+SPEED = ScalingParams(t0=1.6, t1=0.05, t2=0.002, t3=0.02)  # seconds per step
+
+
+def _check(o: Outlook, spec: ElasticSpec = SPEC) -> None:
+    assert [s.nodes for s in o.sizes] == list(spec.allowed_sizes)
+    assert math.isfinite(o.remaining_work) and o.remaining_work > 0
+    assert math.isfinite(o.resize_cost_s) and o.resize_cost_s >= 0
+    assert 0.0 <= o.confidence <= 1.0
+    for s in o.sizes:
+        assert math.isfinite(s.throughput) and s.throughput > 0
+        assert math.isfinite(s.remaining_s) and s.remaining_s > 0
+        assert s.remaining_s == pytest.approx(o.remaining_work / s.throughput)
+
+
+def _outlook(fit, prior=None, current=4, spec=SPEC, elapsed=None) -> Outlook:
+    return estimate_outlook(
+        job_id=7,
+        spec=spec,
+        current_nodes=current,
+        fit=fit,
+        prior=prior or site_prior(4),
+        now=1e6,
+        default_resize_cost_s=45.0,
+        elapsed_s=elapsed,
+    )
+
+
+def _feed(model: JobModel, n: int, nodes: int = 4, t0: float = 0.0, step0: int = 0, **kw) -> None:
+    rate = SPEED.throughput(nodes)
+    for i in range(1, n + 1):
+        step = step0 + 100 * i
+        model.update(
+            ProgressReport(
+                job_id=model.job_id,
+                time=t0 + 100 * i / rate,
+                step=step,
+                nodes=nodes,
+                loss=1.0 / (0.0005 * step + 0.5) + 0.2,
+                **kw,
+            )
+        )
+
+
+def test_prior_only_outlook() -> None:
+    o = _outlook(None, current=0)
+    _check(o)
+    assert o.source == "prior" and o.confidence == 0.0
+    assert o.current_nodes == 0 and o.resize_cost_s == 45.0
+    # Site default: 4 h at the reference size (the requested 4 nodes).
+    assert o.at(4).remaining_s == pytest.approx(SiteDefaults().runtime_s)
+
+
+def test_prior_outlook_counts_elapsed_time_and_stays_positive() -> None:
+    fresh = _outlook(None, elapsed=0.0)
+    later = _outlook(None, elapsed=3600.0)
+    assert later.at(4).remaining_s == pytest.approx(fresh.at(4).remaining_s - 3600.0)
+    overdue = _outlook(None, elapsed=10 * 3600.0)
+    _check(overdue)
+    # Past the prior's run time: at least MIN_REMAINING_FRACTION of the work done is left.
+    assert overdue.at(4).remaining_s == pytest.approx(MIN_REMAINING_FRACTION * 36000.0)
+
+
+def test_fitted_outlook_from_reports() -> None:
+    m = JobModel(7)
+    _feed(m, 40)
+    fit = m.fit()
+    assert fit.throughput is not None and fit.convergence is not None
+    o = _outlook(fit)
+    _check(o)
+    assert o.source == "fitted" and o.confidence > 0.3
+    assert o.at(4).throughput == pytest.approx(SPEED.throughput(4), rel=0.02)
+
+
+def test_user_total_steps_wins() -> None:
+    m = JobModel(7)
+    _feed(m, 10, total_steps=5000)
+    o = _outlook(m.fit())
+    _check(o)
+    assert o.source == "user"
+    assert o.remaining_work == pytest.approx(4000.0)
+
+
+def test_user_target_metric_is_used() -> None:
+    m = JobModel(7)
+    _feed(m, 30, target_metric=0.5)
+    fit = m.fit()
+    assert fit.target_metric == 0.5
+    # Loss 1/(0.0005 k + 0.5) + 0.2 reaches 0.5 at k = (1/0.3 - 0.5)/0.0005 = 5667.
+    o = _outlook(fit)
+    _check(o)
+    assert o.remaining_work == pytest.approx(5667 - 3000, rel=0.25)
+
+
+def test_resize_cost_is_measured_and_used() -> None:
+    m = JobModel(7)
+    _feed(m, 5, nodes=4)
+    last_t = 500 / SPEED.throughput(4)
+    m.record_resize(last_t + 1.0, 8)
+    # Restart takes 30 s, then 100 steps at the new speed before the first report.
+    rate8 = SPEED.throughput(8)
+    first = last_t + 1.0 + 30.0 + 100 / rate8
+    m.update(
+        ProgressReport(
+            job_id=7,
+            time=first,
+            step=600,
+            nodes=8,
+            samples_per_s=rate8 * 64,
+            global_batch=64,
+            loss=0.9,
+        )
+    )
+    fit = m.fit()
+    assert fit.resize_cost_s == pytest.approx(30.0, abs=0.5)
+    assert _outlook(fit).resize_cost_s == pytest.approx(30.0, abs=0.5)
+    # Without a measurement: the user's spec value, then the configured default.
+    assert _outlook(None, spec=ElasticSpec(1, 8, resize_cost_s=12.0)).resize_cost_s == 12.0
+    assert _outlook(None).resize_cost_s == 45.0
+
+
+def test_bad_reports_are_ignored_with_reasons() -> None:
+    m = JobModel(7)
+    assert m.update(ProgressReport(job_id=8, time=1.0, step=1, nodes=1))
+    assert m.update(ProgressReport(job_id=7, time=math.nan, step=1, nodes=1))
+    assert m.update(ProgressReport(job_id=7, time=1.0, step=-5, nodes=1))
+    assert "loss not finite" in m.update(
+        ProgressReport(job_id=7, time=2.0, step=10, nodes=2, loss=math.nan)
+    )
+    assert "nodes <= 0" in m.update(ProgressReport(job_id=7, time=3.0, step=20, nodes=0))
+    _check(_outlook(m.fit()))
+
+
+def test_checkpoint_rollback_replaces_newer_points() -> None:
+    m = JobModel(7)
+    _feed(m, 10)
+    m.update(ProgressReport(job_id=7, time=1e4, step=500, nodes=4, loss=0.8))
+    k, _, _ = m.series()
+    assert k[-1] == 500 and len(k) == 5
+
+
+def test_fit_is_cached_until_new_reports() -> None:
+    m = JobModel(7)
+    _feed(m, 5)
+    a = m.fit()
+    assert m.fit() is a
+    _feed(m, 1, t0=1e4, step0=10_000)
+    assert m.fit() is not a
+
+
+def test_fit_all_matches_single_fits() -> None:
+    bank = ModelBank()
+    for j in range(5):
+        _feed(bank.model(j), 10 + 5 * j)
+    batch = bank.fit_all()
+    for j in range(5):
+        single = JobModel(j)
+        _feed(single, 10 + 5 * j)
+        a, b = batch[j].convergence, single.fit().convergence
+        assert a is not None and b is not None
+        assert (a.a, a.c, a.b2) == pytest.approx((b.a, b.c, b.b2), rel=1e-9)
+    bank.forget([0, 1])
+    assert len(bank) == 3 and 0 not in bank
+
+
+def test_marginal_progress_per_node() -> None:
+    m = JobModel(7)
+    _feed(m, 20)
+    o = _outlook(m.fit())
+    assert progress_over(o, 4, 60.0) == pytest.approx(60.0 * o.at(4).throughput)
+    # Another size pays the resize cost first.
+    assert progress_over(o, 8, 60.0) == pytest.approx(15.0 * o.at(8).throughput)
+    assert progress_over(o, 99, 60.0) == 0.0
+    gains = marginal_progress(o, 600.0)
+    assert list(gains) == list(SPEC.allowed_sizes)
+    assert gains[1] > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 1e5),
+            st.integers(-3, 10**6),
+            st.integers(-1, 16),
+            st.one_of(st.none(), st.floats(-1e3, 1e3), st.just(math.nan)),
+            st.one_of(st.none(), st.floats(-10, 1e4), st.just(math.inf)),
+        ),
+        max_size=30,
+    ),
+    st.integers(0, 8),
+    st.one_of(st.none(), st.floats(0, 1e6)),
+)
+def test_outlook_invariants_for_any_report_stream(reports, current, elapsed) -> None:
+    m = JobModel(7)
+    for t, step, nodes, loss, sps in reports:
+        m.update(
+            ProgressReport(
+                job_id=7,
+                time=t,
+                step=step,
+                nodes=nodes,
+                loss=loss,
+                samples_per_s=sps,
+                global_batch=32,
+            )
+        )
+    _check(_outlook(m.fit(site_prior(2)), prior=site_prior(2), current=current, elapsed=elapsed))
