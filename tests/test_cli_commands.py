@@ -36,6 +36,21 @@ ROWS = [
 ]
 
 
+# One status row of an elastic job, as the controller publishes it.
+TRAIN_ROW = {
+    "job_id": 7,
+    "partition": "batch",
+    "name": "train",
+    "user": "alice",
+    "state": "RUNNING",
+    "nodes": 2,
+    "min": 1,
+    "max": 4,
+    "target": 3,
+    "reason": "target 3",
+}
+
+
 def test_filter_jobs() -> None:
     assert [j["job_id"] for j in filter_jobs(ROWS, ["alice"], [])] == [7]
     assert [j["job_id"] for j in filter_jobs(ROWS, [], [8])] == [8]
@@ -55,20 +70,7 @@ def test_stale_warning() -> None:
 
 def test_explain_from_a_document() -> None:
     document = {
-        "jobs": [
-            {
-                "job_id": 7,
-                "name": "train",
-                "user": "alice",
-                "partition": "batch",
-                "state": "RUNNING",
-                "nodes": 2,
-                "min": 1,
-                "max": 4,
-                "target": 3,
-                "reason": "target 3",
-            }
-        ],
+        "jobs": [TRAIN_ROW],
         "plan": {
             "solver": "mip",
             "status": "optimal",
@@ -118,18 +120,7 @@ def test_status_plain_table_and_filters(tmp_path: Path) -> None:
         "plan": None,
         "actions": [],
         "jobs": [
-            {
-                "job_id": 7,
-                "partition": "batch",
-                "name": "train",
-                "user": "alice",
-                "state": "RUNNING",
-                "nodes": 2,
-                "min": 1,
-                "max": 4,
-                "target": 3,
-                "reason": "target 3",
-            },
+            TRAIN_ROW,
             {
                 "job_id": 8,
                 "partition": "shared",
