@@ -4,7 +4,12 @@
 
 PYTHON ?= python3
 NODES ?= 4
+# Which local cluster instance (0..7) cluster-up/test use; instance 0 is /etc/slurm/slurm.conf.
+INSTANCE ?= $(or $(SLURM_ELASTIC_TEST_INSTANCE),0)
 export PYTHONUNBUFFERED := 1
+# The pytest fixture (tests/slurm_cluster.py) uses the instance and size brought up here.
+export SLURM_ELASTIC_TEST_INSTANCE := $(INSTANCE)
+export SLURM_ELASTIC_TEST_NODES := $(NODES)
 
 .PHONY: help setup cluster-up cluster-down cluster-status test test-unit lint demo bench clean
 
@@ -17,16 +22,16 @@ help:
 	@echo "make lint          ruff"
 
 setup:
-	bash scripts/install-deps.sh
+	PYTHON=$(PYTHON) bash scripts/install-deps.sh
 
 cluster-up: setup
-	bash scripts/cluster.sh up --nodes $(NODES)
+	bash scripts/cluster.sh up --nodes $(NODES) --instance $(INSTANCE)
 
 cluster-down:
-	bash scripts/cluster.sh down
+	bash scripts/cluster.sh down --instance $(INSTANCE)
 
 cluster-status:
-	bash scripts/cluster.sh status
+	bash scripts/cluster.sh status --instance $(INSTANCE)
 
 lint:
 	$(PYTHON) -m ruff check slurm_elastic tests scripts examples

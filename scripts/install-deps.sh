@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Install what slurm-elastic, its tests and its local cluster need, on Debian 12 as root.
+# Idempotent and quick when everything is present (no apt-get update, no pip run):
+#
+#   * Debian packages: Slurm 22.05 (slurmctld, slurmd, slurmdbd, client, libslurm-dev),
+#     munge, MariaDB; liblua5.1-0 (Debian's job_submit_lua.so embeds Lua 5.1, for
+#     etc/job_submit.lua); lua5.3 (runs etc/job_submit.lua stand-alone in the tests);
+#     systemd (only for `systemd-analyze verify` of the shipped unit; never started).
+#   * torch==2.13.0 (exactly this spec: a local CPU wheel) for the job side;
+#   * this package, editable, with its test and agent extras.
+#
+# PYTHON selects the interpreter (default python3).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON=${PYTHON:-python3}
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd libslurm-dev munge mariadb-server
+    liblua5.1-0 lua5.3 systemd)
+TORCH_SPEC="torch==2.13.0"
+
+say() { echo "install-deps: $*"; }
+
+[[ $(id -u) -eq 0 ]] || {
+    echo "install-deps: must run as root (apt-get, system daemons)" >&2
+    exit 1
+}
+
+# ------------------------------------------------------------------ Debian packages
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    [[ $status == "install ok installed" ]] || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    say "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # No daemon may start from a package script: cluster.sh starts them, on loopback only.
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    say "Debian packages present"
+fi
+
+# ------------------------------------------------------------------ Python
+if "$PYTHON" - "$TORCH_SPEC" <<'EOF'; then
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+want = sys.argv[1].split("==")[1]
+try:
+    have = version("torch")
+except PackageNotFoundError:
+    sys.exit(1)
+sys.exit(0 if have.split("+")[0] == want else 1)
+EOF
+    say "$TORCH_SPEC present"
+else
+    say "installing $TORCH_SPEC"
+    "$PYTHON" -m pip install -q "$TORCH_SPEC"
+fi
+
+# Editable install of this checkout with its extras, unless that is exactly what is there:
+# slurm-elastic installed editable from this directory, and every requirement that
+# pyproject.toml names *now* (a dependency added since the last install counts) satisfied.
+if "$PYTHON" -P - "$PWD" <<'EOF'; then
+import json
+import sys
+import tomllib
+from importlib.metadata import PackageNotFoundError, distribution, version
+
+try:
+    from packaging.requirements import Requirement
+except ImportError:  # not installed on a fresh machine; pip always carries a copy
+    from pip._vendor.packaging.requirements import Requirement
+
+try:
+    dist = distribution("slurm-elastic")
+except PackageNotFoundError:
+    sys.exit(1)
+if json.loads(dist.read_text("direct_url.json") or "{}").get("url") != f"file://{sys.argv[1]}":
+    sys.exit(1)
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = project.get("optional-dependencies", {})
+for text in [*project["dependencies"], *extras.get("test", []), *extras.get("agent", [])]:
+    req = Requirement(text)
+    try:
+        if not req.specifier.contains(version(req.name), prereleases=True):
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+EOF
+    say "slurm-elastic (editable, test+agent extras) present"
+else
+    say "installing slurm-elastic (editable) with extras test, agent"
+    "$PYTHON" -m pip install -q -e '.[test,agent]'
+fi
