@@ -367,3 +367,39 @@ def test_status_through_the_running_daemons_api(slurm_cluster, tmp_path: Path) -
     finally:
         daemon.terminate()
         assert daemon.wait(timeout=20) == 0
+
+
+def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:
+    from slurm_elastic.daemon.commands import daemon
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("interval_s: 0\n")
+    result = CliRunner().invoke(daemon, ["--config", str(bad), "--once"])
+    assert result.exit_code == 1
+    assert (
+        result.output.strip() == f"Error: {bad}: interval_s: Input should be greater than 0 (got 0)"
+    )
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    unwritable = tmp_path / "c.yaml"
+    unwritable.write_text(f"state_dir: {blocker}/state\n")
+    result = CliRunner().invoke(daemon, ["--config", str(unwritable), "--once"])
+    assert result.exit_code == 1
+    assert (
+        result.output.strip() == f"Error: state_dir: cannot create {blocker}/state: Not a directory"
+    )
+
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = tmp_path / "busy.yaml"
+        busy.write_text(f"state_dir: {tmp_path / 's'}\napi: {{port: {port}}}\n")
+        result = CliRunner().invoke(daemon, ["--config", str(busy), "--once"])
+    assert result.exit_code == 1
+    assert result.output.strip().endswith(
+        f"Error: api.port: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )

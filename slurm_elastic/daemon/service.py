@@ -47,7 +47,7 @@ from slurm_elastic.daemon.status import (
     build_document,
     write_atomic,
 )
-from slurm_elastic.errors import ConfigError, SlurmElasticError
+from slurm_elastic.errors import ConfigError
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import ClusterSnapshot
 
@@ -198,7 +198,12 @@ class Service:
         self.board = InstructionBoard()
         self.tap = SnapshotTap(backend if backend is not None else make_backend(config))
         self.state_dir = Path(config.state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"state_dir: cannot create {self.state_dir}: {exc.strerror}"
+            ) from None
         self.journal = Journal.in_state_dir(self.state_dir)
         self.controller = Controller(
             self.tap, config, reports=self.reports, journal=self.journal, agents=self.board
@@ -219,7 +224,12 @@ class Service:
                 clock=clock,
                 unmunge=config.api.unmunge,
             )
-            self.api = ApiServer(context, config.api.bind, config.api.port)
+            try:
+                self.api = ApiServer(context, config.api.bind, config.api.port)
+            except OSError as exc:
+                self.journal.close()
+                where = f"{config.api.bind}:{config.api.port}"
+                raise ConfigError(f"api.port: cannot listen on {where}: {exc.strerror}") from None
 
     # ------------------------------------------------------------------ health/status
 
@@ -450,9 +460,6 @@ def run_daemon(config_file: Path | None, *, once: bool = False) -> int:
     """Entry point of ``slurm-elastic daemon``: load config, configure logs, run the loop."""
     config = load_main(config_file)
     configure_logging(config.log.level, config.log.json_)
-    try:
-        service = Service(config, functools.partial(load_main, config_file))
-    except (SlurmElasticError, OSError) as exc:
-        log.error("daemon.start_failed", error=str(exc))
-        raise
+    # Start-up errors (ConfigError, OSError) reach the CLI, which prints them as one line.
+    service = Service(config, functools.partial(load_main, config_file))
     return service.run(once=once)
