@@ -264,8 +264,8 @@ def load_config(
     for index, path in enumerate(files):
         if index == 0 and optional_main and not path.exists():
             continue
-        if not path.is_file():
-            raise ConfigError(f"{path}: (file): does not exist or is not a file")
+        if not path.exists() or path.is_dir():
+            raise ConfigError(f"{path}: (file): does not exist or is a directory")
         _merge(merged, _read_yaml(path), str(path), prov)
         read.append(str(path))
     try:

@@ -403,3 +403,34 @@ def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:
     assert result.output.strip().endswith(
         f"Error: api.port: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+def test_status_uses_rich_only_on_a_tty(tmp_path: Path) -> None:
+    import pty
+
+    path = tmp_path / STATUS_FILE
+    write_atomic(
+        path,
+        {"version": 1, "generated_at": time.time(), "daemon": {}, "cycle": {"ok": True},
+         "jobs": [TRAIN_ROW]},
+    )  # fmt: skip
+    args = [sys.executable, "-c", _MAIN, "status", "--file", str(path), "--config", "/dev/null"]
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
+    proc = subprocess.Popen(args, stdout=secondary, stderr=secondary, env=env)
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    assert proc.wait(timeout=30) == 0
+    on_tty = b"".join(chunks).decode(errors="replace")
+    assert "\x1b[" in on_tty and "JOBID" in on_tty and "alice" in on_tty  # styled by rich
+    piped = _cli("status", "--file", str(path), "--config", "/dev/null")
+    assert "\x1b[" not in piped.stdout and piped.stdout.splitlines()[0].split()[0] == "JOBID"

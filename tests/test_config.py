@@ -67,7 +67,9 @@ def test_env_var_overrides_main_file(tmp_path: Path) -> None:
 
 
 def test_env_var_pointing_nowhere_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"nope\.yaml: \(file\): does not exist"):
+    with pytest.raises(
+        ConfigError, match=r"nope\.yaml: \(file\): does not exist or is a directory"
+    ):
         load_config(environ={ENV_VAR: str(tmp_path / "nope.yaml")})
 
 

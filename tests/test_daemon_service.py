@@ -291,3 +291,29 @@ def test_daemon_process_under_a_systemd_like_supervisor(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_logs_are_json_lines_off_a_tty() -> None:
+    import io
+
+    import structlog
+
+    from slurm_elastic.daemon.log import EVENTS, configure_logging
+
+    out = io.StringIO()  # not a TTY, like journald or a pipe
+    configure_logging("info", "auto", stream=out)
+    try:
+        structlog.get_logger("t").info("cycle.done", duration_s=0.1)
+        structlog.get_logger("t").debug("below.level")
+        try:
+            raise ValueError("bad")
+        except ValueError:
+            structlog.get_logger("t").exception("cycle.failed")
+    finally:
+        configure_logging("info", "auto")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2  # one line per event, the traceback inside it
+    done, failed = (json.loads(line) for line in lines)
+    assert done["event"] == "cycle.done" and done["level"] == "info" and "timestamp" in done
+    assert failed["event"] == "cycle.failed" and "ValueError: bad" in failed["exception"]
+    assert {"cycle.done", "cycle.failed", "resize.applied", "report.rejected"} <= set(EVENTS)
