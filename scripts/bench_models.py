@@ -22,7 +22,7 @@ Error = ``|pred - true| / true`` of steps/s; the median is over all held-out poi
 
 ``fit_1000_jobs_s``: wall time of ``ModelBank.fit_all`` refitting 1,000 jobs (synthetic
 Optimus curves with noise, 100 reports over 3 sizes each) after each received one new
-report: the daemon's worst cycle.  Best of 3 cycles, since the machine is shared.
+report: the daemon's worst cycle.  Best of 5 cycles, since the machine is shared.
 Last line: ``key=value`` pairs.
 """
 
@@ -177,7 +177,7 @@ def tput_rows(traces: Path) -> Iterator[tuple[str, str, int, list[float], list[f
 # --------------------------------------------------------------------------- refit speed
 
 
-def refit_seconds(jobs: int = 1000, reports: int = 100, seed: int = 7, repeat: int = 3) -> float:
+def refit_seconds(jobs: int = 1000, reports: int = 100, seed: int = 7, repeat: int = 5) -> float:
     """Best of ``repeat`` timed cycles (the machine is shared: the minimum is the cost)."""
     rng = np.random.default_rng(seed)
     bank = ModelBank()

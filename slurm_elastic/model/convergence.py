@@ -157,13 +157,14 @@ def _solve_grid(cs: Array, k: Array, y: Array, w: Array) -> tuple[Array, Array, 
     ``b2 = 0``, or both zero (never better than ``a = 0`` since ``y >= 0``).
     """
     x = 1.0 / (k[:, None, :] + cs[:, :, None])  # (J, G, N)
-    wx = w[:, None, :] * x
+    wy = w * y
     sw = w.sum(axis=1)[:, None]
-    sy = (w * y).sum(axis=1)[:, None]
-    syy = (w * y * y).sum(axis=1)[:, None]
-    sx = wx.sum(axis=2)
-    sxx = (wx * x).sum(axis=2)
-    sxy = (wx * y[:, None, :]).sum(axis=2)
+    sy = wy.sum(axis=1)[:, None]
+    syy = (wy * y).sum(axis=1)[:, None]
+    # Batched matrix-vector products: no (J, G, N) temporaries beyond x and x*x.
+    sx = (x @ w[:, :, None])[..., 0]
+    sxy = (x @ wy[:, :, None])[..., 0]
+    sxx = ((x * x) @ w[:, :, None])[..., 0]
     det = sw * sxx - sx * sx
     ok = np.abs(det) > 1e-300
     a1 = np.where(ok, (sw * sxy - sx * sy) / np.where(ok, det, 1.0), 0.0)

@@ -43,7 +43,12 @@ from slurm_elastic.model.convergence import (
     predict_convergence,
 )
 from slurm_elastic.model.priors import Prior
-from slurm_elastic.model.throughput import ScalingParams, ThroughputFit, fit_throughput
+from slurm_elastic.model.throughput import (
+    Observations,
+    ScalingParams,
+    ThroughputFit,
+    fit_throughput_many,
+)
 from slurm_elastic.types import ElasticSpec, Outlook, ProgressReport, SizeEstimate
 
 log = structlog.get_logger("slurm_elastic.model")
@@ -188,7 +193,9 @@ class JobModel:
             return self._cache
         series = self.series()
         conv = fit_convergence_many([series])[0] if series is not None else None
-        return self.assemble(conv, prior)
+        obs = self.observations(prior)
+        tput = fit_throughput_many([obs])[0] if obs is not None else None
+        return self.assemble(conv, tput, prior)
 
     def _key(self, prior: Prior | None) -> tuple[int, int, Prior | None]:
         return (self._n_reports, self._n_costs, prior)
@@ -204,9 +211,13 @@ class JobModel:
         k, y = _binned(np.fromiter(self._k, float), np.fromiter(self._y, float))
         return k, y, self._higher_is_better
 
-    def assemble(self, conv: ConvergenceFit | None, prior: Prior | None = None) -> JobFit:
-        """Combine a convergence fit (made here or in a batch) with the rest of the state."""
-        tput = self._fit_rates(prior)
+    def assemble(
+        self,
+        conv: ConvergenceFit | None,
+        tput: ThroughputFit | None,
+        prior: Prior | None = None,
+    ) -> JobFit:
+        """Combine fits (made here or in a batch) with the rest of the state; caches it."""
         last = self._last
         self._cache = JobFit(
             job_id=self.job_id,
@@ -223,21 +234,19 @@ class JobModel:
         self._cache_key = self._key(prior)
         return self._cache
 
-    def _fit_rates(self, prior: Prior | None) -> ThroughputFit | None:
+    def observations(self, prior: Prior | None = None) -> Observations | None:
+        """Per size: median recent rate, weight sqrt(count); plus the prior shape to use."""
         if not self._rates:
             return None
         sizes = sorted(self._rates)
-        nodes = np.array(sizes, dtype=float)
-        rates = np.array([statistics.median(self._rates[s]) for s in sizes])
-        weights = np.array([math.sqrt(len(self._rates[s])) for s in sizes])
+        rates = [statistics.median(self._rates[s]) for s in sizes]
+        weights = [math.sqrt(len(self._rates[s])) for s in sizes]
         shape: ScalingParams | None = None
         if prior is not None and prior.scaling_measured:
             # History's shape, this job's level: scale to match the best-observed size.
-            i = int(np.argmax(weights))
-            shape = prior.scaling.scaled(
-                prior.scaling.throughput(nodes[i]) / max(float(rates[i]), 1e-300)
-            )
-        return fit_throughput(nodes, rates, prior=shape, weights=weights)
+            i = max(range(len(sizes)), key=weights.__getitem__)
+            shape = prior.scaling.scaled(prior.scaling.throughput(sizes[i]) / max(rates[i], 1e-300))
+        return sizes, rates, weights, shape
 
 
 def _binned(k: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -284,12 +293,22 @@ class ModelBank:
         """
         priors = priors or {}
         stale = [m for m in self._models.values() if m.stale(priors.get(m.job_id))]
-        with_series = [(m, m.series()) for m in stale]
-        batch = [(m, s) for m, s in with_series if s is not None]
-        convs = fit_convergence_many([s for _, s in batch])
-        by_job = {m.job_id: c for (m, _), c in zip(batch, convs, strict=True)}
+        series = [(m.job_id, m.series()) for m in stale]
+        curves = [(j, s) for j, s in series if s is not None]
+        convs = dict(
+            zip(
+                (j for j, _ in curves),
+                fit_convergence_many([s for _, s in curves]),
+                strict=True,
+            )
+        )
+        obs = [(m.job_id, m.observations(priors.get(m.job_id))) for m in stale]
+        rated = [(j, o) for j, o in obs if o is not None]
+        tputs = dict(
+            zip((j for j, _ in rated), fit_throughput_many([o for _, o in rated]), strict=True)
+        )
         for m in stale:
-            m.assemble(by_job.get(m.job_id), priors.get(m.job_id))
+            m.assemble(convs.get(m.job_id), tputs.get(m.job_id), priors.get(m.job_id))
         return {j: m.fit(priors.get(j)) for j, m in self._models.items()}
 
     def forget(self, job_ids: Iterable[int]) -> None:

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 # Site default shape of T(n) at the reference size (shares of one step): 80% compute that
 # parallelises, 10% fixed, 3% sync growing with n, 7% inter-node sync; throughput then
@@ -137,54 +136,113 @@ def fit_throughput(
     """Fit ``T(n)`` to observed ``(nodes, steps/s)``; ``None`` when no usable point exists.
 
     Points with non-finite or non-positive values, or rates outside ``RATE_RANGE``, are
-    dropped.  Without a ``prior`` one is
-    built from the median observation with ``DEFAULT_SHAPE``.
+    dropped; repeated sizes are pooled (weighted geometric mean of the step time).  Without
+    a ``prior`` one is built from the median observed size with ``DEFAULT_SHAPE``.
     """
-    n = np.asarray(nodes, dtype=np.float64).ravel()
-    f = np.asarray(steps_per_s, dtype=np.float64).ravel()
-    m = min(n.size, f.size)
-    n, f = n[:m], f[:m]
-    w = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64).ravel()[:m]
-    ok = np.isfinite(n) & np.isfinite(f) & (n > 0) & (n <= 1e6) & np.isfinite(w) & (w > 0)
-    ok &= (f >= RATE_RANGE[0]) & (f <= RATE_RANGE[1])
-    n, f, w = n[ok], f[ok], w[ok]
-    if n.size == 0:
+    return fit_throughput_many([(nodes, steps_per_s, weights, prior)], prior_strength)[0]
+
+
+Observations = tuple[
+    Sequence[float] | np.ndarray,  # nodes
+    Sequence[float] | np.ndarray,  # steps/s
+    Sequence[float] | np.ndarray | None,  # weights
+    ScalingParams | None,  # prior
+]
+
+
+def _pool(
+    nodes: Sequence[float] | np.ndarray,
+    rates: Sequence[float] | np.ndarray,
+    weights: Sequence[float] | np.ndarray | None,
+) -> tuple[list[float], list[float], list[float], int] | None:
+    """Usable points pooled per size: sizes, log step times, weights, raw count."""
+    ns = np.asarray(nodes, dtype=np.float64).ravel().tolist()
+    fs = np.asarray(rates, dtype=np.float64).ravel().tolist()
+    m = min(len(ns), len(fs))
+    ws = [1.0] * m if weights is None else np.asarray(weights, float).ravel().tolist()
+    acc: dict[float, list[float]] = {}
+    count = 0
+    for n, f, w in zip(ns[:m], fs[:m], ws[:m], strict=False):
+        if not (0.0 < n <= 1e6 and RATE_RANGE[0] <= f <= RATE_RANGE[1] and 0.0 < w < math.inf):
+            continue  # also drops NaN: every comparison with NaN is False
+        slot = acc.setdefault(n, [0.0, 0.0])
+        slot[0] += w
+        slot[1] -= w * math.log(f)
+        count += 1
+    if not acc:
         return None
-    t_obs = 1.0 / f
-    if prior is None:
-        mid = int(np.argsort(n)[n.size // 2])
-        prior = prior_params(n[mid], t_obs[mid])
-    sw = np.sqrt(w)
-    # Relative residuals: row i divided by T_obs_i.
-    multi = (n > 1.0).astype(np.float64)
-    design = np.stack([1.0 / n, np.ones_like(n), n, multi], axis=1) / t_obs[:, None] * sw[:, None]
-    rhs = np.ones_like(n) * sw
-    # Ridge toward the prior, each parameter measured by its share of the typical step
-    # time at the observed sizes so that the penalty is dimensionless.
-    n_ref = float(np.exp(np.mean(np.log(n))))
-    t_ref = float(np.exp(np.mean(np.log(t_obs))))
-    col_scale = np.array([1.0 / n_ref, 1.0, n_ref, 1.0]) / t_ref
-    lam = math.sqrt(max(prior_strength, 0.0))
-    p = np.array([prior.t0, prior.t1, prior.t2, prior.t3])
-    design = np.vstack([design, np.diag(lam * col_scale)])
-    rhs = np.concatenate([rhs, lam * col_scale * p])
-    try:
-        sol, _ = nnls(design, rhs, maxiter=50)
-    except (RuntimeError, ValueError):  # nnls gave up: keep the prior, it is never wrong-signed
-        sol = p
-    params = ScalingParams(float(sol[0]), float(sol[1]), float(sol[2]), float(sol[3]))
-    if params.t0 + params.t1 + params.t2 + params.t3 <= 0.0:
-        params = prior
-    pred = np.array([params.step_time(x) for x in n])
-    rel = float(np.sqrt(np.mean(((pred - t_obs) / t_obs) ** 2)))
-    # Per distinct size: weighted mean of log(observed/model) speed, clipped to a factor
-    # of 10 so one absurd report cannot dominate the interpolation.
-    uniq, inv = np.unique(n, return_inverse=True)
-    ratio = np.clip(np.log(pred / t_obs), -_LN10, _LN10)
-    corr = np.bincount(inv, weights=w * ratio) / np.bincount(inv, weights=w)
-    knots = tuple(zip(np.log(uniq).tolist(), corr.tolist(), strict=True))
-    sizes = tuple(sorted({int(v) for v in np.rint(n)}))
-    return ThroughputFit(params=params, sizes=sizes, n_obs=int(n.size), rel_rmse=rel, knots=knots)
+    sizes = sorted(acc)
+    return sizes, [acc[n][1] / acc[n][0] for n in sizes], [acc[n][0] for n in sizes], count
+
+
+# Every non-empty subset of the 4 parameters: the NNLS optimum is the best feasible
+# unconstrained solution on one of them (its support), so 15 small solves find it exactly.
+_SUBSETS = np.array([[(i >> b) & 1 for b in range(4)] for i in range(1, 16)], dtype=np.float64)
+
+
+def fit_throughput_many(
+    items: Sequence[Observations], prior_strength: float = PRIOR_STRENGTH
+) -> list[ThroughputFit | None]:
+    """``fit_throughput`` for many jobs in one vectorised solve (the daemon's cycle)."""
+    pooled = [_pool(n, f, w) for n, f, w, _ in items]
+    live = [i for i, p in enumerate(pooled) if p is not None]
+    out: list[ThroughputFit | None] = [None] * len(items)
+    if not live:
+        return out
+    J = len(live)
+    S = max(len(pooled[i][0]) for i in live)  # type: ignore[index]
+    N = np.ones((J, S))
+    LT = np.zeros((J, S))
+    W = np.zeros((J, S))
+    P = np.empty((J, 4))
+    for j, i in enumerate(live):
+        sizes, logt, ws, _ = pooled[i]  # type: ignore[misc]
+        k = len(sizes)
+        N[j, :k], LT[j, :k], W[j, :k] = sizes, logt, ws
+        prior = items[i][3]
+        if prior is None:
+            prior = prior_params(sizes[k // 2], math.exp(logt[k // 2]))
+        P[j] = (prior.t0, prior.t1, prior.t2, prior.t3)
+    mask = W > 0
+    cnt = mask.sum(axis=1)
+    T = np.exp(LT)
+    # Relative residuals (row / T_obs); ridge toward the prior, each parameter measured by
+    # its share of the typical step time so that the penalty is dimensionless.
+    phi = np.stack([1.0 / N, np.ones_like(N), N, (N > 1.0).astype(np.float64)], axis=2)
+    phi /= T[:, :, None]
+    n_ref = np.exp(np.where(mask, np.log(N), 0.0).sum(axis=1) / cnt)
+    t_ref = np.exp(np.where(mask, LT, 0.0).sum(axis=1) / cnt)
+    cs2 = (np.stack([1.0 / n_ref, np.ones(J), n_ref, np.ones(J)], axis=1) / t_ref[:, None]) ** 2
+    lam = max(prior_strength, 0.0)
+    A = np.einsum("js,jsa,jsb->jab", W, phi, phi)
+    A[:, range(4), range(4)] += lam * cs2 + 1e-12 * np.trace(A, axis1=1, axis2=2)[:, None]
+    b = np.einsum("js,jsa->ja", W, phi) + lam * cs2 * P
+    m = _SUBSETS[None, :, :]  # (1, 15, 4)
+    A_s = A[:, None] * (m[..., :, None] * m[..., None, :]) + np.eye(4) * (1.0 - m)[..., None]
+    b_s = b[:, None, :] * m
+    x = np.linalg.solve(A_s, b_s[..., None])[..., 0]  # (J, 15, 4)
+    value = np.where((x >= -1e-12).all(axis=2), -(b_s * x).sum(axis=2), np.inf)
+    sol = np.maximum(np.take_along_axis(x, np.argmin(value, axis=1)[:, None, None], 1)[:, 0], 0)
+    bad = ~np.isfinite(sol).all(axis=1) | (sol.sum(axis=1) <= 0.0)
+    sol[bad] = P[bad]  # a degenerate solve keeps the prior, which is never wrong-signed
+    pred = sol[:, 0:1] / N + sol[:, 1:2] + sol[:, 2:3] * N + sol[:, 3:4] * (N > 1.0)
+    pred = np.maximum(pred, _MIN_T)
+    rel = np.sqrt(np.where(mask, ((pred - T) / T) ** 2, 0.0).sum(axis=1) / cnt)
+    # log(observed/model) speed per size, clipped to a factor of 10 so that one absurd
+    # report cannot dominate the interpolation.
+    corr = np.clip(np.log(pred / T), -_LN10, _LN10)
+    logn = np.log(N)
+    for j, i in enumerate(live):
+        sizes, _, _, raw = pooled[i]  # type: ignore[misc]
+        k = len(sizes)
+        out[i] = ThroughputFit(
+            params=ScalingParams(*(float(v) for v in sol[j])),
+            sizes=tuple(sorted({round(v) for v in sizes})),
+            n_obs=raw,
+            rel_rmse=float(rel[j]),
+            knots=tuple(zip(logn[j, :k].tolist(), corr[j, :k].tolist(), strict=True)),
+        )
+    return out
 
 
 def statistical_efficiency(grad_noise_scale: float, batch: float, base_batch: float) -> float:
