@@ -228,3 +228,74 @@ def test_outlook_invariants_for_any_report_stream(reports, current, elapsed) -> 
             )
         )
     _check(_outlook(m.fit(site_prior(2)), prior=site_prior(2), current=current, elapsed=elapsed))
+
+
+def test_throughput_points_and_last_step_feed_future_priors() -> None:
+    m = JobModel(7)
+    assert m.throughput_points() == () and m.last_step is None
+    _feed(m, 5, nodes=2)
+    _feed(m, 5, nodes=4, t0=1e4, step0=1000)
+    pts = dict(m.throughput_points())
+    assert set(pts) == {2, 4}
+    assert pts[4] == pytest.approx(SPEED.throughput(4), rel=1e-6)
+    assert m.last_step == 1500
+
+
+def test_too_many_sizes_is_a_broken_reporter() -> None:
+    m = JobModel(7)
+    for n in range(1, 80):
+        reasons = m.update(
+            ProgressReport(
+                job_id=7, time=float(n), step=n, nodes=n, samples_per_s=10.0, global_batch=10
+            )
+        )
+    assert reasons and "distinct sizes" in reasons[0]
+    assert len(m.throughput_points()) == 64
+
+
+def test_real_pollux_curve_fed_as_reports(shared_dir) -> None:
+    """The simulator's path: a real validation curve arrives as reports, step = iteration."""
+    import csv
+
+    path = shared_dir / "traces/pollux/profiles/cifar10/validation-512.csv"
+    if not path.is_file():
+        pytest.skip("pollux traces not present")
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    bank = ModelBank()
+    half = rows[: len(rows) // 2]
+    for i, r in enumerate(half):
+        bank.update(
+            ProgressReport(
+                job_id=1,
+                time=10.0 * (i + 1),
+                step=int(r["iteration"]),
+                nodes=2,
+                loss=float(r["metric"]),
+                metric_higher_is_better=True,
+            )
+        )
+    fit = bank.fit_all()[1]
+    assert fit.convergence is not None and fit.convergence.kind == "curve"
+    assert 0.85 < fit.convergence.asymptote <= 1.0
+    o = _outlook(fit, current=2)
+    _check(o)
+    assert o.source == "fitted"
+
+
+def test_noisy_training_loss_stream_stays_sane() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    m = JobModel(3)
+    for i in range(1, 2001):
+        step = 10 * i
+        loss = 2.0 / (0.002 * step + 1.0) + 0.4 + rng.normal(0.0, 0.1)
+        if i % 97 == 0:
+            loss = 50.0  # a loss spike
+        m.update(ProgressReport(job_id=3, time=float(i), step=step, nodes=4, loss=loss))
+    fit = m.fit()
+    assert fit.convergence is not None
+    assert fit.convergence.b2 == pytest.approx(0.4, abs=0.1)
+    k, _, _ = m.series()
+    assert len(k) <= 96

@@ -53,9 +53,10 @@ from slurm_elastic.types import ElasticSpec, Outlook, ProgressReport, SizeEstima
 
 log = structlog.get_logger("slurm_elastic.model")
 
-MAX_HISTORY = 1024  # metric points kept per job; the oldest half is thinned beyond this
-FIT_POINTS = 96  # points handed to the curve fit (older ones averaged into bins)
+FIT_POINTS = 96  # metric points kept per job (older ones compacted, see _add_point)
+COMPACT = 48  # when full, the oldest COMPACT points become COMPACT/3 medians of three
 RATE_WINDOW = 32  # throughput observations kept per size
+MAX_SIZES = 64  # distinct sizes with rates kept per job (more is a broken reporter)
 RESIZE_COSTS_KEPT = 5
 MIN_REMAINING_FRACTION = 0.1  # a job still running has at least 10% of its done work left
 MIN_REMAINING_S = 60.0
@@ -83,8 +84,8 @@ class JobModel:
 
     def __init__(self, job_id: int) -> None:
         self.job_id = job_id
-        self._k: deque[float] = deque()
-        self._y: deque[float] = deque()
+        self._k: list[float] = []
+        self._y: list[float] = []
         self._higher_is_better = False
         self._rates: dict[int, deque[float]] = {}
         self._last: ProgressReport | None = None
@@ -118,7 +119,9 @@ class JobModel:
             else:
                 ignored.append("loss not finite")
         rate = self._rate_from(report)
-        if rate is not None:
+        if rate is not None and report.nodes not in self._rates and len(self._rates) >= MAX_SIZES:
+            ignored.append(f"more than {MAX_SIZES} distinct sizes")
+        elif rate is not None:
             self._rates.setdefault(report.nodes, deque(maxlen=RATE_WINDOW)).append(rate)
         elif report.nodes <= 0:
             ignored.append("nodes <= 0")
@@ -142,11 +145,12 @@ class JobModel:
                 self._y.pop()
         self._k.append(k)
         self._y.append(y)
-        if len(self._k) > MAX_HISTORY:
-            half = MAX_HISTORY // 2
-            ks, ys = list(self._k), list(self._y)
-            self._k = deque(ks[:half:2] + ks[half:])
-            self._y = deque(ys[:half:2] + ys[half:])
+        if len(self._k) > FIT_POINTS:
+            # Amortised compaction: history stays bounded, old data is kept at ever coarser
+            # resolution, and a median of three means one loss spike cannot move a point.
+            ks, ys = self._k[:COMPACT], self._y[:COMPACT]
+            self._k[:COMPACT] = [ks[i + 1] for i in range(0, COMPACT, 3)]
+            self._y[:COMPACT] = [sorted(ys[i : i + 3])[1] for i in range(0, COMPACT, 3)]
 
     def _rate_from(self, r: ProgressReport) -> float | None:
         if r.nodes <= 0:
@@ -205,11 +209,10 @@ class JobModel:
         return self._cache is None or self._cache_key != self._key(prior)
 
     def series(self) -> tuple[np.ndarray, np.ndarray, bool] | None:
-        """The metric history as handed to the curve fit (binned), or None when empty."""
+        """The metric history as handed to the curve fit, or None when empty."""
         if not self._k:
             return None
-        k, y = _binned(np.fromiter(self._k, float), np.fromiter(self._y, float))
-        return k, y, self._higher_is_better
+        return np.array(self._k), np.array(self._y), self._higher_is_better
 
     def assemble(
         self,
@@ -234,6 +237,14 @@ class JobModel:
         self._cache_key = self._key(prior)
         return self._cache
 
+    def throughput_points(self) -> tuple[tuple[int, float], ...]:
+        """``(nodes, median steps/s)`` per size seen: keep these for ``build_prior``."""
+        return tuple((n, statistics.median(r)) for n, r in sorted(self._rates.items()))
+
+    @property
+    def last_step(self) -> int | None:
+        return self._last.step if self._last is not None else None
+
     def observations(self, prior: Prior | None = None) -> Observations | None:
         """Per size: median recent rate, weight sqrt(count); plus the prior shape to use."""
         if not self._rates:
@@ -247,20 +258,6 @@ class JobModel:
             i = max(range(len(sizes)), key=weights.__getitem__)
             shape = prior.scaling.scaled(prior.scaling.throughput(sizes[i]) / max(rates[i], 1e-300))
         return sizes, rates, weights, shape
-
-
-def _binned(k: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """At most FIT_POINTS points: the newest half kept, older ones averaged in bins."""
-    n = k.size
-    if n <= FIT_POINTS:
-        return k, y
-    keep = FIT_POINTS // 2
-    old_k, old_y = k[: n - keep], y[: n - keep]
-    edges = np.linspace(0, old_k.size, FIT_POINTS - keep + 1).astype(int)[:-1]
-    counts = np.diff(np.append(edges, old_k.size))
-    bk = np.add.reduceat(old_k, edges) / counts
-    by = np.add.reduceat(old_y, edges) / counts
-    return np.concatenate([bk, k[n - keep :]]), np.concatenate([by, y[n - keep :]])
 
 
 class ModelBank:
