@@ -46,7 +46,12 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=50)
     parser.add_argument("--checkpoint-dir", default=None)
     parser.add_argument("--report-every", type=float, default=5.0)
-    parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (pacing)")
+    parser.add_argument(
+        "--sample-sleep",
+        type=float,
+        default=0.0,
+        help="extra seconds per sample a rank trains on: paces the demo like real compute",
+    )
     parser.add_argument("--sample-log", default=None)
     parser.add_argument("--out", default=None, help="write the final weights here (rank 0)")
     args = parser.parse_args()
@@ -103,8 +108,8 @@ def main() -> None:
             }
             log.write(json.dumps(record) + "\n")
             log.flush()
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        if args.sample_sleep:
+            time.sleep(args.sample_sleep * sum(len(idx) for idx in step.micro_batches))
         trainer.optimizer_step(loss_sum)
 
     if trainer.rank == 0:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import hostlist
 
+from slurm_elastic.actuate.companion import companion_parent
 from slurm_elastic.errors import AgentError, SlurmElasticError
 from slurm_elastic.slurm.parse_text import parse_scontrol_jobs
 from slurm_elastic.slurm.runner import SlurmRunner
@@ -34,6 +35,24 @@ def read_job(job_id: int, runner: SlurmRunner | None = None) -> JobView:
     if not views:
         raise AgentError(f"Slurm does not know job {job_id}")
     return views[0]
+
+
+def effective_nodes(job_id: int, runner: SlurmRunner | None = None) -> int:
+    """Nodes the training runs on: the job's own plus its running companions' (one call)."""
+    run = runner or SlurmRunner(timeout_s=15.0)
+    try:
+        out = run.read(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%D|%k"]).stdout
+    except SlurmElasticError as exc:
+        raise AgentError(f"cannot read the queue: {exc}") from None
+    total = 0
+    for line in out.splitlines():
+        job, _, rest = line.partition("|")
+        count, _, comment = rest.partition("|")
+        if not count.strip().isdigit():
+            continue
+        if job.strip() == str(job_id) or companion_parent(comment) == job_id:
+            total += int(count)
+    return total
 
 
 def cpus_per_node(value: str) -> int | None:

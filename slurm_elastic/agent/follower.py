@@ -61,7 +61,10 @@ class Instruction:
 def refusal(
     instruction: Instruction, *, current_nodes: int, min_nodes: int, batch_host: str
 ) -> str | None:
-    """Why this job must answer ``failed`` instead of shrinking; None when it can comply."""
+    """Why this job must answer ``failed`` instead of shrinking; None when it can comply.
+
+    ``current_nodes`` is the effective size: the parent's nodes plus running companions'.
+    """
     if instruction.kind != "shrink":
         return f"unknown instruction kind {instruction.kind!r}"
     if instruction.target_nodes < min_nodes:
@@ -106,7 +109,7 @@ class Follower:
     min_nodes: int
     batch_host: str
     control: ControlWriter
-    node_count: Callable[[], int]  # the job's node count as Slurm reports it now
+    node_count: Callable[[], int]  # effective size now: own nodes + running companions'
     clock: Callable[[], float] = time.time
     poll_s: float = 1.0
     hold_timeout_s: float = 60.0
@@ -198,7 +201,12 @@ class Follower:
         return None
 
     def wait_applied(self, instruction: Instruction, before: int) -> int:
-        """The node count once Slurm shrank the job, or ``before`` if it never happens."""
+        """The effective size once the daemon is done, or ``before`` if nothing changed.
+
+        Done = Slurm shows fewer nodes (the parent shrank or a companion was cancelled), or
+        the daemon withdrew the instruction (it clears it in every end state), or the
+        deadline passed.
+        """
         until = instruction.deadline + self.applied_grace_s
         last_fetch = self.clock()
         while self.clock() < until and not self._stop.is_set():

@@ -31,7 +31,7 @@ from types import FrameType
 
 import structlog
 
-from slurm_elastic.agent.allocation import read_job, srun_env
+from slurm_elastic.agent.allocation import effective_nodes, read_job, srun_env
 from slurm_elastic.agent.follower import ControlWriter, Follower
 from slurm_elastic.agent.jobdir import DONE, LaunchInfo, job_dir, read_json
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
@@ -195,7 +195,7 @@ def run(opts: RunOptions) -> int:
         min_nodes=info.min_nodes,
         batch_host=info.batch_host,
         control=control,
-        node_count=lambda: read_job(job_id).node_count,
+        node_count=lambda: effective_nodes(job_id),
         poll_s=opts.poll_s,
     )
     follower.start()

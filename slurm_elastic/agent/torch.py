@@ -25,7 +25,8 @@ What it does for the script:
   rank loads the checkpoint rank 0 picked (the newest that loads).
 * **Zero lost steps on planned resizes**: on a hold rank 0 checkpoints the step boundary all
   ranks agreed on; on SIGTERM (torch elastic stopping the group to grow it) or a failed
-  collective (a peer vanished) rank 0 saves its last *completed* step before exiting.
+  collective (a peer vanished) the first rank of every node saves its last *completed*
+  step before exiting, so the step survives whichever node vanished.
 * **Progress reports** from rank 0 (``agent.progress``), never blocking training.
 
 torch is imported only here and in nothing the launcher or the daemon imports.
@@ -110,6 +111,7 @@ class ElasticTrainer:
         self._own_group = _init_process_group(timeout_s)
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
         job_dir = os.environ.get("SLURM_ELASTIC_JOB_DIR")
         self.job_dir = Path(job_dir) if job_dir else None
@@ -339,7 +341,7 @@ class ElasticTrainer:
                 self._seen_seq = control.seq
                 self._flags["hold"] = False
                 if control.restart:
-                    self._exit("restart")
+                    self._exit("restart", every_node=False)  # the hold checkpoint stands
                 log.info("trainer.resume", rank=self.rank, step=self.completed)
                 return
             time.sleep(0.05)
@@ -351,9 +353,16 @@ class ElasticTrainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def save(self) -> None:
-        """Rank 0 writes the state after the last completed step (idempotent per step)."""
-        if self.rank != 0 or self._saved_step == self.completed:
+    def save(self, *, every_node: bool = False) -> None:
+        """Rank 0 writes the state after the last completed step (idempotent per step).
+
+        ``every_node``: the first rank of every node writes too.  Used when the group is
+        breaking up: the replicas are identical, so whichever node survives has the step
+        on disk, even if rank 0's node is the one that vanished.  Same content, same name,
+        atomic renames: concurrent writers cannot tear the file.
+        """
+        writer = self.rank == 0 or (every_node and self.local_rank == 0)
+        if not writer or self._saved_step == self.completed:
             return
         state = {
             "model": self.model.state_dict(),
@@ -376,8 +385,8 @@ class ElasticTrainer:
         log.warning("trainer.peer_lost", rank=self.rank, step=self.completed, error=str(exc))
         self._exit(reason)
 
-    def _exit(self, reason: str) -> None:
-        self.save()
+    def _exit(self, reason: str, *, every_node: bool = True) -> None:
+        self.save(every_node=every_node)
         log.info("trainer.exit", rank=self.rank, step=self.completed, reason=reason)
         if self.reporter is not None:
             self.reporter.close(timeout_s=1.0)

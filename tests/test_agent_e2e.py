@@ -1,0 +1,236 @@
+"""End to end on the real local cluster with real torch processes (torchrun, gloo, CPU).
+
+The resizes go through the daemon's own actuation path (``agent.drill``: ``actuate.diff``,
+the guard rails' hard limits, ``actuate.executor.Executor`` with its journal, the
+``InstructionBoard`` behind the daemon's HTTP API with MUNGE, and the Slurm CLI backend);
+only the choice of size is scripted instead of coming from the policy, so that the test
+is deterministic.  The training is ``examples/train_mlp.py`` under ``slurm-elastic run``.
+
+Checks: the job starts on 2 nodes, is shrunk to 1 (instruction, checkpoint, ack,
+``scontrol update``) and grown to 3 (companion job), and finishes; every epoch saw every
+sample exactly once; the final weights equal a run that never resized (same seed and
+global batch); no step was lost at either resize; the progress reports reached the
+daemon's API and fit its convergence and throughput models.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.agent.drill import ResizeDrill
+from slurm_elastic.slurm.cli import CliBackend
+from tests.slurm_cluster import SlurmCluster, wait_until
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "train_mlp.py"
+# 100 steps per epoch at a global batch of 48; the sleep per sample paces the 2-core
+# machine so that resizes land mid-training and throughput grows with the world size.
+TRAIN_ARGS = ["--samples", "4800", "--global-batch", "48", "--micro-batch", "16", "--seed", "3"]
+PACE = ["--sample-sleep", "0.004", "--report-every", "1"]
+JOB_TIMEOUT_S = 150.0
+
+
+def _records(work: Path) -> list[dict]:
+    out = []
+    for path in sorted((work / "log").glob("*.jsonl")):
+        with open(path) as handle:
+            out += [json.loads(line) for line in handle if line.endswith("\n")]
+    return out
+
+
+def lineage(records: list[dict]) -> dict[int, list[dict]]:
+    """Per step, the records of the latest generation that ran it (what the model kept)."""
+    by_step: dict[int, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        by_step[r["step"]][r["gen"]].append(r)
+    return {step: gens[max(gens)] for step, gens in sorted(by_step.items())}
+
+
+def assert_exactly_once(records: list[dict], samples: int, epochs: int) -> None:
+    seen: dict[int, list[int]] = defaultdict(list)
+    for rows in lineage(records).values():
+        worlds = {r["world"] for r in rows}
+        assert len(worlds) == 1 and len(rows) == worlds.pop(), "a step misses a rank's record"
+        for r in rows:
+            seen[r["epoch"]] += r["idx"]
+    assert sorted(seen) == list(range(epochs))
+    for epoch, idx in seen.items():
+        assert len(idx) == samples, f"epoch {epoch}: {len(idx)} samples, want {samples}"
+        assert sorted(idx) == list(range(samples)), f"epoch {epoch}: duplicates or gaps"
+
+
+def steps_lost(records: list[dict]) -> list[int]:
+    """Per generation change: steps the old group ran (rank 0) that the new one redid."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for r in records:
+        if r["rank"] == 0:
+            first[r["gen"]] = min(first.get(r["gen"], r["step"]), r["step"])
+            last[r["gen"]] = max(last.get(r["gen"], r["step"]), r["step"])
+    gens = sorted(first)
+    return [last[a] + 1 - first[b] for a, b in itertools.pairwise(gens)]
+
+
+def reference_weights(tmp: Path, epochs: int) -> dict[str, torch.Tensor]:
+    """The same training in one process, never resized."""
+    out = tmp / "reference.pt"
+    more = ["--checkpoint-dir", str(tmp / "ref-ckpt"), "--out", str(out)]
+    subprocess.run(
+        [sys.executable, str(EXAMPLE), *TRAIN_ARGS, "--epochs", str(epochs), *more],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "SLURM_ELASTIC_JOB_DIR": "", "SLURM_ELASTIC_API": ""},
+    )
+    return torch.load(out)
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        # float64 training; only the summation order of gradients differs between sizes.
+        assert torch.allclose(a[key], b[key], rtol=1e-9, atol=1e-10), key
+
+
+class TrainingJob:
+    def __init__(self, cluster: SlurmCluster, work: Path, api: str, epochs: int) -> None:
+        self.cluster = cluster
+        self.work = work
+        self.epochs = epochs
+        outputs = ["--sample-log", str(work / "log"), "--out", str(work / "final.pt")]
+        train = [str(EXAMPLE), *TRAIN_ARGS, *PACE, "--epochs", str(epochs), *outputs]
+        if shutil.which("slurm-elastic") is None:
+            pytest.fail("slurm-elastic is not on PATH: install the package (make setup)")
+        script = "\n".join(
+            [
+                "#!/bin/bash",
+                "#SBATCH --nodes=1-3",
+                "#SBATCH --comment=elastic:min=1,max=3",
+                f"#SBATCH --output={work}/job-%j.out",
+                "slurm-elastic run -- python " + " ".join(train),
+                "",
+            ]
+        )
+        (work / "job.sbatch").write_text(script)
+        env = {**cluster.env, "SLURM_ELASTIC_API": api}
+        out = subprocess.run(
+            ["sbatch", "--parsable", "--hold", f"--chdir={work}", str(work / "job.sbatch")],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+        self.job_id = int(out.strip().split(";")[0])
+        # Start at 2 of its 1-3 nodes the way the daemon starts pending jobs (NumNodes=2-2).
+        CliBackend().pin_pending_size(self.job_id, 2)
+        cluster.run("scontrol", "release", str(self.job_id))
+        self.started = time.monotonic()
+
+    def records(self) -> list[dict]:
+        return _records(self.work)
+
+    def wait_records(self, predicate: Callable[[list[dict]], bool], what: str) -> list[dict]:
+        left = JOB_TIMEOUT_S - (time.monotonic() - self.started)
+        wait_until(lambda: predicate(self.records()), max(left, 1.0), what)
+        return self.records()
+
+    def state(self) -> str:
+        out = self.cluster.run("scontrol", "-o", "show", "job", str(self.job_id), check=False)
+        for word in out.stdout.split():
+            if word.startswith("JobState="):
+                return word.partition("=")[2]
+        return "GONE"
+
+    def wait_finished(self) -> str:
+        left = JOB_TIMEOUT_S - (time.monotonic() - self.started)
+        wait_until(lambda: self.state() not in {"PENDING", "RUNNING", "COMPLETING"}, left, "end")
+        return self.state()
+
+    def log_text(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.work.glob("*.out")))
+
+
+def at_world(world: int, min_step: int = 0) -> Callable[[list[dict]], bool]:
+    return lambda recs: any(r["world"] == world and r["step"] >= min_step for r in recs)
+
+
+@pytest.fixture
+def drill(clean_queue: SlurmCluster) -> Iterator[ResizeDrill]:
+    with ResizeDrill(CliBackend(), ack_timeout_s=60.0) as d:
+        yield d
+
+
+def test_shrink_to_1_then_grow_to_3_trains_exactly(
+    clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
+) -> None:
+    from slurm_elastic.model.outlook import ModelBank
+
+    job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=3)
+    try:
+        job.wait_records(at_world(2, min_step=15), "training at 2 nodes")
+        shrink = drill.resize(job.job_id, 1)
+        assert shrink.outcome == "applied", shrink.detail
+        assert shrink.detail.startswith("agent ready at step"), shrink.detail
+        at_one = job.wait_records(at_world(1), "training at 1 node after the shrink")
+        resumed = max(r["step"] for r in at_one)
+        job.wait_records(at_world(1, min_step=resumed + 5), "progress at 1 node")
+        grow = drill.resize(job.job_id, 3)
+        assert grow.outcome == "applied" and grow.companion_id, grow.detail
+        job.wait_records(at_world(3), "training at 3 nodes after the grow")
+        assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
+    finally:
+        clean_queue.run("scancel", str(job.job_id), check=False)
+
+    records = job.records()
+    assert [w for w in dict.fromkeys(r["world"] for r in records)] == [2, 1, 3]
+    assert_exactly_once(records, samples=4800, epochs=3)
+    assert steps_lost(records) == [0, 0]
+    assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 3))
+
+    reports = drill.reports_of(job.job_id)
+    assert {r.nodes for r in reports} >= {2, 1, 3}, [r.nodes for r in reports]
+    assert all(r.global_batch == 48 and r.loss is not None for r in reports)
+    bank = ModelBank()
+    for report in reports:
+        bank.update(report)
+    fit = bank.fit(job.job_id)
+    assert fit is not None and fit.n_reports == len(reports)
+    assert fit.convergence is not None, "the loss reports did not fit a convergence curve"
+    assert fit.throughput is not None, "the rate reports did not fit a throughput model"
+
+
+def test_unannounced_shrink_continues_from_checkpoint(
+    clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
+) -> None:
+    """Slurm SIGKILLs the removed node's tasks with no warning: rank 0 (on the batch host)
+    saves its last completed step when the collective fails, and the survivor goes on."""
+    job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=2)
+    try:
+        job.wait_records(at_world(2, min_step=15), "training at 2 nodes")
+        clean_queue.run("scontrol", "update", f"JobId={job.job_id}", "NumNodes=1")
+        job.wait_records(at_world(1), "training at 1 node after the unannounced shrink")
+        assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
+    finally:
+        clean_queue.run("scancel", str(job.job_id), check=False)
+
+    records = job.records()
+    assert_exactly_once(records, samples=4800, epochs=2)
+    # The step in flight when the peer vanished is redone; nothing older.
+    assert all(0 <= lost <= 1 for lost in steps_lost(records)), steps_lost(records)
+    assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 2))
+    assert "trainer.peer_lost" in job.log_text()
