@@ -35,14 +35,14 @@ def _check(o: Outlook, spec: ElasticSpec = SPEC) -> None:
         assert s.remaining_s == pytest.approx(o.remaining_work / s.throughput)
 
 
-def _outlook(fit, prior=None, current=4, spec=SPEC, elapsed=None) -> Outlook:
+def _outlook(fit, prior=None, current=4, spec=SPEC, elapsed=None, now=None) -> Outlook:
     return estimate_outlook(
         job_id=7,
         spec=spec,
         current_nodes=current,
         fit=fit,
         prior=prior or site_prior(4),
-        now=1e6,
+        now=now if now is not None else (fit.time if fit is not None else 0.0),
         default_resize_cost_s=45.0,
         elapsed_s=elapsed,
     )
@@ -101,6 +101,21 @@ def test_user_total_steps_wins() -> None:
     _check(o)
     assert o.source == "user"
     assert o.remaining_work == pytest.approx(4000.0)
+
+
+def test_progress_since_the_last_report_is_extrapolated_briefly() -> None:
+    m = JobModel(7)
+    _feed(m, 10, total_steps=50_000)
+    fit = m.fit()
+    rate = fit.throughput.throughput(4)
+    at_report = _outlook(fit).remaining_work
+    assert _outlook(fit, now=fit.time + 60).remaining_work == pytest.approx(at_report - 60 * rate)
+    # A job silent for an hour is assumed to have progressed for 10 minutes only.
+    assert _outlook(fit, now=fit.time + 3600).remaining_work == pytest.approx(
+        at_report - 600 * rate
+    )
+    # At another size than the one reported (a resize in flight): no extrapolation.
+    assert _outlook(fit, now=fit.time + 60, current=2).remaining_work == at_report
 
 
 def test_user_target_metric_is_used() -> None:

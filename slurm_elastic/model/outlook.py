@@ -61,6 +61,7 @@ RESIZE_COSTS_KEPT = 5
 MIN_REMAINING_FRACTION = 0.1  # a job still running has at least 10% of its done work left
 MIN_REMAINING_S = 60.0
 CONV_FULL_POINTS = 20  # convergence confidence saturates at this many metric points
+MAX_EXTRAPOLATION_S = 600.0  # progress assumed after the last report, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +347,8 @@ def estimate_outlook(
 ) -> Outlook:
     """Build the ``Outlook`` of one job (pure: everything it needs is passed in).
 
-    ``elapsed_s`` is how long the job has run (used only while it has not reported).
+    ``elapsed_s`` is how long the job has run (used only while it has not reported);
+    ``now`` extrapolates progress since the last report (bounded).
     """
     sizes = spec.allowed_sizes or (max(spec.min_nodes, 1),)
     tput = fit.throughput if fit is not None else None
@@ -362,7 +364,10 @@ def estimate_outlook(
 
     reported = fit is not None and fit.n_reports > 0 and unit_real
     if reported and fit is not None:
-        done = float(fit.step)
+        # Steps made since the last report, at the current speed, for at most
+        # MAX_EXTRAPOLATION_S: a job that stopped reporting is not assumed to progress.
+        since = min(max(now - fit.time, 0.0), MAX_EXTRAPOLATION_S) if math.isfinite(now) else 0.0
+        done = float(fit.step) + (since * run_rate if current_nodes == fit.nodes else 0.0)
     else:
         done = (_finite_pos(elapsed_s) or 0.0) * run_rate
 
