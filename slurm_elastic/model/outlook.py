@@ -5,9 +5,15 @@ Usage by the daemon (one ``ModelBank`` for the whole cluster)::
     bank = ModelBank()
     bank.update(report)                       # every accepted ProgressReport
     bank.record_resize(job_id, now, to_nodes)  # when a resize was applied
-    fit = bank.fit(job_id, prior)              # cheap; cached until new reports arrive
+    bank.fit_all(priors)                       # once per cycle: batched refit of stale jobs
+    fit = bank.fit(job_id, priors[job_id])     # cached; the same prior object -> no refit
     outlook = estimate_outlook(job_id=..., spec=..., current_nodes=..., fit=fit,
                                prior=prior, now=now, default_resize_cost_s=60.0)
+
+``fit`` alone works too but costs ~0.5 ms per job; ``fit_all`` refits 1,000 jobs in about
+0.2 s.  The convergence criterion measures improvement from a job's *first* report, so
+after a daemon restart feed a job's stored reports again (oldest first) rather than only
+new ones.
 
 Guarantees of ``estimate_outlook`` (tested):
 
