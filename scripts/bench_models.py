@@ -9,8 +9,8 @@ Convergence (Pollux ``profiles/<model>/validation-<B>.csv``, one curve per model
   epoch to the final value, ``|m(e) - m_final| <= 0.05 * |m(1) - m_final|``.  For the
   truth ``m_final`` is the mean of the last 3 epochs; for the prediction it is the fitted
   curve's asymptote (the model never sees the future).
-* The model sees the first 25% / 50% of the epochs and predicts the converged epoch
-  (``ceil`` of the fitted crossing).  Error = ``|pred - true| / true``.
+* The model sees the first 25% / 50% of the epochs (at least 3) and predicts the converged
+  epoch (``ceil`` of the fitted crossing).  Error = ``|pred - true| / true``.
 * Curves with fewer than 8 epochs (BERT: 2) cannot be split and are listed as skipped.
 * A second, secondary figure ("target" mode) gives the model the truth's threshold value as
   a user target (``target_metric``) instead of asking it for the asymptote.
