@@ -156,6 +156,27 @@ def test_resize_cost_is_measured_and_used() -> None:
     assert _outlook(None).resize_cost_s == 45.0
 
 
+def test_a_free_restart_is_a_measurement_too() -> None:
+    m = JobModel(7)
+    _feed(m, 5, nodes=4)
+    m.record_resize(0.0, 8)  # long before the next report, which then shows no loss
+    rate8 = SPEED.throughput(8)
+    made = 18_000
+    m.update(
+        ProgressReport(
+            job_id=7,
+            time=made / rate8,
+            step=500 + made,
+            nodes=8,
+            samples_per_s=rate8 * 64,
+            global_batch=64,
+        )
+    )
+    fit = m.fit()
+    assert fit.resize_cost_s == 0.0
+    assert _outlook(fit, spec=ElasticSpec(1, 8, resize_cost_s=12.0)).resize_cost_s == 0.0
+
+
 def test_bad_reports_are_ignored_with_reasons() -> None:
     m = JobModel(7)
     assert m.update(ProgressReport(job_id=8, time=1.0, step=1, nodes=1))

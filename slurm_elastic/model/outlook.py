@@ -408,11 +408,12 @@ def estimate_outlook(
     estimates = tuple(
         SizeEstimate(nodes=n, throughput=f, remaining_s=work / f) for n, f in rates.items()
     )
-    cost = (
-        _finite_pos(fit.resize_cost_s if fit is not None else None)
-        or _finite_pos(spec.resize_cost_s)
-        or _finite_pos(default_resize_cost_s)
-        or 0.0
+    # Measured beats the user's estimate beats the configured default; 0.0 is a valid
+    # measurement (a restart that cost nothing), so test for None, not truth.
+    candidates = (fit.resize_cost_s if fit is not None else None, spec.resize_cost_s)
+    cost = next(
+        (c for c in map(_finite_pos, (*candidates, default_resize_cost_s)) if c is not None),
+        0.0,
     )
     return Outlook(
         job_id=job_id,
