@@ -1,0 +1,95 @@
+"""The validation bench's own definitions (scripts/bench_models.py) on tiny fabricated files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_models", REPO / "scripts/bench_models.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_models"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_truth_epoch_uses_five_percent_of_the_improvement(bench) -> None:
+    # Loss from 10 to a final mean of 1: the band is 0.45, first entered at epoch 4.
+    metric = [10.0, 5.0, 2.0, 1.4, 1.2, 1.0, 1.0, 1.0]
+    epoch, thr = bench.truth_epoch(metric)
+    assert epoch == 4
+    assert thr == pytest.approx(1.45)
+    # Rising metrics the same way.
+    epoch, thr = bench.truth_epoch([0.1, 0.5, 0.85, 0.89, 0.9, 0.9, 0.9])
+    assert epoch == 4 and thr == pytest.approx(0.86)
+
+
+def test_interpolation_yardstick_is_exact_on_a_power_law(bench) -> None:
+    sizes = [1, 2, 4, 8]
+    rates = [3.0 * n**0.8 for n in sizes]
+    assert bench.interp_baseline(sizes, rates, 16) == pytest.approx(3.0 * 16**0.8)
+    assert bench.interp_baseline(sizes, rates, 3) == pytest.approx(3.0 * 3**0.8)
+
+
+def _write_traces(root: Path) -> None:
+    prof = root / "pollux/profiles/toy"
+    prof.mkdir(parents=True)
+    rows = ["progress,iteration,metric,grad_sqr,grad_var"]
+    for e in range(1, 21):
+        rows.append(f"{e},{e * 10},{1.0 / (0.3 * e + 0.5) + 0.2},1,1")
+    (prof / "validation-64.csv").write_text("\n".join(rows) + "\n")
+    (prof / "validation-32.csv").write_text(rows[0] + "\n1,1,0.5,1,1\n2,2,0.4,1,1\n")
+    (prof / "placements.csv").write_text(
+        "placement,local_bsz,step_time,sync_time\n1,32,0.10,0\n2,32,0.11,0.01\n"
+        "4,32,0.12,0.02\n22,32,0.14,0.04\n"
+    )
+    (prof / "scalability.csv").write_text(
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n4,16,32,0.20,0.1\n"
+    )
+    ef = root / "elasticflow_throughputs"
+    (ef / "A100").mkdir(parents=True)
+    (ef / "T4").mkdir(parents=True)
+    (ef / "A100/toy.csv").write_text("global_batch_size,1,2,4,8\n64,1.0,1.9,3.5,\n")
+    gavel = {"v100": {str(("Toy (batch size 8)", s)): {"null": 2.0 * s**0.9} for s in (1, 2, 4, 8)}}
+    (root / "gavel").mkdir()
+    (root / "gavel/simulation_throughputs.json").write_text(json.dumps(gavel))
+
+
+def test_rows_from_fabricated_traces(bench, tmp_path: Path) -> None:
+    _write_traces(tmp_path)
+    conv = list(bench.conv_rows(tmp_path))
+    assert any(isinstance(r, str) and "toy/32: skipped" in r for r in conv)
+    (row,) = [r for r in conv if not isinstance(r, str)]
+    assert row[0] == "toy/64" and row[1] == 20
+    assert all(math.isfinite(v) and v >= 0 for v in row[3:])
+    tables = {name: (n, errs) for _, name, n, errs, _ in bench.tput_rows(tmp_path)}
+    assert tables["elasticflow/A100/toy/b64"][0] == 3  # the empty cell is skipped
+    assert tables["gavel/v100/Toy (batch size 8)"][0] == 4
+    # Pollux: one row per replica count (1, 2, 4, 16); "4" and "22" both give 4 replicas.
+    assert tables["pollux/toy/local32"][0] == 4
+    for _, errs in tables.values():
+        assert all(math.isfinite(e) and e >= 0 for e in errs)
+
+
+def test_main_prints_key_value_last_line(bench, tmp_path: Path, capsys) -> None:
+    _write_traces(tmp_path)
+    assert bench.main(["--traces", str(tmp_path), "--jobs", "20"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    keys = dict(kv.split("=") for kv in last.split())
+    for key in ("conv_median_err_25", "conv_median_err_50", "tput_median_err", "fit_1000_jobs_s"):
+        assert math.isfinite(float(keys[key]))
+
+
+def test_main_rejects_a_missing_traces_dir(bench, tmp_path: Path, capsys) -> None:
+    assert bench.main(["--traces", str(tmp_path / "nope")]) == 2
+    assert "no Pollux profiles" in capsys.readouterr().err
