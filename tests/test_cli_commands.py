@@ -245,7 +245,7 @@ def _sbatch(*args: str) -> int:
 
 
 @pytest.fixture
-def live_jobs(slurm_cluster, tmp_path: Path) -> Iterator[tuple[Path, int, int]]:
+def live_jobs(clean_queue, tmp_path: Path) -> Iterator[tuple[Path, int, int]]:
     config_file = tmp_path / "slurm-elastic.yaml"
     config_file.write_text(f"state_dir: {tmp_path / 'state'}\napi: {{port: 0}}\n")
     elastic = _sbatch("-N1-2", "--comment=elastic", "-J", "cli-elastic", "-p", "shared")
@@ -366,7 +366,7 @@ def test_status_through_the_running_daemons_api(slurm_cluster, tmp_path: Path) -
         assert document["cycle"]["ok"] is True and document["daemon"]["pid"] == daemon.pid
     finally:
         daemon.terminate()
-        assert daemon.wait(timeout=20) == 0
+        assert daemon.wait(timeout=20) == 0, log_path.read_text()[-3000:]
 
 
 def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ def _nobody_credential(body: bytes) -> str:
 
 
 @pytest.mark.slurm
-def test_forged_report_rejected_owner_accepted(slurm_cluster, tmp_path: Path) -> None:
+def test_forged_report_rejected_owner_accepted(clean_queue, tmp_path: Path) -> None:
     job = int(
         subprocess.run(
             ["sbatch", "--parsable", "-N1", "-t", "5", "-p", "shared", "-o", "/dev/null",

@@ -317,3 +317,25 @@ def test_logs_are_json_lines_off_a_tty() -> None:
     assert done["event"] == "cycle.done" and done["level"] == "info" and "timestamp" in done
     assert failed["event"] == "cycle.failed" and "ValueError: bad" in failed["exception"]
     assert {"cycle.done", "cycle.failed", "resize.applied", "report.rejected"} <= set(EVENTS)
+
+
+def test_status_document_is_strict_json_even_with_infinite_estimates(tmp_path: Path) -> None:
+    from slurm_elastic.daemon.status import (
+        CycleContent,
+        CycleInfo,
+        DaemonInfo,
+        build_document,
+        write_atomic,
+    )
+
+    content = CycleContent(
+        plan={"objective": float("inf"), "decisions": [{"predicted_gain": float("nan")}]}
+    )
+    document = build_document(
+        5.0, DaemonInfo(1, 0.0, "shadow", "mip", 10.0), CycleInfo(1, True, 4.0, 5.0), content
+    )
+    assert document["plan"] == {"objective": None, "decisions": [{"predicted_gain": None}]}
+    write_atomic(tmp_path / STATUS_FILE, document)
+    text = (tmp_path / STATUS_FILE).read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    assert read_document(tmp_path / STATUS_FILE)["cycle"]["duration_s"] == 1.0

@@ -110,7 +110,9 @@ def render_table(
 
 
 def _echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+    from slurm_elastic.daemon.status import json_safe
+
+    click.echo(json.dumps(json_safe(value), indent=2, sort_keys=True, default=str))
 
 
 # --------------------------------------------------------------------------- daemon

@@ -27,6 +27,7 @@ EVENTS = (
     "api.listening",
     "api.error",
     "status.write_failed",
+    "status.publish_failed",
     "sd_notify.failed",
 )
 

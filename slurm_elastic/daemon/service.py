@@ -320,7 +320,10 @@ class Service:
             slurm_calls=result.slurm_calls + result.history_calls if result else 0,
             last_ok_at=state.last_ok_at,
         )
-        self._publish(info, result, error_kind)
+        try:
+            self._publish(info, result, error_kind)
+        except Exception as exc:  # publishing must not end the service either
+            log.exception("status.publish_failed", cycle=state.count, error=str(exc))
         self._notify_systemd(info)
 
     def _publish(self, info: CycleInfo, result: CycleResult | None, error_kind: str | None) -> None:

@@ -20,6 +20,7 @@ versioned (``"version": 1``); fields are only ever added.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -65,36 +66,49 @@ class CycleContent:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def json_safe(value: Any) -> Any:
+    """NaN/inf (an unknown or never-ending estimate) become null: JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def build_document(
     now: float, daemon: DaemonInfo, cycle: CycleInfo, content: CycleContent
 ) -> dict[str, Any]:
     """Pure: the status document for one cycle.  A failed cycle keeps the last good content."""
-    return {
-        "version": VERSION,
-        "generated_at": now,
-        "daemon": {
-            "pid": daemon.pid,
-            "started_at": daemon.started_at,
-            "mode": daemon.mode,
-            "policy": daemon.policy,
-            "interval_s": daemon.interval_s,
-            "config_files": list(daemon.config_files),
-        },
-        "cycle": {
-            "count": cycle.count,
-            "ok": cycle.ok,
-            "error": cycle.error,
-            "started_at": cycle.started_at,
-            "finished_at": cycle.finished_at,
-            "duration_s": round(cycle.duration_s, 6),
-            "slurm_calls": cycle.slurm_calls,
-            "last_ok_at": cycle.last_ok_at,
-        },
-        "plan": content.plan,
-        "jobs": list(content.jobs),
-        "actions": list(content.actions),
-        **content.extra,
-    }
+    return json_safe(
+        {
+            "version": VERSION,
+            "generated_at": now,
+            "daemon": {
+                "pid": daemon.pid,
+                "started_at": daemon.started_at,
+                "mode": daemon.mode,
+                "policy": daemon.policy,
+                "interval_s": daemon.interval_s,
+                "config_files": list(daemon.config_files),
+            },
+            "cycle": {
+                "count": cycle.count,
+                "ok": cycle.ok,
+                "error": cycle.error,
+                "started_at": cycle.started_at,
+                "finished_at": cycle.finished_at,
+                "duration_s": round(cycle.duration_s, 6),
+                "slurm_calls": cycle.slurm_calls,
+                "last_ok_at": cycle.last_ok_at,
+            },
+            "plan": content.plan,
+            "jobs": list(content.jobs),
+            "actions": list(content.actions),
+            **content.extra,
+        }
+    )
 
 
 def age_s(document: dict[str, Any], now: float) -> float:
