@@ -270,9 +270,11 @@ write_confs() { # writes the instance's conf files; sets CONF_CHANGED=1 when any
             CONF_CHANGED=1
         fi
     done
+    # No restart for a new job_submit.lua: slurmctld reloads it when its mtime changes
+    # (a restart would cancel the jobs of whoever is using this instance).
     if ! cmp -s "$REPO/etc/job_submit.lua" "$CONF_DIR/job_submit.lua"; then
-        install -m 0644 "$REPO/etc/job_submit.lua" "$CONF_DIR/job_submit.lua"
-        CONF_CHANGED=1
+        install -m 0644 "$REPO/etc/job_submit.lua" "$CONF_DIR/job_submit.lua.new"
+        mv -f "$CONF_DIR/job_submit.lua.new" "$CONF_DIR/job_submit.lua"
     fi
 }
 
@@ -376,7 +378,7 @@ cmd_up() {
         return 0
     fi
     local t0=$SECONDS
-    # A changed config (other node count, new job_submit.lua) needs the daemons restarted.
+    # A changed slurm.conf/gres.conf/cgroup.conf (other node count) needs a restart.
     if ((CONF_CHANGED)); then stop_instance; fi
     make_fake_gpus
     start_munge
