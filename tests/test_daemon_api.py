@@ -270,3 +270,20 @@ def test_post_authenticated_reports_unreachable_daemon() -> None:
         port = s.getsockname()[1]
     with pytest.raises(AgentError, match="cannot reach"):
         auth.get_json(f"http://127.0.0.1:{port}/healthz", timeout_s=2)
+
+
+def test_too_many_concurrent_credentials_is_503_then_recovers(server) -> None:
+    api, context, _ = server
+    context.auth_wait_s = 0.1
+    held = 0
+    while context.auth_slots.acquire(blocking=False):  # every slot busy
+        held += 1
+    try:
+        cred = _credential_as(None, auth.body_digest(REPORT))
+        status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
+        assert status == 503 and "busy" in body["error"]
+    finally:
+        for _ in range(held):
+            context.auth_slots.release()
+    assert held == 16
+    assert auth.post_authenticated(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT).status == 202

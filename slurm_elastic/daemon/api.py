@@ -34,6 +34,7 @@ from slurm_elastic.errors import AuthError
 from slurm_elastic.types import ProgressReport
 
 MAX_BODY_BYTES = 64 * 1024
+MAX_CONCURRENT_AUTH = 16
 _REQUEST_TIMEOUT_S = 10.0  # a client that stalls mid-request frees its thread after this
 _JOB_PATH = re.compile(r"^/v1/jobs/(\d{1,12})/(report|ack|instruction)$")
 
@@ -80,7 +81,12 @@ class ApiContext:
     health: Callable[[float], tuple[bool, str]]  # now -> (healthy, why)
     clock: Callable[[], float]
     unmunge: str = "unmunge"
-    extra: dict[str, Any] = field(default_factory=dict)
+    # At most this many credentials checked at once: each is an unmunge process, and a
+    # burst of reports must not fork without bound.  Past it, callers get 503 and retry.
+    auth_slots: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(MAX_CONCURRENT_AUTH)
+    )
+    auth_wait_s: float = 5.0
 
 
 class _HttpError(Exception):
@@ -146,7 +152,12 @@ class _Handler(BaseHTTPRequestHandler):
         if method != "POST":
             raise _HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"use POST for {what}")
         body = self._read_body()
-        self._authenticate(job_id, body)
+        if not self.context.auth_slots.acquire(timeout=self.context.auth_wait_s):
+            raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "busy: too many reports at once")
+        try:
+            self._authenticate(job_id, body)
+        finally:
+            self.context.auth_slots.release()
         payload = _parse_json(body)
         if what == "report":
             self._report(job_id, payload)
