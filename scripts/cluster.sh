@@ -303,12 +303,24 @@ instance_up_and_current() {
 }
 
 stop_instance() {
-    if pid_alive "$RUN_DIR/slurmctld.pid"; then
-        # Cancel jobs first so no slurmstepd is left behind without its slurmd.
-        SLURM_CONF=$CONF timeout 10 scancel --full --quiet --user=root 2>/dev/null || true
-        SLURM_CONF=$CONF timeout 10 scancel --quiet --state=PENDING 2>/dev/null || true
+    if pid_alive "$RUN_DIR/slurmctld.pid" && ctld_ok >/dev/null 2>&1; then
+        # Cancel every job (any user) and let the steps end, so that no slurmstepd is left
+        # behind without its slurmd.  Bounded: KillWait=5 ends a stubborn step in ~5 s.
+        local ids
+        ids=$(SLURM_CONF=$CONF timeout 10 squeue -h -o %A 2>/dev/null | tr '\n' ' ' || true)
+        if [[ -n ${ids// /} ]]; then
+            # shellcheck disable=SC2086 # word splitting of the id list is intended
+            SLURM_CONF=$CONF timeout 10 scancel $ids 2>/dev/null || true
+            wait_for 15 no_running_jobs || echo "cluster.sh: jobs still ending on $CLUSTER" >&2
+        fi
     fi
     stop_pidfiles "$RUN_DIR"/slurmd-*.pid "$RUN_DIR/slurmctld.pid"
+}
+
+no_running_jobs() {
+    local out
+    out=$(SLURM_CONF=$CONF timeout 5 squeue -h -t RUNNING,COMPLETING,CONFIGURING -o %A) &&
+        [[ -z $out ]]
 }
 
 make_fake_gpus() {
@@ -352,10 +364,10 @@ start_instance() {
         SLURM_CONF=$CONF slurmd -f "$CONF" -N "n$i" >>"$LOG_DIR/slurmd-n$i.log" 2>&1 9>&- ||
             fail_daemon "slurmd n$i (instance $INSTANCE)" "$LOG_DIR/slurmd-n$i.log" "did not start"
     done
-    if ! wait_for "$WAIT_S" nodes_ok; then
+    if ! wait_for 8 nodes_ok; then
         # Nodes left down/drained by an earlier unclean stop: resume them once, then judge.
         SLURM_CONF=$CONF scontrol update NodeName="n[1-$NODES]" State=RESUME >/dev/null 2>&1 || true
-        if ! wait_for 15 nodes_ok; then
+        if ! wait_for "$WAIT_S" nodes_ok; then
             local bad
             bad=$(node_states 2>&1 | grep -vE ' (idle|mix|alloc|comp)$' | head -n 1 | cut -d' ' -f1)
             fail_daemon "slurmd ${bad:-?} (instance $INSTANCE)" "$LOG_DIR/slurmd-${bad:-n1}.log" \
