@@ -16,7 +16,7 @@ from slurm_elastic.policy.dp import solve_dp
 from slurm_elastic.policy.explain import build_plan, no_change_choice
 from slurm_elastic.policy.greedy import solve_greedy
 from slurm_elastic.policy.isolate import run_isolated
-from slurm_elastic.policy.mip import MipResult, build_arrays, solve_arrays
+from slurm_elastic.policy.mip import MipResult, build_input, solve_input
 from slurm_elastic.policy.options import PolicyOptions
 from slurm_elastic.policy.static import solve_static
 from slurm_elastic.types import AllocationProblem, Plan, SolverStatus
@@ -99,13 +99,13 @@ def _solve_mip(compiled: Compiled, t0: float) -> MipResult:
     budget = compiled.problem.time_limit_s - _elapsed(t0)
     if budget <= 0:
         raise SolverError("no time left for the MIP after building the model")
-    arrays = build_arrays(compiled)
+    data = build_input(compiled)
     budget = compiled.problem.time_limit_s - _elapsed(t0)
-    args = (arrays, budget * _HIGHS_SHARE, compiled.options.mip_rel_gap)
+    args = (data, budget * _HIGHS_SHARE, compiled.options.mip_rel_gap)
     if compiled.options.isolate:
-        result: MipResult = run_isolated(solve_arrays, args, budget)
+        result: MipResult = run_isolated(solve_input, args, budget)
     else:
-        result = solve_arrays(*args)
+        result = solve_input(*args)
     if result.choice is None:
         raise SolverError(f"HiGHS found no solution: {result.message}")
     if not compiled.feasible(result.choice):

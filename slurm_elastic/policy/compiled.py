@@ -10,18 +10,26 @@ Candidates (the sizes a job may be given this cycle)
 
 Value of a candidate (the MIP objective, also used to score every other policy's plan)
 -----------------------------------------------------------------------------------
-``progress_j(s) = min(W_j, f_j(s) * H_eff)`` steps over the horizon ``H``, where ``f_j`` is
-the outlook's throughput (linear interpolation between estimated sizes, flat beyond
-them; a job with no estimate is assumed to scale linearly), ``W_j`` the remaining work and
-``H_eff = H - c_j`` when a running job changes size (``c_j`` = measured restart cost in
-seconds of lost progress), else ``H``.  Capping at ``W_j`` is what stops nodes going to a
-job that finishes inside the horizon anyway.  Steps of different jobs are not comparable,
-so the value is expressed in *node-seconds at the job's minimum-size efficiency*:
+``f_j(s)`` is the outlook's throughput (a size the outlook lacks is interpolated; a job
+with no estimate is assumed to scale linearly), ``W_j`` the remaining work (steps),
+``c_j`` the measured restart cost (seconds of lost progress, paid by a running job that
+changes size, not by a pending job that starts), ``H`` the horizon, ``w_j`` the weight.
+The estimated completion time from now at size ``s`` is
 
-    value_j(s) = w_j * progress_j(s) * min_j / f_j(min_j)  -  penalty * H * [s != current]
+    C_j(s) = c_j [resized] + W_j / f_j(s)            if that is <= H (finishes inside)
+    C_j(s) = H * (2 - f_j(s) * (H - c_j [resized]) / W_j)     otherwise
 
-A job running at its minimum for the whole horizon is worth ``min_j * H``; extra nodes are
-worth what they add in speed-up.  ``w_j`` is the priority / fair-share weight.
+(beyond the horizon: the horizon plus the fraction of the work still left after it,
+in horizon units; both branches meet at ``C = H`` with the same slope), and
+
+    value_j(s) = w_j * (2H - C_j(s)),   value_j(0) = 0 (stays pending).
+
+So maximising total value is minimising total weighted (linearised) time to completion,
+which is maximising progress over the horizon with progress capped at the remaining
+work: a job that finishes inside the horizon gains only by finishing earlier, so nodes
+do not go to nearly-done jobs beyond what shortens them, and short pending jobs start
+first.  Two tie-breaks far below any real difference (``PolicyOptions.change_penalty``):
+a change of size costs ``penalty * H``, and among equal pending jobs the older wins.
 
 Payback: a larger candidate whose value is not higher than that of a smaller candidate
 is dominated (it needs at least as much of every row for no more value) and is dropped.
@@ -29,7 +37,7 @@ For a running job this is exactly "a growth must pay back its resize cost within
 horizon".  Dropping dominated candidates never changes the optimum.
 
 Greedy's utility is Optimus' own: remaining time ``T_j(s) = c_j [resized] + W_j / f_j(s)``
-(a job with unknown remaining work gets one horizon's work at its largest size).
+(a job with unknown remaining work is given ten horizons of work at its best speed).
 """
 
 from __future__ import annotations
@@ -180,122 +188,180 @@ def _static_size(d: ElasticDemand) -> int:
     return fitting[-1] if fitting else d.min_nodes
 
 
-def _throughput(d: ElasticDemand, sizes: IntArray) -> FloatArray:
-    est = d.outlook.sizes
+def _throughput(d: ElasticDemand, sizes: list[int]) -> list[float]:
+    est = {e.nodes: e.throughput for e in d.outlook.sizes}
     if not est:
-        thr = sizes.astype(float)  # no estimate: assume linear speed-up
-    else:
-        xs = np.array([e.nodes for e in est], dtype=float)
-        ys = np.array([e.throughput for e in est], dtype=float)
-        order = np.argsort(xs, kind="stable")
-        thr = np.interp(sizes.astype(float), xs[order], ys[order])
-    return np.where(sizes > 0, thr, 0.0)
+        return [float(s) for s in sizes]  # no estimate: assume linear speed-up
+    got = [est.get(s) for s in sizes]
+    if None not in got:
+        return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, got, strict=True)]
+    xs = sorted(est)
+    thr = np.interp(np.array(sizes, dtype=float), xs, [est[x] for x in xs])
+    return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, thr, strict=True)]
 
 
-def _job_values(
-    d: ElasticDemand, sizes: IntArray, horizon: float, penalty: float
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    thr = _throughput(d, sizes)
-    work = d.outlook.remaining_work
-    work = max(work, 0.0) if math.isfinite(work) else math.inf
-    cost = d.outlook.resize_cost_s
-    resized = (sizes != d.current_nodes) & d.is_running
-    heff = np.where(resized, max(horizon - cost, 0.0), horizon)
-    progress = np.minimum(work, thr * heff)
-    ref = float(_throughput(d, np.array([d.min_nodes]))[0])
-    scale = d.weight * d.min_nodes / ref if ref > 0 else 0.0
-    value = progress * scale - penalty * horizon * (sizes != d.current_nodes)
-    nominal = work if math.isfinite(work) else float(thr.max()) * horizon
+@dataclass(frozen=True, slots=True)
+class _Flat:
+    """Every legal candidate of every job, side by side (job ``j`` owns start[j]:start[j+1])."""
+
+    start: IntArray
+    job: IntArray
+    sizes: IntArray
+    value: FloatArray
+    progress: FloatArray
+    throughput: FloatArray
+    remaining: FloatArray
+
+
+def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
+    """Objective value, progress and Optimus remaining time of every legal candidate.
+
+    ``C(s)`` is the job's estimated completion time from now: ``c [resized] + W / f(s)``
+    when that is inside the horizon, else ``H (2 - f(s) H_eff / W)`` (the horizon plus the
+    fraction of the work still left after it, in horizon units).  The two branches meet
+    at ``C = H`` with the same slope.  ``value = w (2H - C)`` is 0 for a pending job that
+    stays pending and at most ``2H``: maximising the sum is minimising total weighted
+    (linearised) time to completion, which is maximising progress over the horizon with
+    progress capped at the remaining work.
+    """
+    demands = problem.elastic
+    horizon = problem.horizon_s
+    legal = [_legal_sizes(d) for d in demands]
+    counts = np.array([len(x) for x in legal], dtype=np.int64)
+    start = np.zeros(len(demands) + 1, dtype=np.int64)
+    np.cumsum(counts, out=start[1:])
+    job = np.repeat(np.arange(len(demands)), counts)
+    sizes = np.array([s for x in legal for s in x], dtype=np.int64)
+    thr = np.array([t for d, x in zip(demands, legal, strict=True) for t in _throughput(d, x)])
+
+    def per_job(xs: list[float]) -> FloatArray:
+        return np.array(xs, dtype=float)[job] if demands else np.zeros(0)
+
+    cur = per_job([d.current_nodes for d in demands])
+    running = per_job([d.is_running for d in demands]) > 0
+    cost = per_job([d.outlook.resize_cost_s for d in demands])
+    weight = per_job([d.weight for d in demands])
+    raw_work = per_job([max(d.outlook.remaining_work, 0.0) for d in demands])
+    top = np.maximum.reduceat(thr, start[:-1]) if demands else np.zeros(0)
+    # Unknown remaining work: at least ten horizons at the job's best speed.
+    work = np.where(np.isfinite(raw_work), raw_work, 10.0 * horizon * top[job] if demands else 0)
+    resized = running & (sizes != cur)
+    heff = np.where(resized, np.maximum(horizon - cost, 0.0), horizon)
     with np.errstate(divide="ignore", invalid="ignore"):
-        remaining = np.where(thr > 0, nominal / thr, math.inf) + np.where(resized, cost, 0.0)
-    return value, progress, thr, remaining
+        tau = np.where(thr > 0, work / thr, np.inf) + np.where(resized, cost, 0.0)
+        frac = np.where(work > 0, thr * heff / work, 1.0)
+    completion = np.where(tau <= horizon, tau, horizon * (2.0 - np.minimum(frac, 1.0)))
+    value = np.where((sizes > 0) & (work > 0), weight * (2.0 * horizon - completion), 0.0)
+    # Tie-breaks far below any real difference: change as little as possible, and among
+    # equally good pending jobs start the older one.
+    tick = options.change_penalty * horizon
+    rank = np.empty(len(demands))
+    rank[
+        sorted(
+            range(len(demands)), key=lambda i: fifo_key(demands[i].submit_time, demands[i].job_id)
+        )
+    ] = np.arange(len(demands))
+    older = 1.0 - rank / max(len(demands), 1)
+    value = value - tick * (sizes != cur) + 0.5 * tick * older[job] * (~running & (sizes > 0))
+    progress = np.minimum(raw_work, thr * heff)
+    return _Flat(start, job, sizes, value, progress, thr, tau)
 
 
-def _undominated(value: FloatArray, protect: set[int]) -> list[int]:
-    keep: list[int] = []
-    best = -math.inf
-    for k, v in enumerate(value):
-        if k == 0 or v > best + _EPS or k in protect:
-            keep.append(k)
-        best = max(best, v)
-    return keep
+def _undominated(flat: _Flat, protect: FloatArray) -> FloatArray:
+    """Mask of candidates worth more than every smaller candidate of the same job."""
+    n_jobs = flat.start.size - 1
+    local = np.arange(flat.sizes.size) - flat.start[flat.job]
+    width = int(local.max()) + 1 if local.size else 1
+    grid = np.full((n_jobs, width), -np.inf)
+    grid[flat.job, local] = flat.value
+    best_before = np.maximum.accumulate(grid, axis=1)
+    shifted = np.concatenate([np.full((n_jobs, 1), -np.inf), best_before[:, :-1]], axis=1)
+    return (flat.value > shifted[flat.job, local] + _EPS) | (local == 0) | protect
 
 
 # --------------------------------------------------------------------------- compile
 
 
-def _coefficients(
-    d: ElasticDemand, sizes: IntArray, specs: list[RowSpec], cls: Class
-) -> tuple[list[int], list[FloatArray]]:
-    ids: list[int] = []
-    coefs: list[FloatArray] = []
-    key = fifo_key(d.submit_time, d.job_id)
+def _row_coefficients(
+    problem: AllocationProblem,
+    specs: list[RowSpec],
+    classes: list[Class],
+    sizes: IntArray,
+    job: IntArray,
+) -> tuple[FloatArray, FloatArray]:
+    """Dense (rows x candidates) usage, and a (rows x jobs) mask of who is in each row."""
+    demands = problem.elastic
     s = sizes.astype(float)
+    running = np.array([d.is_running for d in demands], dtype=bool)[job]
+    cur = np.array([d.current_nodes for d in demands], dtype=float)[job]
+    mins = np.array([d.min_nodes for d in demands], dtype=float)[job]
+    keys = [fifo_key(d.submit_time, d.job_id) for d in demands]
+    coef = np.zeros((len(specs), sizes.size))
+    member = np.zeros((len(specs), len(demands)), dtype=bool)
     for i, spec in enumerate(specs):
-        if cls not in spec.classes:
-            continue
+        member[i] = [c in spec.classes for c in classes]
         if spec.kind == CAPACITY:
-            c = s
-        elif d.is_running:
-            c = s - d.current_nodes
-        elif spec.cutoff is not None and key < spec.cutoff:
-            c = np.where(sizes > 0, s - d.min_nodes, 0.0)
+            row = s
         else:
-            c = s
-        ids.append(i)
-        coefs.append(c)
-    return ids, coefs
+            older = np.array([k < spec.cutoff for k in keys], dtype=bool)[job]
+            row = np.where(running, s - cur, np.where(older, np.where(sizes > 0, s - mins, 0.0), s))
+        coef[i] = np.where(member[i][job], row, 0.0)
+    return coef, member
 
 
 def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compiled:
     """Validate and compile; raises SolverError with a one-line reason on bad input."""
     _validate(problem)
-    classes_of = {d.job_id: demand_class(d.partition) for d in problem.elastic}
-    specs = build_rows(problem, classes_of, options.max_component_classes)
-    staged = []
-    for d in problem.elastic:
-        legal = np.array(_legal_sizes(d), dtype=np.int64)
-        value, progress, thr, remaining = _job_values(
-            d, legal, problem.horizon_s, options.change_penalty
-        )
-        protect = {int(np.flatnonzero(legal == x)[0]) for x in (d.current_nodes, _static_size(d))}
-        keep = _undominated(value, protect)
-        sizes = legal[keep]
-        ids, coefs = _coefficients(d, sizes, specs, classes_of[d.job_id])
-        staged.append((d, legal, sizes, keep, value, progress, thr, remaining, ids, coefs))
+    demands = problem.elastic
+    classes = [demand_class(d.partition) for d in demands]
+    specs = build_rows(
+        problem,
+        dict(zip((d.job_id for d in demands), classes, strict=True)),
+        options.max_component_classes,
+    )
+    flat = _values(problem, options)
+    cur = np.array([d.current_nodes for d in demands], dtype=np.int64)
+    static = np.array([_static_size(d) for d in demands], dtype=np.int64)
+    protect = (
+        (flat.sizes == cur[flat.job]) | (flat.sizes == static[flat.job])
+        if demands
+        else np.zeros(0, dtype=bool)
+    )
+    kept = np.flatnonzero(_undominated(flat, protect))
+    kjob = flat.job[kept]
+    kstart = np.searchsorted(kjob, np.arange(len(demands) + 1))
+    coef, member = _row_coefficients(problem, specs, classes, flat.sizes[kept], kjob)
 
     # Relax each row to what the jobs' floors already use (never force below min), and
-    # drop rows that no choice can violate.
-    n = len(specs)
-    floor = np.zeros(n)
-    top = np.zeros(n)
-    for *_, ids, coefs in staged:
-        for i, c in zip(ids, coefs, strict=True):
-            floor[i] += c[0]
-            top[i] += c.max()
-    rhs = np.array([max(s.rhs, floor[i]) for i, s in enumerate(specs)])
-    live = [i for i in range(n) if top[i] > rhs[i] + _EPS]
-    renum = {old: new for new, old in enumerate(live)}
+    # drop rows that no choice can violate (candidates ascend, so usage does too).
+    floor = coef[:, kstart[:-1]].sum(axis=1) if demands else np.zeros(len(specs))
+    top = coef[:, kstart[1:] - 1].sum(axis=1) if demands else np.zeros(len(specs))
+    rhs = np.maximum([s.rhs for s in specs], floor) if specs else np.zeros(0)
+    live = np.flatnonzero(top > rhs + _EPS)
     rows = tuple(Row(specs[i].name, specs[i].kind, float(rhs[i])) for i in live)
+    coef, member = coef[live], member[live]
 
     jobs = []
-    for d, legal, sizes, keep, value, progress, thr, remaining, ids, coefs in staged:
-        kept_ids = [renum[i] for i in ids if i in renum]
-        kept_coefs = [c for i, c in zip(ids, coefs, strict=True) if i in renum]
+    for j, d in enumerate(demands):
+        a, b = int(kstart[j]), int(kstart[j + 1])
+        la, lb = int(flat.start[j]), int(flat.start[j + 1])
+        idx = kept[a:b]
+        sizes = flat.sizes[idx]
+        in_rows = np.flatnonzero(member[:, j])
         jobs.append(
             JobModel(
                 demand=d,
-                legal=legal,
-                legal_value=value,
+                legal=flat.sizes[la:lb],
+                legal_value=flat.value[la:lb],
                 sizes=sizes,
-                value=value[keep],
-                progress=progress[keep],
-                throughput=thr[keep],
-                remaining_s=remaining[keep],
-                rows=np.array(kept_ids, dtype=np.int64),
-                coef=np.array(kept_coefs, dtype=float).reshape(len(kept_ids), len(sizes)),
+                value=flat.value[idx],
+                progress=flat.progress[idx],
+                throughput=flat.throughput[idx],
+                remaining_s=flat.remaining[idx],
+                rows=in_rows,
+                coef=coef[in_rows, a:b],
                 keep=int(np.flatnonzero(sizes == d.current_nodes)[0]),
-                static=int(np.flatnonzero(sizes == _static_size(d))[0]),
+                static=int(np.flatnonzero(sizes == static[j])[0]),
                 fifo=fifo_key(d.submit_time, d.job_id),
             )
         )

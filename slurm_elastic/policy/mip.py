@@ -13,12 +13,15 @@ Constraints
     optional fairness floor: pending jobs that the FIFO minimum pass (running jobs kept
     at their current size) can start must start (``x[j,0] = 0``).
 
-The model is built straight into sparse arrays and handed to ``scipy.optimize.milp``
-(HiGHS).  pulp was the named modelling layer; its per-variable Python objects cost far
-more than the latency budget at 10,000 jobs (measured by ``scripts/bench_policies.py``,
-figures in the README), so ``pulp_model.py`` keeps the same model in pulp for comparison
-only.  HiGHS is deterministic for a given model, so the same problem gives the same plan
-(unless the time limit cuts the search short).
+The model is built straight into sparse arrays.  Before HiGHS sees it, ``lagrange``
+computes the LP bound from the Lagrangian dual, a near-optimal incumbent, and removes
+every candidate that provably cannot beat the incumbent (exact reduced-cost fixing);
+HiGHS (``highspy``, presolve off, warm-started with the incumbent) then solves what is
+left.  pulp was the named modelling layer; building its per-variable Python objects
+alone costs more than the latency budget at 10,000 jobs (``scripts/bench_policies.py``
+measures it; figures in the README), so ``pulp_model.py`` keeps the same model in pulp
+for comparison only.  Everything is deterministic for a given model, so the same problem
+gives the same plan (unless the time limit cuts the search short).
 
 Time limit: the solve runs in a forked child (``isolate``) that HiGHS is asked to end at
 80% of the remaining budget and that is killed at the budget.  With an incumbent at the
@@ -28,32 +31,32 @@ any error, greedy's plan is used (status ``fallback``) and ``Plan.note`` says wh
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp
 
-from slurm_elastic.policy.compiled import Compiled, FloatArray, IntArray
+from slurm_elastic.policy.compiled import Compiled, IntArray
+from slurm_elastic.policy.lagrange import FlatModel, fix, incumbent, minimise_bound
 from slurm_elastic.policy.ledger import Ledger
 
 
 @dataclass(frozen=True, slots=True)
-class MipArrays:
-    cost: FloatArray  # minimised: -value
-    offsets: IntArray  # job j's variables are offsets[j]:offsets[j+1]
-    a_eq: sp.csr_array
-    a_ub: sp.csr_array
-    b_ub: FloatArray
-    upper: FloatArray  # variable upper bounds (0 removes a candidate: fairness floor)
+class MipInput:
+    model: FlatModel
+    local: IntArray  # candidate index within its job, per flat candidate
 
 
 @dataclass(frozen=True, slots=True)
 class MipResult:
-    choice: list[int] | None
+    choice: list[int] | None  # candidate index per job
     optimal: bool
     gap: float
     message: str
+    free_jobs: int = 0  # jobs left to HiGHS after fixing
+    bound: float = 0.0  # Lagrangian upper bound on the objective
 
 
 def fair_floor_jobs(compiled: Compiled) -> set[int]:
@@ -71,58 +74,113 @@ def fair_floor_jobs(compiled: Compiled) -> set[int]:
     return started
 
 
-def build_arrays(compiled: Compiled) -> MipArrays:
+def build_input(compiled: Compiled) -> MipInput:
+    """Flatten every job's candidates; the fairness floor removes "stay pending"."""
     jobs = compiled.jobs
-    counts = np.array([len(j.sizes) for j in jobs], dtype=np.int64)
-    offsets = np.zeros(len(jobs) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    n = int(offsets[-1])
-    cost = -np.concatenate([j.value for j in jobs]) if jobs else np.zeros(0)
-    eq_rows = np.repeat(np.arange(len(jobs)), counts)
-    a_eq = sp.csr_array((np.ones(n), (eq_rows, np.arange(n))), shape=(len(jobs), n))
-
+    floor = fair_floor_jobs(compiled) if compiled.options.fair_floor else set()
+    locals_: list[IntArray] = []
+    for i, j in enumerate(jobs):
+        k = np.arange(len(j.sizes))
+        locals_.append(k[1:] if i in floor else k)
+    counts = np.array([x.size for x in locals_], dtype=np.int64)
+    start = np.zeros(len(jobs) + 1, dtype=np.int64)
+    np.cumsum(counts, out=start[1:])
+    n = int(start[-1])
+    local = np.concatenate(locals_) if jobs else np.zeros(0, dtype=np.int64)
+    value = (
+        np.concatenate([j.value[k] for j, k in zip(jobs, locals_, strict=True)])
+        if jobs
+        else np.zeros(0)
+    )
     rows, cols, vals = [], [], []
-    for j, off in zip(jobs, offsets[:-1], strict=False):
+    for j, k, off in zip(jobs, locals_, start[:-1], strict=False):
         if not j.rows.size:
             continue
-        k = len(j.sizes)
-        rows.append(np.repeat(j.rows, k))
-        cols.append(np.tile(np.arange(off, off + k), j.rows.size))
-        vals.append(j.coef.ravel())
+        rows.append(np.repeat(j.rows, k.size))
+        cols.append(np.tile(np.arange(off, off + k.size), j.rows.size))
+        vals.append(j.coef[:, k].ravel())
+    shape = (len(compiled.rows), n)
     if rows:
-        a_ub = sp.csr_array(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(len(compiled.rows), n),
+        a = sp.csr_array(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=shape
         )
     else:
-        a_ub = sp.csr_array((len(compiled.rows), n))
-    upper = np.ones(n)
-    if compiled.options.fair_floor:
-        for i in fair_floor_jobs(compiled):
-            upper[offsets[i]] = 0.0
-    return MipArrays(cost, offsets, a_eq, a_ub, compiled.rhs, upper)
+        a = sp.csr_array(shape)
+    job = np.repeat(np.arange(len(jobs)), counts)
+    return MipInput(FlatModel(value, start, job, a, compiled.rhs), local)
 
 
-def solve_arrays(arrays: MipArrays, time_limit_s: float, rel_gap: float) -> MipResult:
-    """Solve with HiGHS; safe to run in a child process (returns plain data)."""
-    n = arrays.cost.size
-    if n == 0:
+def _highs(
+    model: FlatModel, free: IntArray, alive: IntArray, warm: IntArray, limit: float, gap: float
+) -> tuple[highspy.Highs, IntArray]:
+    """HiGHS on the free jobs' surviving candidates; fixed jobs' usage leaves the rows."""
+    fixed = np.ones(model.n_jobs, dtype=bool)
+    fixed[free] = False
+    fixed_cols = warm[fixed]
+    b = model.b - np.asarray(model.a[:, fixed_cols].sum(axis=1)).ravel()
+    cols = alive[~fixed[model.job[alive]]]
+    n = cols.size
+    job_of = model.job[cols]
+    _, eq_row = np.unique(job_of, return_inverse=True)
+    a_eq = sp.csr_array((np.ones(n), (eq_row, np.arange(n))), shape=(free.size, n))
+    mat = sp.vstack([a_eq, model.a[:, cols]]).tocsc()
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n, mat.shape[0]
+    lp.col_cost_ = -model.value[cols]
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.ones(n)
+    lp.row_lower_ = np.concatenate([np.ones(free.size), np.full(b.size, -highspy.kHighsInf)])
+    lp.row_upper_ = np.concatenate([np.ones(free.size), b])
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = mat.indptr
+    lp.a_matrix_.index_ = mat.indices
+    lp.a_matrix_.value_ = mat.data
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("presolve", "off")  # measured: presolve costs more than it saves here
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("time_limit", max(limit, 1e-3))
+    h.setOptionValue("mip_rel_gap", gap)
+    h.passModel(lp)
+    start_sol = highspy.HighsSolution()
+    start_sol.col_value = np.isin(cols, warm).astype(float).tolist()
+    start_sol.value_valid = True
+    h.setSolution(start_sol)
+    h.run()
+    return h, cols
+
+
+def solve_input(data: MipInput, time_limit_s: float, rel_gap: float) -> MipResult:
+    """Bound, incumbent, fixing, then HiGHS on the rest (plain data in and out)."""
+    t0 = time.perf_counter()
+    model = data.model
+    if model.n_jobs == 0:
         return MipResult([], True, 0.0, "empty")
-    constraints = [LinearConstraint(arrays.a_eq, 1.0, 1.0)]
-    if arrays.b_ub.size:
-        constraints.append(LinearConstraint(arrays.a_ub, -np.inf, arrays.b_ub))
-    res = milp(
-        arrays.cost,
-        integrality=np.ones(n),
-        bounds=Bounds(np.zeros(n), arrays.upper),
-        constraints=constraints,
-        options={"time_limit": max(time_limit_s, 1e-3), "mip_rel_gap": rel_gap, "disp": False},
+    lam = minimise_bound(model)
+    warm = incumbent(model, lam)
+    alive_mask, upper = fix(model, lam, warm)
+    per_job = np.bincount(model.job[alive_mask], minlength=model.n_jobs)
+    free = np.flatnonzero(per_job > 1)
+    best = float(model.value[warm].sum())
+    gap = max(0.0, upper - best) / max(abs(best), 1e-9)
+    if free.size == 0 or gap <= 1e-12:
+        choice = data.local[warm].tolist()
+        return MipResult(choice, True, gap, "fixed by bounds", 0, upper)
+    limit = time_limit_s - (time.perf_counter() - t0)
+    h, cols = _highs(model, free, np.flatnonzero(alive_mask), warm, limit, rel_gap)
+    status = h.getModelStatus()
+    info = h.getInfo()
+    pick = warm.copy()
+    if info.primal_solution_status == 2:  # kSolutionStatusFeasible
+        x = np.asarray(h.getSolution().col_value)
+        chosen = cols[x > 0.5]
+        pick[model.job[chosen]] = chosen
+    if float(model.value[pick].sum()) < best:
+        pick = warm  # never return worse than the proven incumbent
+    optimal = status == highspy.HighsModelStatus.kOptimal
+    gap = 0.0 if optimal and not np.isfinite(info.mip_gap) else float(info.mip_gap)
+    return MipResult(
+        data.local[pick].tolist(), optimal, gap, h.modelStatusToString(status), free.size, upper
     )
-    if res.x is None:
-        return MipResult(None, False, np.inf, f"HiGHS status {res.status}: {res.message}")
-    x = res.x
-    choice = [
-        int(np.argmax(x[a:b])) for a, b in zip(arrays.offsets[:-1], arrays.offsets[1:], strict=True)
-    ]
-    gap = float(getattr(res, "mip_gap", 0.0) or 0.0)
-    return MipResult(choice, res.status == 0, gap, str(res.message))
