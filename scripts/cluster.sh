@@ -83,8 +83,9 @@ while [[ $# -gt 0 ]]; do
         *) die "unknown argument '$1' (see: cluster.sh --help)" ;;
     esac
 done
-[[ $NODES =~ ^[0-9]+$ ]] && ((NODES >= 1 && NODES <= 16)) ||
+if ! [[ $NODES =~ ^([1-9]|1[0-6])$ ]]; then
     die "--nodes must be an integer 1..16, got '$NODES'"
+fi
 [[ $INSTANCE =~ ^[0-7]$ ]] || die "--instance must be an integer 0..7, got '$INSTANCE'"
 
 instance_paths() {

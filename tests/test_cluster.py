@@ -99,6 +99,8 @@ def test_status_and_env(slurm_cluster: SlurmCluster) -> None:
     ("args", "message"),
     [
         (["up", "--nodes", "17"], "--nodes must be an integer 1..16, got '17'"),
+        (["up", "--nodes", "08"], "--nodes must be an integer 1..16, got '08'"),
+        (["up", "--nodes", "0"], "--nodes must be an integer 1..16, got '0'"),
         (["up", "--instance", "8"], "--instance must be an integer 0..7, got '8'"),
         (["up", "--bogus"], "unknown argument '--bogus'"),
         (["restart"], "unknown command 'restart'"),
