@@ -74,7 +74,6 @@ MAX_DIGITS = 6
 
 # Exactly Lua's %s plus ';' (not Unicode whitespace): job_submit.lua must split the same way.
 _TOKEN = re.compile(r"[^ \t\n\v\f\r;]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DIGITS = re.compile(r"[0-9]+")
 _LOWEST = {"min": 1, "max": 1, "step": 1, "gpus": 0, "cost": 0}
 
@@ -118,8 +117,10 @@ def find_marker_token(comment: str | None) -> str | None:
 
 def _show(text: str, limit: int = 20) -> str:
     # One bounded line: a hostile comment must not smuggle newlines or pages into logs.
+    # Lua (job_submit.lua) replaces ASCII control bytes the same way; Python also catches
+    # Unicode line breaks such as U+2028, which str.splitlines() would split on.
     shown = text if len(text) <= limit else text[: limit - 3] + "..."
-    return _CONTROL.sub("?", shown)
+    return "".join(ch if ch.isprintable() else "?" for ch in shown)
 
 
 def _msg(token: str, reason: str) -> str:
