@@ -114,7 +114,7 @@ def test_owner_report_accepted(server) -> None:
     api, context, _ = server
     cred = _credential_as("nobody", auth.body_digest(REPORT))
     status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
-    assert (status, body) == (202, {"accepted": True})
+    assert (status, body) == (200, {"accepted": True})
     report = context.reports.latest(NOBODY_JOB)
     assert report is not None
     assert (report.job_id, report.step, report.nodes, report.loss) == (NOBODY_JOB, 120, 2, 1.5)
@@ -145,7 +145,7 @@ def test_credential_for_another_body_is_401(server) -> None:
 def test_replayed_credential_is_401(server) -> None:
     api, _, _ = server
     cred = _credential_as("nobody", auth.body_digest(REPORT))
-    assert _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)[0] == 202
+    assert _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)[0] == 200
     status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
     assert status == 401 and "Replayed" in body["error"]
 
@@ -163,7 +163,7 @@ def test_report_forged_for_another_users_job_is_403(server) -> None:
 def test_root_may_report_for_any_job(server) -> None:
     api, context, _ = server
     result = auth.post_authenticated(f"{api.url}/v1/jobs/{OTHER_JOB}/report", REPORT)
-    assert result.status == 202
+    assert result.status == 200
     assert context.reports.latest(OTHER_JOB) is not None
 
 
@@ -286,4 +286,4 @@ def test_too_many_concurrent_credentials_is_503_then_recovers(server) -> None:
         for _ in range(held):
             context.auth_slots.release()
     assert held == 16
-    assert auth.post_authenticated(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT).status == 202
+    assert auth.post_authenticated(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT).status == 200

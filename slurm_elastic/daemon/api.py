@@ -193,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
         report = ProgressReport(job_id=job_id, time=body.time if body.time else now, **fields)
         self.context.reports.add(report)
         self.context.metrics.reports.inc()
-        self._json(HTTPStatus.ACCEPTED, {"accepted": True})
+        self._json(HTTPStatus.OK, {"accepted": True})
 
     def _ack(self, job_id: int, payload: dict[str, Any]) -> None:
         try:
