@@ -8,7 +8,7 @@ capacity row), ``static`` (no resizing: the baseline).  Semantics shared by all 
 ``capacity`` and ``compiled``.
 """
 
-from slurm_elastic.policy.allocate import POLICIES, allocate
+from slurm_elastic.policy.decide import POLICIES, allocate
 from slurm_elastic.policy.options import PolicyOptions
 
 __all__ = ["POLICIES", "PolicyOptions", "allocate"]

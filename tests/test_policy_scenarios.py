@@ -1,0 +1,255 @@
+"""Hand-built situations with a known right answer, checked for every policy."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import slurm_elastic.policy.decide as allocate_mod
+from slurm_elastic.errors import SolverError
+from slurm_elastic.policy import POLICIES, PolicyOptions, allocate
+from slurm_elastic.policy.isolate import SolverTimeout, run_isolated
+from slurm_elastic.types import NodePool, RigidDemand, SolverStatus
+from tests.test_policy_support import elastic, pools, problem, same_plan, targets
+
+RULES = {
+    "frozen",
+    "static",
+    "max",
+    "payback",
+    "capacity",
+    "fifo-reservation",
+    "marginal-gain",
+    "no-change",
+}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_pending_rigid_ahead_in_fifo_keeps_its_nodes(policy: str) -> None:
+    p = problem(
+        [elastic(1, cur=0, sizes=(1, 2), submit=2.0)],
+        pools(batch=4),
+        (
+            RigidDemand(90, "batch", 2, running=True),
+            RigidDemand(91, "batch", 2, running=False, submit_time=1.0),
+        ),
+    )
+    plan = allocate(p, policy)
+    assert targets(plan) == {1: 0}
+    if policy != "static":
+        assert plan.decisions[0].explanation.rule == "fifo-reservation"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_running_job_does_not_grow_into_reserved_nodes(policy: str) -> None:
+    p = problem(
+        [elastic(1, cur=2, sizes=(1, 2, 3, 4), submit=0.0)],
+        pools(batch=4),
+        (RigidDemand(91, "batch", 2, running=False, submit_time=5.0),),
+    )
+    assert targets(allocate(p, policy))[1] <= 2
+
+
+def test_older_pending_elastic_starts_ahead_of_younger_rigid_at_its_minimum() -> None:
+    p = problem(
+        [elastic(1, cur=0, sizes=(2, 3, 4), submit=0.0)],
+        pools(batch=4),
+        (RigidDemand(91, "batch", 2, running=False, submit_time=1.0),),
+    )
+    for policy in ("mip", "greedy"):
+        assert targets(allocate(p, policy)) == {1: 2}
+    # static is what Slurm does with the rigid request: the older job takes all it asked
+    assert targets(allocate(p, "static")) == {1: 4}
+
+
+@pytest.mark.parametrize("policy", ["mip", "greedy", "dp"])
+def test_growth_that_cannot_pay_back_its_cost_is_not_made(policy: str) -> None:
+    p = problem([elastic(1, cur=2, sizes=(2, 4), cost=3500.0)], pools(batch=8))
+    plan = allocate(p, policy)
+    assert targets(plan) == {1: 2}
+    assert plan.decisions[0].explanation.rule == "payback"
+
+
+@pytest.mark.parametrize("policy", ["mip", "dp"])
+def test_free_nodes_go_to_the_long_job_not_the_nearly_done_one(policy: str) -> None:
+    nearly_done = elastic(1, cur=2, sizes=(2, 3, 4), work=60.0, alpha=0.9)
+    long_job = elastic(2, cur=2, sizes=(2, 3, 4), work=1e6, alpha=0.9)
+    plan = allocate(problem([nearly_done, long_job], pools(batch=6)), policy)
+    assert targets(plan) == {1: 2, 2: 4}
+
+
+def test_mip_starts_the_short_pending_job_first() -> None:
+    old_long = elastic(1, cur=0, sizes=(2,), work=1e7, submit=0.0)
+    young_short = elastic(2, cur=0, sizes=(2,), work=500.0, submit=1.0)
+    p = problem([old_long, young_short], pools(batch=2))
+    assert targets(allocate(p, "mip")) == {1: 0, 2: 2}
+    assert targets(allocate(p, "greedy")) == {1: 2, 2: 0}  # Optimus: FIFO minimums first
+
+
+def test_fairness_floor_starts_pending_jobs_before_anyone_grows() -> None:
+    # A very long pending job is worth little over the horizon; without the floor the
+    # MIP prefers to grow the running job.
+    running = elastic(1, cur=2, sizes=(2, 3, 4), work=5e4, alpha=1.0, submit=0.0)
+    pending = elastic(2, cur=0, sizes=(2,), work=1e9, submit=1.0)
+    p = problem([running, pending], pools(batch=4))
+    assert targets(allocate(p, "mip")) == {1: 4, 2: 0}
+    fair = allocate(p, "mip", options=PolicyOptions(fair_floor=True))
+    assert targets(fair) == {1: 2, 2: 2}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_frozen_and_rigid_jobs_are_left_alone(policy: str) -> None:
+    p = problem(
+        [
+            elastic(1, cur=3, sizes=(1, 2, 3, 4), frozen=True),
+            elastic(2, cur=0, sizes=(1, 2, 3, 4)),
+        ],
+        pools(batch=8),
+        (RigidDemand(90, "batch", 2, running=True),),
+    )
+    plan = allocate(p, policy)
+    assert targets(plan)[1] == 3
+    assert 90 not in targets(plan)
+    assert plan.decisions[0].explanation.rule == "frozen"
+
+
+def test_shared_nodes_are_not_counted_twice() -> None:
+    # a: 2 own nodes, b: 2 own nodes, 2 shared: 6 in all, not 8.
+    jobs = [elastic(1, "a", 0, (1, 2, 3, 4)), elastic(2, "b", 0, (1, 2, 3, 4))]
+    for policy in POLICIES:
+        got = targets(allocate(problem(jobs, pools(a=2, b=2, a_b=2)), policy))
+        assert got[1] + got[2] <= 6, policy
+        assert got[1] <= 4 and got[2] <= 4
+
+
+def test_explanations_use_stable_rules_and_report_gain_and_cost() -> None:
+    jobs = [
+        elastic(1, cur=1, sizes=(1, 2, 3, 4), cost=60.0),
+        elastic(2, cur=0, sizes=(1, 2)),
+        elastic(3, cur=2, sizes=(2,), frozen=True),
+    ]
+    for policy in POLICIES:
+        plan = allocate(problem(jobs, pools(batch=5)), policy)
+        assert {d.explanation.rule for d in plan.decisions} <= RULES
+    plan = allocate(problem(jobs, pools(batch=8)), "mip")
+    grown = next(d for d in plan.decisions if d.job_id == 1)
+    assert grown.target_nodes > 1
+    assert grown.explanation.resize_cost > 0 and grown.explanation.predicted_gain > 0
+    assert grown.explanation.detail.startswith("grow 1->")
+
+
+def test_dp_on_several_rows_falls_back_to_greedy_and_says_so() -> None:
+    jobs = [elastic(1, "a", 0, (1, 2, 3)), elastic(2, "b", 0, (1, 2, 3))]
+    plan = allocate(problem(jobs, pools(a=1, a_b=1, b=1)), "dp")
+    assert plan.solver == "greedy" and plan.status is SolverStatus.FALLBACK
+    assert "dp" in plan.note
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda: [elastic(1), elastic(1)],
+        lambda: [elastic(1, sizes=())],
+        lambda: [elastic(1, sizes=(3, 2))],
+        lambda: [elastic(1, sizes=(1, 1))],
+        lambda: [elastic(1, weight=-1.0)],
+    ],
+)
+def test_bad_input_is_a_one_line_solver_error(change) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SolverError) as err:
+        allocate(problem(change(), pools(batch=4)))
+    assert "\n" not in str(err.value)
+
+
+def test_bad_policy_pool_or_partition_graph_is_refused() -> None:
+    with pytest.raises(SolverError, match="unknown policy"):
+        allocate(problem([elastic(1)], pools(batch=4)), "fastest")
+    with pytest.raises(SolverError, match="negative"):
+        allocate(problem([elastic(1)], (NodePool(frozenset({"batch"}), -1),)))
+    names = [f"p{i}" for i in range(14)]
+    chain = tuple(NodePool(frozenset({a, b}), 1) for a, b in itertools.pairwise(names))
+    jobs = [elastic(i, name) for i, name in enumerate(names)]
+    with pytest.raises(SolverError, match="share nodes"):
+        allocate(problem(jobs, chain))
+
+
+def _large(n_jobs: int, nodes: int, seed: int = 7):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for i in range(n_jobs):
+        lo = int(rng.integers(1, 3))
+        sizes = tuple(range(lo, lo + int(rng.integers(1, 8))))
+        running = i < nodes // 4
+        jobs.append(
+            elastic(
+                i,
+                cur=lo if running else 0,
+                sizes=sizes,
+                submit=float(i),
+                alpha=float(rng.uniform(0.3, 1.0)),
+                work=float(rng.lognormal(9, 2)),
+                cost=float(rng.uniform(10, 300)),
+            )
+        )
+    return problem(jobs, pools(batch=nodes))
+
+
+def test_mip_matches_dp_on_a_medium_instance() -> None:
+    p = _large(400, 160)
+    mip, dp = allocate(p, "mip"), allocate(p, "dp")
+    assert mip.solver == "mip" and mip.status is SolverStatus.OPTIMAL
+    assert mip.objective >= dp.objective * (1 - 1e-3)
+    assert mip.objective >= allocate(p, "greedy").objective
+    assert same_plan(mip, allocate(p, "mip"))
+
+
+def test_no_time_left_falls_back_to_greedy() -> None:
+    p = _large(3000, 600)
+    plan = allocate(replace(p, time_limit_s=1e-4))
+    assert plan.solver == "greedy" and plan.status is SolverStatus.FALLBACK
+    assert plan.note.startswith("mip failed")
+
+
+def _hang(*_args: object) -> None:
+    time.sleep(60)
+
+
+def test_a_solver_that_ignores_its_time_limit_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = time.perf_counter()
+    with pytest.raises(SolverTimeout):
+        run_isolated(_hang, (), 0.3)
+    assert time.perf_counter() - t < 2.0
+    monkeypatch.setattr(allocate_mod, "solve_input", _hang)
+    p = _large(50, 20)
+    p = replace(p, time_limit_s=0.5)
+    t = time.perf_counter()
+    plan = allocate(p, "mip")
+    assert time.perf_counter() - t < 2.5
+    assert plan.solver == "greedy" and plan.status is SolverStatus.FALLBACK
+    assert "killed" in plan.note
+
+
+def test_solver_errors_in_the_child_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_args: object) -> None:
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr(allocate_mod, "solve_input", boom)
+    plan = allocate(_large(30, 10), "mip")
+    assert plan.status is SolverStatus.FALLBACK and "solver exploded" in plan.note
+
+
+def test_greedy_failing_too_keeps_current_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_args: object) -> None:
+        raise RuntimeError("no luck")
+
+    monkeypatch.setattr(allocate_mod, "solve_input", boom)
+    monkeypatch.setattr(allocate_mod, "solve_greedy", boom)
+    p = _large(30, 10)
+    plan = allocate(p, "mip")
+    assert plan.status is SolverStatus.NO_CHANGE
+    assert targets(plan) == {d.job_id: d.current_nodes for d in p.elastic}
+    assert {d.explanation.rule for d in plan.decisions} <= {"no-change", "frozen"}
