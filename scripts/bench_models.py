@@ -156,7 +156,9 @@ def interp_baseline(sizes: list[int], rates: list[float], at: int) -> float:
     return math.exp(y0 + slope * (math.log(at) - x0))
 
 
-def tput_rows(traces: Path) -> Iterator[tuple[str, str, int, list[float], list[float]]]:
+def tput_rows(
+    traces: Path,
+) -> Iterator[tuple[str, str, int, list[float], list[float], list[bool]]]:
     for source, gen in (("elasticflow", _elasticflow), ("gavel", _gavel), ("pollux", _pollux)):
         for name, table in gen(traces):
             sizes = sorted(table)
@@ -164,6 +166,7 @@ def tput_rows(traces: Path) -> Iterator[tuple[str, str, int, list[float], list[f
                 continue
             errs = []
             base = []
+            edge = [held in (sizes[0], sizes[-1]) for held in sizes]
             for held in sizes:
                 rest = [s for s in sizes if s != held]
                 rates = [table[s] for s in rest]
@@ -171,7 +174,7 @@ def tput_rows(traces: Path) -> Iterator[tuple[str, str, int, list[float], list[f
                 pred = fit.throughput(held) if fit is not None else 0.0
                 errs.append(abs(pred - table[held]) / table[held])
                 base.append(abs(interp_baseline(rest, rates, held) - table[held]) / table[held])
-            yield source, name, len(sizes), errs, base
+            yield source, name, len(sizes), errs, base, edge
 
 
 # --------------------------------------------------------------------------- refit speed
@@ -271,8 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     pooled: list[float] = []
     pooled_base: list[float] = []
     by_source: dict[str, tuple[list[float], list[float]]] = {}
-    for source, name, n, errs, base in tput_rows(traces):
+    at_edge: list[float] = []
+    at_edge_base: list[float] = []
+    for source, name, n, errs, base, edge in tput_rows(traces):
         pooled.extend(errs)
+        at_edge.extend(e for e, x in zip(errs, edge, strict=True) if x)
+        at_edge_base.extend(e for e, x in zip(base, edge, strict=True) if x)
         pooled_base.extend(base)
         src = by_source.setdefault(source, ([], []))
         src[0].extend(errs)
@@ -285,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
             f"(log-log interpolation yardstick: median={_med(base):.3f})"
         )
     print(f"# all: model median={_med(pooled):.3f}, yardstick median={_med(pooled_base):.3f}")
+    print(
+        f"# held-out size outside the observed range (extrapolation): {len(at_edge)} points, "
+        f"median={_med(at_edge):.3f} (yardstick {_med(at_edge_base):.3f})"
+    )
     p90 = float(np.percentile(pooled, 90)) if pooled else math.nan
 
     fit_s = refit_seconds(args.jobs)

@@ -72,7 +72,7 @@ def test_rows_from_fabricated_traces(bench, tmp_path: Path) -> None:
     (row,) = [r for r in conv if not isinstance(r, str)]
     assert row[0] == "toy/64" and row[1] == 20
     assert all(math.isfinite(v) and v >= 0 for v in row[3:])
-    tables = {name: (n, errs) for _, name, n, errs, _ in bench.tput_rows(tmp_path)}
+    tables = {name: (n, errs) for _, name, n, errs, _, _ in bench.tput_rows(tmp_path)}
     assert tables["elasticflow/A100/toy/b64"][0] == 3  # the empty cell is skipped
     assert tables["gavel/v100/Toy (batch size 8)"][0] == 4
     # Pollux: one row per replica count (1, 2, 4, 16); "4" and "22" both give 4 replicas.

@@ -132,3 +132,13 @@ def test_observed_sizes_are_reproduced_and_edges_are_continuous() -> None:
     assert fit.throughput(1.999) == pytest.approx(fit.throughput(2), rel=1e-3)
     # Far away the correction fades: the smooth model (and its prior) decide.
     assert fit.correction(6 * 2**10) == pytest.approx(0.0, abs=abs(fit.correction(6)) / 500)
+
+
+def test_extrapolation_near_the_edge_follows_the_clipped_local_trend() -> None:
+    # Throughput jumps 3x from 4 to 8 nodes (super-linear, e.g. a placement effect): just
+    # beyond, the local trend is trusted but its slope is clipped to linear scaling.
+    fit = fit_throughput([1, 2, 4, 8], [1.0, 1.9, 3.0, 9.0])
+    assert fit is not None
+    assert fit.throughput(8) == pytest.approx(9.0, rel=1e-9)
+    assert fit.throughput(16) <= 2.0 * 9.0 + 1e-9
+    assert fit.throughput(9) == pytest.approx(fit.throughput(8), rel=0.15)

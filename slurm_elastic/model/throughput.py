@@ -90,8 +90,12 @@ class ThroughputFit:
     ``knots`` hold ``(log n, log(observed/model))`` per observed size.  Between observed
     sizes the correction is interpolated (in log-log), so the fit reproduces measured
     speeds and follows local structure the 4-parameter curve cannot (placement effects,
-    noise-free plateaus); beyond them it fades by half per doubling of the distance, so far
-    extrapolation is the smooth model's (and its prior's) alone, without a jump at the edge.
+    noise-free plateaus).  Beyond them, local evidence is trusted near the edge and the
+    physical model far away: in log space the prediction blends the line through the two
+    outermost observed sizes (its slope clipped to [-1, 1]: speed-up can be neither
+    super-linear nor fall faster than 1/n) with the smooth model plus a fading residual,
+    the line's weight and the residual halving per doubling of the distance.  There is no
+    jump at the edge and far extrapolation is the smooth model's (and its prior's) alone.
     """
 
     params: ScalingParams
@@ -122,7 +126,18 @@ class ThroughputFit:
 
     def throughput(self, n: float) -> float:
         """Steps per second at ``n`` nodes (finite, > 0)."""
-        return self.params.throughput(n) * math.exp(self.correction(n))
+        smooth = math.log(self.params.throughput(n)) + self.correction(n)
+        kn = self.knots
+        x = math.log(max(float(n), 1e-9))
+        if len(kn) < 2 or kn[0][0] <= x <= kn[-1][0]:
+            return math.exp(smooth)
+        (xa, ca), (xb, cb) = (kn[1], kn[0]) if x < kn[0][0] else (kn[-2], kn[-1])
+        ya = math.log(self.params.throughput(math.exp(xa))) + ca  # observed log speeds
+        yb = math.log(self.params.throughput(math.exp(xb))) + cb
+        slope = min(1.0, max(-1.0, (yb - ya) / (xb - xa)))
+        line = yb + slope * (x - xb)
+        w = 0.5 ** (abs(x - xb) / _LN2)
+        return math.exp(w * line + (1.0 - w) * smooth)
 
 
 def fit_throughput(
