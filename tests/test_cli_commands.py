@@ -416,7 +416,8 @@ def test_status_uses_rich_only_on_a_tty(tmp_path: Path) -> None:
     )  # fmt: skip
     args = [sys.executable, "-c", _MAIN, "status", "--file", str(path), "--config", "/dev/null"]
     primary, secondary = pty.openpty()
-    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env.update(COLUMNS="120", TERM="xterm")  # CI may run with TERM=dumb
     proc = subprocess.Popen(args, stdout=secondary, stderr=secondary, env=env)
     os.close(secondary)
     chunks = []
