@@ -287,3 +287,19 @@ def test_too_many_concurrent_credentials_is_503_then_recovers(server) -> None:
             context.auth_slots.release()
     assert held == 16
     assert auth.post_authenticated(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT).status == 200
+
+
+def test_unread_body_closes_the_connection(server) -> None:
+    """A body the server did not read (404) must not be taken for the next request."""
+    import http.client
+
+    api, _, _ = server
+    host, port = api.address
+    connection = http.client.HTTPConnection(host, port, timeout=5)
+    smuggled = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+    connection.request("POST", "/healthz", body=smuggled)
+    response = connection.getresponse()
+    assert response.status == 404 and response.getheader("Connection") == "close"
+    response.read()
+    connection.close()
+    assert _get(f"{api.url}/healthz")[0] == 200

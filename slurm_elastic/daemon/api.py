@@ -123,6 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         path = self.path.split("?", 1)[0]
+        self._body_read = False
         try:
             if method == "GET" and path == "/healthz":
                 self._healthz()
@@ -233,11 +234,11 @@ class _Handler(BaseHTTPRequestHandler):
         if length < 0:
             raise _HttpError(HTTPStatus.BAD_REQUEST, "bad Content-Length")
         if length > MAX_BODY_BYTES:
-            self.close_connection = True  # the unread body must not be taken for a request
             raise _HttpError(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY_BYTES} bytes"
             )
         body = self.rfile.read(length)
+        self._body_read = True
         if len(body) != length:
             raise _HttpError(HTTPStatus.BAD_REQUEST, "body shorter than Content-Length")
         return body
@@ -277,6 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, data, "application/json")
 
     def _send(self, status: HTTPStatus, data: bytes, content_type: str) -> None:
+        if not self._body_read and self.headers.get("Content-Length", "0").strip() != "0":
+            # An unread body must not be parsed as the next request on this connection.
+            self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
