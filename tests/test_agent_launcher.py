@@ -1,0 +1,267 @@
+"""Launcher pieces without a cluster: torchrun command, Slurm environment, launch.json,
+instruction refusal, progress reporting, and the CLI's errors."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_elastic.agent.allocation import cpus_per_node, srun_env
+from slurm_elastic.agent.follower import Instruction, refusal
+from slurm_elastic.agent.jobdir import LaunchInfo
+from slurm_elastic.agent.launcher import RunOptions, resolve_sizes, srun_argv
+from slurm_elastic.agent.node import is_loopback, node_env
+from slurm_elastic.agent.progress import ProgressReporter
+from slurm_elastic.agent.rendezvous import (
+    choose_port,
+    preferred_port,
+    script_args,
+    torchrun_argv,
+)
+from slurm_elastic.cli import cli
+from slurm_elastic.errors import AgentError
+from slurm_elastic.types import JobState, JobView
+
+
+def info(**changes: object) -> LaunchInfo:
+    base = dict(
+        job_id=42,
+        argv=("python", "train.py", "--epochs", "3"),
+        nproc_per_node=1,
+        rdzv_host="127.0.0.1",
+        rdzv_port=20042,
+        rdzv_id="slurm-elastic-42",
+        min_nodes=1,
+        max_nodes=3,
+        batch_host="n1",
+        max_restarts=100,
+        api="http://127.0.0.1:8790",
+        job_dir="/shared/.slurm-elastic/job-42",
+        created_at=1.0,
+    )
+    base.update(changes)
+    return LaunchInfo(**base)  # type: ignore[arg-type]
+
+
+def job(comment: str, nodes: int = 2) -> JobView:
+    return JobView(
+        job_id=42,
+        name="train",
+        user="alice",
+        user_id=1000,
+        account="a",
+        partition="batch",
+        qos="normal",
+        state=JobState.RUNNING,
+        state_reason="None",
+        node_count=nodes,
+        min_nodes=nodes,
+        max_nodes=None,
+        nodes=tuple(f"n{i}" for i in range(1, nodes + 1)),
+        batch_host="n1",
+        comment=comment,
+    )
+
+
+# --------------------------------------------------------------------------- torchrun
+
+
+def test_batch_host_alone_hosts_the_store_with_fast_rendezvous_settings() -> None:
+    host = torchrun_argv(info(), python="/py", is_host=True, local_addr="127.0.0.1")
+    other = torchrun_argv(info(), python="/py", is_host=False, local_addr=None)
+    assert host[:3] == ["/py", "-m", "torch.distributed.run"]
+    assert "--nnodes=1:3" in host and "--rdzv-backend=c10d" in host
+    assert "--rdzv-endpoint=127.0.0.1:20042" in host and "--rdzv-id=slurm-elastic-42" in host
+    conf = next(a for a in host if a.startswith("--rdzv-conf="))
+    assert conf == (
+        "--rdzv-conf=is_host=1,last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3"
+    )
+    assert "is_host=0" in next(a for a in other if a.startswith("--rdzv-conf="))
+    assert "--local-addr=127.0.0.1" in host and not any("local-addr" in a for a in other)
+    assert host[-3:] == ["train.py", "--epochs", "3"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["python3", "train.py", "-x"], ["train.py", "-x"]),
+        (
+            ["/usr/bin/python3.11", "-m", "pkg.train", "--lr", "1"],
+            ["--module", "pkg.train", "--lr", "1"],
+        ),
+        (["./run.sh", "a"], ["--no-python", "./run.sh", "a"]),
+        (["python", "-u", "train.py"], ["--no-python", "python", "-u", "train.py"]),
+    ],
+)
+def test_script_args(argv: list[str], expected: list[str]) -> None:
+    assert script_args(argv) == expected
+
+
+def test_port_is_per_job_and_skips_a_busy_one() -> None:
+    assert preferred_port(42) != preferred_port(43)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", preferred_port(77)))
+        chosen = choose_port(77, "127.0.0.1")
+    assert chosen != preferred_port(77) and 20000 <= chosen < 32000
+
+
+def test_node_env_sets_the_required_torch_switch_and_pins_gloo_to_loopback() -> None:
+    env = node_env(info(), "127.0.0.1", {"PATH": "/bin"})
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env["SLURM_ELASTIC_JOB_ID"] == "42" and env["GLOO_SOCKET_IFNAME"] == "lo"
+    assert "GLOO_SOCKET_IFNAME" not in node_env(info(), "10.1.2.3", {})
+    assert is_loopback("127.0.0.1") and not is_loopback("node-a") and not is_loopback(None)
+
+
+# --------------------------------------------------------------------------- Slurm side
+
+
+def test_srun_env_describes_the_shrunk_allocation() -> None:
+    stale = {
+        "SLURM_NNODES": "3",
+        "SLURM_JOB_NUM_NODES": "3",
+        "SLURM_JOB_NODELIST": "n[1-3]",
+        "SLURM_NODELIST": "n[1-3]",
+        "SLURM_JOB_CPUS_PER_NODE": "4(x3)",
+        "SLURM_NTASKS": "3",
+        "SLURM_NPROCS": "3",
+        "SLURM_TASKS_PER_NODE": "1(x3)",
+        "HOME": "/root",
+    }
+    env = srun_env(stale, ("n1", "n2"))
+    assert env["SLURM_NNODES"] == env["SLURM_JOB_NUM_NODES"] == "2"
+    assert env["SLURM_JOB_NODELIST"] == env["SLURM_NODELIST"] == "n[1-2]"
+    assert env["SLURM_JOB_CPUS_PER_NODE"] == "4(x2)"
+    assert not {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE"} & set(env)
+    assert env["HOME"] == "/root" and stale["SLURM_NNODES"] == "3"
+    with pytest.raises(AgentError, match="no nodes"):
+        srun_env(stale, ())
+    assert cpus_per_node("8,4") == 8 and cpus_per_node("") is None
+
+
+def test_srun_runs_one_node_agent_per_node() -> None:
+    argv = srun_argv(info(), 2, "parent", relaunch=True)
+    assert argv[:5] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+    ]
+    assert "--overlap" in argv and argv[-3:] == [
+        "slurm_elastic.agent.node",
+        info().job_dir,
+        "parent",
+    ]
+
+
+def test_sizes_come_from_the_marker_and_options_override() -> None:
+    assert resolve_sizes(job("elastic:min=1,max=4"), RunOptions(argv=())) == (1, 4)
+    assert resolve_sizes(job("no marker", nodes=3), RunOptions(argv=())) == (1, 3)
+    assert resolve_sizes(job("elastic:min=1,max=4"), RunOptions(argv=(), max_nodes=2)) == (1, 2)
+    with pytest.raises(AgentError, match="invalid node range"):
+        resolve_sizes(job("elastic"), RunOptions(argv=(), min_nodes=3, max_nodes=2))
+
+
+def test_launch_json_round_trip_and_clear_errors(tmp_path: Path) -> None:
+    saved = info(job_dir=str(tmp_path))
+    saved.save()
+    assert LaunchInfo.load(tmp_path) == saved
+    with pytest.raises(AgentError, match=r"no launch\.json"):
+        LaunchInfo.load(tmp_path / "other")
+    with pytest.raises(AgentError, match="malformed"):
+        LaunchInfo.from_json({"job_id": "x"})
+
+
+# --------------------------------------------------------------------------- instructions
+
+
+def instruction(target: int, keep: tuple[str, ...] = ("n1",), kind: str = "shrink") -> Instruction:
+    return Instruction(id="i1", kind=kind, target_nodes=target, keep_nodes=keep, deadline=0.0)
+
+
+@pytest.mark.parametrize(
+    ("ins", "current", "why"),
+    [
+        (instruction(1), 3, None),
+        (instruction(1, keep=()), 2, None),
+        (instruction(0), 2, "below the job's minimum"),
+        (instruction(2), 2, "not smaller"),
+        (instruction(1, keep=("n2",)), 2, "batch host n1"),
+        (instruction(1, kind="grow"), 2, "unknown instruction kind"),
+    ],
+)
+def test_refusal(ins: Instruction, current: int, why: str | None) -> None:
+    answer = refusal(ins, current_nodes=current, min_nodes=1, batch_host="n1")
+    assert answer is None if why is None else why in (answer or "")
+
+
+def test_malformed_instruction_is_a_clear_error() -> None:
+    with pytest.raises(AgentError, match="malformed instruction"):
+        Instruction.from_json({"id": "x", "kind": "shrink"})
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_reports_never_block_or_fail_training_and_only_the_newest_is_sent() -> None:
+    calls: list[dict] = []
+    gate = threading.Event()
+
+    def slow_failing_post(url: str, body: dict) -> int:
+        calls.append(body)
+        gate.wait(5)
+        raise AgentError("cannot reach http://127.0.0.1:9/v1/jobs/7/report: refused")
+
+    reporter = ProgressReporter("http://127.0.0.1:9", 7, interval_s=0.05, post=slow_failing_post)
+    started = time.monotonic()
+    for step in range(1000):
+        reporter.offer(step=step, nodes=2, loss=1.0 / (step + 1), global_batch=48)
+    assert time.monotonic() - started < 1.0  # offering never waits for the network
+    gate.set()
+    reporter.close(timeout_s=5)
+    assert reporter.sent == 0 and reporter.failed == len(calls) >= 1
+    assert calls[-1]["step"] == 999 and len(calls) <= 3
+    assert reporter.url == "http://127.0.0.1:9/v1/jobs/7/report"
+
+
+def test_reports_count_successes() -> None:
+    reporter = ProgressReporter("http://x", 1, interval_s=0.01, post=lambda url, body: 202)
+    reporter.offer(step=1, nodes=1, epoch=None)
+    reporter.close()
+    assert reporter.sent == 1 and reporter.failed == 0
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_run_outside_a_slurm_job_is_a_one_line_error() -> None:
+    result = CliRunner().invoke(cli, ["run", "--", "python", "train.py"], env={"SLURM_JOB_ID": ""})
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "slurm-elastic run: $SLURM_JOB_ID is not set: "
+        "run slurm-elastic run inside a Slurm batch job"
+    ]
+
+
+def test_join_takes_no_command() -> None:
+    result = CliRunner().invoke(cli, ["run", "--join", "5", "--", "python", "x.py"])
+    assert result.exit_code == 2 and "--join takes the command" in result.output
+
+
+def test_cli_help_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from click.testing import CliRunner; from slurm_elastic.cli import cli;"
+        "r = CliRunner().invoke(cli, ['run', '--help']); assert r.exit_code == 0, r.output;"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
