@@ -335,3 +335,65 @@ def test_noisy_training_loss_stream_stays_sane() -> None:
     assert fit.convergence.b2 == pytest.approx(0.4, abs=0.1)
     k, _, _ = m.series()
     assert len(k) <= 96
+
+
+def _linear_job(phi: float | None) -> JobModel:
+    """A ``linear`` batch rule: 64 samples per step on 2 nodes, 128 on 4; 1 step/s both."""
+    m = JobModel(9)
+    t = 0.0
+    for i in range(1, 11):
+        t += 1.0
+        m.update(
+            ProgressReport(
+                job_id=9,
+                time=t,
+                step=i,
+                nodes=2,
+                samples_per_s=64.0,
+                global_batch=64,
+                grad_noise_scale=phi,
+                total_steps=40,
+            )
+        )
+    for i in range(11, 21):
+        t += 1.0
+        m.update(
+            ProgressReport(
+                job_id=9,
+                time=t,
+                step=i,
+                nodes=4,
+                samples_per_s=128.0,
+                global_batch=128,
+                grad_noise_scale=phi,
+                total_steps=40,
+            )
+        )
+    return m
+
+
+def test_growing_batch_counts_samples_as_progress() -> None:
+    fit = _linear_job(None).fit()
+    # A step at 128 is two reference steps (batch 64): rates and progress say so.
+    assert fit.throughput.throughput(2) == pytest.approx(1.0, rel=1e-6)
+    assert fit.throughput.throughput(4) == pytest.approx(2.0, rel=1e-6)
+    assert fit.progress == pytest.approx(10 + 2 * 10)
+    assert fit.step_factor == pytest.approx(2.0)
+    # 20 optimizer steps of the budget are left, at batch 128: 40 reference steps.
+    o = _outlook(fit, current=4, spec=ElasticSpec(2, 4))
+    assert o.remaining_work == pytest.approx(40.0)
+    assert o.at(4).remaining_s == pytest.approx(20.0)
+
+
+def test_gradient_noise_scale_discounts_large_batches() -> None:
+    fit = _linear_job(64.0).fit()
+    eff = (64.0 + 64.0) / (64.0 + 128.0)  # Pollux: (phi + B0) / (phi + B)
+    assert fit.step_factor == pytest.approx(2.0 * eff)
+    assert fit.throughput.throughput(4) == pytest.approx(2.0 * eff, rel=1e-6)
+
+
+def test_fixed_batch_progress_is_the_step_count() -> None:
+    m = JobModel(7)
+    _feed(m, 10, global_batch=64, samples_per_s=64.0, grad_noise_scale=100.0)
+    fit = m.fit()
+    assert fit.progress == fit.step == 1000 and fit.step_factor == 1.0

@@ -84,10 +84,24 @@ class JobFit:
     total_steps: int | None
     target_metric: float | None
     resize_cost_s: float | None  # median measured restart overhead
+    # Progress in reference steps (see JobModel) and reference steps per optimizer step at
+    # the job's current batch; both equal ``step`` and 1.0 for a fixed global batch.
+    progress: float | None = None
+    step_factor: float = 1.0
 
 
 class JobModel:
-    """Incremental state of one job: metric history, per-size rates, resize costs."""
+    """Incremental state of one job: metric history, per-size rates, resize costs.
+
+    Progress unit: *reference steps*, optimizer steps at the first global batch the job
+    reported.  With a fixed global batch (the agent's default ``accumulate`` rule) that is
+    simply the step count.  When the batch grows with the world (``linear``/``sqrt``
+    rules), a step at batch ``B`` counts ``(B/B0) * (phi + B0)/(phi + B)`` reference steps:
+    its samples, discounted by Pollux's statistical efficiency when the job reports a
+    gradient noise scale ``phi`` (without one, samples count fully, which is exact for a
+    job that stops after a number of epochs).  Rates, the convergence axis and remaining
+    work all use this unit, so sizes with different batches stay comparable.
+    """
 
     def __init__(self, job_id: int) -> None:
         self.job_id = job_id
@@ -99,11 +113,15 @@ class JobModel:
         self._n_reports = 0
         self._total_steps: int | None = None
         self._target: float | None = None
-        self._pending_resize: tuple[float, int, int] | None = None  # (time, to_nodes, step)
+        # (time, to_nodes, progress at the resize)
+        self._pending_resize: tuple[float, int, float] | None = None
         self._costs: deque[float] = deque(maxlen=RESIZE_COSTS_KEPT)
         self._cache: JobFit | None = None
         self._cache_key: tuple[int, int, Prior | None] | None = None
         self._n_costs = 0
+        self._ref_batch: int | None = None
+        self._phi: float | None = None
+        self._progress = 0.0  # reference steps at the newest report
 
     # ----------------------------------------------------------------- input
 
@@ -119,30 +137,51 @@ class JobModel:
             self._total_steps = int(report.total_steps)
         if report.target_metric is not None and math.isfinite(report.target_metric):
             self._target = float(report.target_metric)
+        if report.global_batch is not None and report.global_batch > 0:
+            self._ref_batch = self._ref_batch or int(report.global_batch)
+        phi = report.grad_noise_scale
+        if phi is not None and math.isfinite(phi) and phi >= 0.0:
+            self._phi = float(phi)
+        factor = self._factor(report)
+        last = self._last
+        k = (
+            report.step * factor
+            if last is None
+            else (self._progress + (report.step - last.step) * factor)
+        )
         if report.loss is not None:
             if math.isfinite(report.loss):
                 self._higher_is_better = report.metric_higher_is_better
-                self._add_point(float(report.step), float(report.loss))
+                self._add_point(k, float(report.loss))
             else:
                 ignored.append("loss not finite")
         rate = self._rate_from(report)
+        rate = rate * factor if rate is not None else None
         if rate is not None and report.nodes not in self._rates and len(self._rates) >= MAX_SIZES:
             ignored.append(f"more than {MAX_SIZES} distinct sizes")
         elif rate is not None:
             self._rates.setdefault(report.nodes, deque(maxlen=RATE_WINDOW)).append(rate)
         elif report.nodes <= 0:
             ignored.append("nodes <= 0")
-        self._measure_resize(report, rate)
-        if self._last is None or report.time >= self._last.time:
+        self._measure_resize(report, rate, k)
+        if last is None or report.time >= last.time:
             self._last = report
+            self._progress = k
         if ignored:
             log.info("model.report_ignored", job_id=self.job_id, reasons=ignored)
         return tuple(ignored)
 
     def record_resize(self, now: float, to_nodes: int) -> None:
         """A resize to ``to_nodes`` was applied at ``now``; the next report there measures it."""
-        step = self._last.step if self._last is not None else 0
-        self._pending_resize = (now, int(to_nodes), step)
+        self._pending_resize = (now, int(to_nodes), self._progress)
+
+    def _factor(self, r: ProgressReport) -> float:
+        """Reference steps per optimizer step at this report's batch (1.0 at the first)."""
+        b, b0 = r.global_batch, self._ref_batch
+        if b is None or b <= 0 or b0 is None or b == b0:
+            return 1.0
+        eff = 1.0 if self._phi is None else (self._phi + b0) / (self._phi + b)
+        return (b / b0) * eff
 
     def _add_point(self, k: float, y: float) -> None:
         if self._k and k < self._k[-1]:
@@ -180,14 +219,14 @@ class JobModel:
             return None
         return ds / dt
 
-    def _measure_resize(self, r: ProgressReport, rate: float | None) -> None:
+    def _measure_resize(self, r: ProgressReport, rate: float | None, k: float) -> None:
         pend = self._pending_resize
         if pend is None or r.time < pend[0] or r.nodes != pend[1]:
             return
-        t0, _, step0 = pend
+        t0, _, k0 = pend
         rates = self._rates.get(r.nodes)
         speed = rate or (statistics.median(rates) if rates else None)
-        progressed = (r.step - step0) / speed if speed else 0.0
+        progressed = (k - k0) / speed if speed else 0.0
         # Wall time since the resize minus the time the new size needed for the steps it
         # has made since: what the restart cost (a checkpoint roll-back adds to it).
         cost = max(0.0, (r.time - t0) - progressed)
@@ -240,12 +279,14 @@ class JobModel:
             total_steps=self._total_steps,
             target_metric=self._target,
             resize_cost_s=statistics.median(self._costs) if self._costs else None,
+            progress=self._progress if last else None,
+            step_factor=self._factor(last) if last else 1.0,
         )
         self._cache_key = self._key(prior)
         return self._cache
 
     def throughput_points(self) -> tuple[tuple[int, float], ...]:
-        """``(nodes, median steps/s)`` per size seen: keep these for ``build_prior``."""
+        """``(nodes, median reference steps/s)`` per size seen: for ``build_prior``."""
         return tuple((n, statistics.median(r)) for n, r in sorted(self._rates.items()))
 
     @property
@@ -373,8 +414,10 @@ def estimate_outlook(
         # Steps made since the last report, at the current speed, for at most
         # MAX_EXTRAPOLATION_S: a job that stopped reporting is not assumed to progress.
         since = min(max(now - fit.time, 0.0), MAX_EXTRAPOLATION_S) if math.isfinite(now) else 0.0
-        done = float(fit.step) + (since * run_rate if current_nodes == fit.nodes else 0.0)
+        base = fit.progress if fit.progress is not None else float(fit.step)
+        done = base + (since * run_rate if current_nodes == fit.nodes else 0.0)
     else:
+        base = 0.0
         done = (_finite_pos(elapsed_s) or 0.0) * run_rate
 
     # Prior: the typical whole run, converted into this job's unit, minus what is done.
@@ -388,7 +431,10 @@ def estimate_outlook(
 
     if fit is not None and fit.total_steps is not None:
         if reported:
-            work = max(fit.total_steps - done, 1.0)
+            # The budget is in optimizer steps at the current batch: convert what is left.
+            since_steps = (done - base) / fit.step_factor
+            left = fit.total_steps - fit.step - since_steps
+            work = max(left * fit.step_factor, 1.0)
         else:
             frac = max(1.0 - fit.step / fit.total_steps, MIN_REMAINING_FRACTION)
             work = max(frac * prior_total, floor)
