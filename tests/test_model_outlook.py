@@ -340,31 +340,16 @@ def test_noisy_training_loss_stream_stays_sane() -> None:
 def _linear_job(phi: float | None) -> JobModel:
     """A ``linear`` batch rule: 64 samples per step on 2 nodes, 128 on 4; 1 step/s both."""
     m = JobModel(9)
-    t = 0.0
-    for i in range(1, 11):
-        t += 1.0
+    for i in range(1, 21):
+        nodes, batch = (2, 64) if i <= 10 else (4, 128)
         m.update(
             ProgressReport(
                 job_id=9,
-                time=t,
+                time=float(i),
                 step=i,
-                nodes=2,
-                samples_per_s=64.0,
-                global_batch=64,
-                grad_noise_scale=phi,
-                total_steps=40,
-            )
-        )
-    for i in range(11, 21):
-        t += 1.0
-        m.update(
-            ProgressReport(
-                job_id=9,
-                time=t,
-                step=i,
-                nodes=4,
-                samples_per_s=128.0,
-                global_batch=128,
+                nodes=nodes,
+                samples_per_s=float(batch),
+                global_batch=batch,
                 grad_noise_scale=phi,
                 total_steps=40,
             )
