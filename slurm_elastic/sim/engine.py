@@ -82,6 +82,8 @@ class SimJob:
     done: float = 0.0  # steps
     last: float = 0.0  # progress accounted up to here
     paused_until: float = 0.0  # restarting / holding a checkpoint until then (inf: hold)
+    held_since: float | None = None  # start of the current checkpoint hold
+    pauses: list[tuple[float, float]] = field(default_factory=list)  # no-progress intervals
     world: int = 0  # nodes training together (own + joined companions)
     version: int = 0  # invalidates stale end events
     resizes: int = 0
@@ -222,7 +224,9 @@ class Cluster:
                 cost = parent.spec.restart_s
                 if not math.isinf(parent.paused_until):
                     cost += parent.spec.checkpoint_s
+                self._end_hold(parent, t)
                 parent.paused_until = t + cost
+                parent.pauses.append((t, t + cost))
         parent.last = max(parent.last, t)
         self._reschedule(parent)
 
@@ -368,6 +372,7 @@ class Cluster:
         job = self.get_active(job_id)
         self.advance(job, self.now)
         job.paused_until = math.inf
+        job.held_since = self.now
         job.version += 1  # no end while holding
         self.push(self.now + ack_after_s, _ACK, job_id, 0)
 
@@ -375,9 +380,16 @@ class Cluster:
         """The shrink a job held for was dropped (timeout, rollback): it trains on."""
         job = self.active.get(job_id)
         if job is not None and math.isinf(job.paused_until):
+            self._end_hold(job, self.now)
             job.paused_until = self.now
             job.last = self.now
             self._reschedule(job)
+
+    @staticmethod
+    def _end_hold(job: SimJob, t: float) -> None:
+        if job.held_since is not None:
+            job.pauses.append((job.held_since, t))
+            job.held_since = None
 
     def get_active(self, job_id: int) -> SimJob:
         job = self.active.get(job_id)

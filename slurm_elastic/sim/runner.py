@@ -30,7 +30,7 @@ from slurm_elastic.sim.engine import (
     SimJob,
 )
 from slurm_elastic.sim.workload import Workload
-from slurm_elastic.types import JobState, ProgressReport
+from slurm_elastic.types import AllocationProblem, JobState, Plan, ProgressReport, SolverStatus
 
 #: Simulated clocks start here (2023-11-14 UTC) so that every time the daemon sees is a
 #: plausible POSIX time; results are reported relative to the first submission.
@@ -43,7 +43,8 @@ POLICIES = ("static", "greedy", "dp", "mip")
 class SimSettings:
     policy: str = "mip"
     interval_s: float | None = None  # control-cycle grid; None: the daemon config's interval
-    refresh_s: float = 600.0  # re-run an idle controller this often while elastic jobs run
+    refresh_s: float = 1800.0  # re-run an idle controller this often while elastic jobs run
+    report_every_s: float = 600.0  # a job's agent reports at most this often (and after a resize)
     report_total_steps: bool = True  # jobs declare their step budget (ElasticFlow-style)
 
 
@@ -150,8 +151,20 @@ def simulate(
         cycles=cycles,
         cycle_wall_s=cycle_wall,
         wall_s=_time.perf_counter() - wall0,
-        extra={"rejected": len(workload.rejected)},
+        extra={"rejected": len(workload.rejected), **_driver_stats(driver)},
     )
+
+
+def _driver_stats(driver: Driver | None) -> dict[str, Any]:
+    if not isinstance(driver, ControllerDriver):
+        return {}
+    solve = sorted(driver.solve_s)
+    return {
+        "failed_cycles": driver.errors,
+        "fallback_cycles": driver.fallbacks,
+        "solve_ms_p50": round(1000 * solve[len(solve) // 2], 2) if solve else 0.0,
+        "solve_ms_max": round(1000 * solve[-1], 2) if solve else 0.0,
+    }
 
 
 def _queued(cluster: Cluster) -> int:
@@ -179,6 +192,19 @@ def report_for(job: SimJob, cluster: Cluster, now: float, *, total_steps: bool) 
     )
 
 
+def _in_process_allocate(problem: AllocationProblem, policy: str) -> Plan:
+    """``policy.allocate`` with the MIP solved in this process.
+
+    The daemon forks a child per solve so that a hung solver cannot stall the service
+    (``PolicyOptions.isolate``); the simulator is a batch run where a fork per cycle would
+    cost more than the solve, and HiGHS still stops at the same time limit.
+    """
+    from slurm_elastic.policy import allocate
+    from slurm_elastic.policy.options import PolicyOptions
+
+    return allocate(problem, policy, options=PolicyOptions(isolate=False))
+
+
 class ControllerDriver:
     """The daemon's own Controller, in enforce mode, driving the simulated cluster."""
 
@@ -196,24 +222,41 @@ class ControllerDriver:
         self.reports = ReportStore()
         self.board = InstructionBoard()
         self.controller = Controller(
-            backend, config, reports=self.reports, journal=Journal(":memory:"), agents=self.board
+            backend,
+            config,
+            reports=self.reports,
+            journal=Journal(":memory:"),
+            agents=self.board,
+            allocate=_in_process_allocate,
         )
         self._held: dict[int, str] = {}  # job id -> instruction id being checkpointed for
+        self._reported: dict[int, tuple[float, int]] = {}  # job id -> (time, world) last sent
         self.solve_s: list[float] = []
         self.errors = 0
+        self.fallbacks = 0  # cycles whose plan came from a fallback policy
 
     def cycle(self, now: float) -> None:
         c = self.cluster
+        every = self.settings.report_every_s
         for job in c.active.values():
-            if job.spec is not None and job.spec.elastic and job.state is JobState.RUNNING:
+            if job.spec is None or not job.spec.elastic or job.state is not JobState.RUNNING:
+                continue
+            if now < job.paused_until:
+                continue  # restarting or holding a checkpoint: the agent has nothing new
+            last = self._reported.get(job.job_id)
+            if last is None or last[1] != job.world or now - last[0] >= every:
+                c.advance(job, now)
                 self.reports.add(
                     report_for(job, c, now, total_steps=self.settings.report_total_steps)
                 )
+                self._reported[job.job_id] = (now, job.world)
         result = self.controller.run_once(now)
         if not result.ok:
             self.errors += 1
         if result.plan is not None:
             self.solve_s.append(result.plan.solve_s)
+            if result.plan.status in (SolverStatus.FALLBACK, SolverStatus.NO_CHANGE):
+                self.fallbacks += 1
         self._follow_instructions(now)
 
     def _follow_instructions(self, now: float) -> None:

@@ -1,0 +1,155 @@
+"""One comparison: a trace, a cluster, a workload mapping, several policies side by side.
+
+Default cluster size (when ``--nodes`` is not given): the smallest power-of-two GPU count,
+at least the largest job, at which the plain Slurm baseline (FIFO + EASY backfill, every
+job rigid at its requested size) keeps the GPUs at most ``TARGET_UTIL`` busy over the
+run.  It is measured once per trace with no policy in the loop, so it cannot favour one:
+on ``itp_elasticflow/raw/cluster06.csv`` it gives 128 GPUs (baseline utilisation 0.67),
+on the Philly week 256 GPUs (0.61).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.sim.engine import ClusterSpec, PartitionSpec
+from slurm_elastic.sim.metrics import summarize
+from slurm_elastic.sim.runner import (
+    POLICIES,
+    ControllerDriver,
+    Outcome,
+    SimSettings,
+    simulate,
+)
+from slurm_elastic.sim.traces import Trace
+from slurm_elastic.sim.workload import Workload, WorkloadConfig, build_workload
+
+TARGET_UTIL = 0.70
+PARTITION = "gpu"
+MAX_DEFAULT_GPUS = 1 << 14
+
+
+@dataclass(frozen=True, slots=True)
+class Study:
+    trace: Trace
+    trace_path: str
+    traces_dir: Path
+    workload_cfg: WorkloadConfig
+    settings: SimSettings
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return ClusterSpec((PartitionSpec(PARTITION, self.nodes),), self.gpus_per_node)
+
+    def workload(self) -> Workload:
+        return build_workload(
+            self.trace,
+            self.workload_cfg,
+            traces_dir=self.traces_dir,
+            partition_nodes={PARTITION: self.nodes},
+            default_partition=PARTITION,
+        )
+
+
+def parse_policies(text: str) -> tuple[str, ...]:
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in names if p not in POLICIES]
+    if bad or not names:
+        raise ConfigError(
+            f"unknown policy {', '.join(bad) or '(none)'}; choose from {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def default_nodes(trace: Trace, cfg: WorkloadConfig, traces_dir: Path) -> int:
+    """Nodes for the default cluster size (see the module docstring)."""
+    g = cfg.gpus_per_node
+    largest = max(j.gpus for j in trace.jobs)
+    gpus = 1 << max(0, math.ceil(math.log2(largest)))
+    rigid = replace(cfg, elastic_fraction=0.0)
+    while gpus <= MAX_DEFAULT_GPUS:
+        nodes = max(1, gpus // g)
+        spec = ClusterSpec((PartitionSpec(PARTITION, nodes),), g)
+        wl = build_workload(
+            trace,
+            rigid,
+            traces_dir=traces_dir,
+            partition_nodes={PARTITION: nodes},
+            default_partition=PARTITION,
+        )
+        if not wl.rejected:
+            util = summarize(simulate(wl, spec, SimSettings(policy="static")))["gpu_util"]
+            if util <= TARGET_UTIL:
+                return nodes
+        gpus *= 2
+    raise ConfigError(f"no cluster up to {MAX_DEFAULT_GPUS} GPUs fits trace {trace.name}")
+
+
+def run_policy(
+    study: Study,
+    policy: str,
+    workload: Workload,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> Outcome:
+    settings = replace(study.settings, policy=policy)
+    return simulate(
+        workload, study.cluster, settings, driver_factory=ControllerDriver, progress=progress
+    )
+
+
+def results_document(
+    study: Study, workload: Workload, outcomes: dict[str, Outcome]
+) -> dict[str, Any]:
+    """``results.json``: ``{"policies": {...}, "trace": ..., "config": ...}``."""
+    return {
+        "policies": {name: summarize(o) for name, o in outcomes.items()},
+        "trace": {
+            "name": study.trace.name,
+            "path": study.trace_path,
+            "format": study.trace.format,
+            "jobs": len(study.trace.jobs),
+            "simulated": len(workload.jobs),
+            "rejected": len(workload.rejected),
+            "elastic": sum(1 for j in workload.jobs if j.elastic),
+        },
+        "config": {
+            "nodes": study.nodes,
+            "gpus_per_node": study.gpus_per_node,
+            "gpus": study.nodes * study.gpus_per_node,
+            "workload": asdict(study.workload_cfg),
+            "sim": {k: v for k, v in asdict(study.settings).items() if k != "policy"},
+        },
+    }
+
+
+def run_stats(outcomes: dict[str, Outcome]) -> dict[str, dict[str, float]]:
+    """Wall-clock cost per policy: total, controller cycles, mean ms per cycle."""
+    return {
+        name: {
+            "wall_s": round(o.wall_s, 2),
+            "cycles": o.cycles,
+            "cycle_ms": round(1000.0 * o.cycle_wall_s / o.cycles, 2) if o.cycles else 0.0,
+            **o.extra,
+        }
+        for name, o in outcomes.items()
+    }
+
+
+def table_rows(results: dict[str, Any], policies: Sequence[str]) -> list[list[str]]:
+    """Rows (metric, value per policy) for the side-by-side table."""
+    rows = []
+    for field in next(iter(results["policies"].values())):
+        row = [field]
+        for p in policies:
+            v = results["policies"][p][field]
+            row.append(f"{v:.4f}" if isinstance(v, float) and field == "gpu_util" else f"{v:,}")
+        rows.append(row)
+    return rows

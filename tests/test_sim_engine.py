@@ -1,0 +1,164 @@
+"""The simulated cluster: FIFO + EASY backfill, the daemon in the loop, invariants.
+
+The hand-checked trace (4 one-GPU nodes, times in seconds)::
+
+    job  submit  GPUs  duration   FIFO + EASY backfill (worked out by hand)
+    j1      0     2      100      starts 0 (fits), ends 100
+    j2     10     4       50      head of queue, reservation at 100 (j1 ends); starts 100, ends 150
+    j3     20     2       60      backfills at 20: 20 + 60 <= 100, ends 80
+    j4     30     1      200      at 80: 2 free, all reserved for j2 (no extra): waits; 150-350
+    j5     40     1       30      same at 80 (80 + 30 > 100); starts 150, ends 180
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import structlog
+
+from slurm_elastic.sim.audit import conservation_errors
+from slurm_elastic.sim.engine import Cluster, ClusterSpec, PartitionSpec
+from slurm_elastic.sim.metrics import summarize
+from slurm_elastic.sim.runner import ORIGIN, ControllerDriver, SimSettings, simulate
+from slurm_elastic.sim.traces import read_trace
+from slurm_elastic.sim.workload import Workload, WorkloadConfig, build_workload
+
+HAND = """job_id,submit_s,duration_s,gpus,model,batch_size
+j1,0,100,2,resnet50,64
+j2,10,50,4,resnet50,64
+j3,20,60,2,resnet50,64
+j4,30,200,1,resnet50,64
+j5,40,30,1,resnet50,64
+"""
+EXPECTED = {"j1": (0, 100), "j2": (100, 150), "j3": (20, 80), "j4": (150, 350), "j5": (150, 180)}
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+
+
+@pytest.fixture(scope="module")
+def traces(shared_dir: Path) -> Path:
+    return shared_dir / "traces"
+
+
+def _workload(trace_path: Path, traces: Path, nodes: int, **cfg: object) -> Workload:
+    return build_workload(
+        read_trace(trace_path, limit=cfg.pop("limit", None)),  # type: ignore[arg-type]
+        WorkloadConfig(**cfg),  # type: ignore[arg-type]
+        traces_dir=traces,
+        partition_nodes={"gpu": nodes},
+        default_partition="gpu",
+    )
+
+
+def _spec(nodes: int) -> ClusterSpec:
+    return ClusterSpec((PartitionSpec("gpu", nodes),), 1)
+
+
+def _times(outcome) -> dict[str, tuple[float, float]]:  # type: ignore[no-untyped-def]
+    return {
+        j.spec.trace_id: (j.start - ORIGIN, j.end - ORIGIN)  # type: ignore[union-attr,operator]
+        for j in outcome.jobs
+    }
+
+
+@pytest.fixture
+def hand_trace(tmp_path: Path) -> Path:
+    path = tmp_path / "hand.csv"
+    path.write_text(HAND)
+    return path
+
+
+def test_plain_slurm_is_fifo_with_easy_backfill(hand_trace: Path, traces: Path) -> None:
+    out = simulate(_workload(hand_trace, traces, 4), _spec(4), SimSettings())
+    assert _times(out) == pytest.approx(EXPECTED)
+
+
+def test_static_policy_through_the_controller_reproduces_fifo_backfill(
+    hand_trace: Path, traces: Path
+) -> None:
+    wl = _workload(hand_trace, traces, 4, elastic_fraction=1.0)
+    assert all(j.elastic for j in wl.jobs)
+    out = simulate(wl, _spec(4), SimSettings(policy="static"), driver_factory=ControllerDriver)
+    assert out.cycles > 0
+    times = _times(out)
+    for job, (start, end) in EXPECTED.items():
+        assert times[job] == pytest.approx((start, end)), job
+    assert summarize(out)["resizes"] == 0
+
+
+def test_mip_starts_the_blocked_job_smaller(hand_trace: Path, traces: Path) -> None:
+    """j2 (min 2 nodes) need not wait for 4: the daemon pins it to what fits."""
+    wl = _workload(hand_trace, traces, 4, elastic_fraction=1.0)
+    out = simulate(wl, _spec(4), SimSettings(policy="mip"), driver_factory=ControllerDriver)
+    assert _times(out)["j2"][0] < EXPECTED["j2"][0]
+    static_jct = sum(
+        end - submit
+        for (_, end), submit in zip(EXPECTED.values(), (0, 10, 20, 30, 40), strict=True)
+    )
+    assert summarize(out)["avg_jct_s"] < static_jct / len(EXPECTED)
+
+
+def _contended(traces: Path, **cfg: object) -> Workload:
+    # 60 cluster06 jobs on 16 GPUs: queues form, so the policies resize a lot.
+    return _workload(
+        traces / "itp_elasticflow/augmented/cluster06.csv", traces, 16, limit=60, **cfg
+    )
+
+
+def test_capacity_never_exceeded_and_work_conserved_under_mip(traces: Path) -> None:
+    wl = _contended(traces)
+    seen: list[int] = []
+
+    def check(cluster: Cluster) -> None:
+        cluster.check_capacity()
+        assert cluster.busy_nodes() <= cluster.spec.total_nodes
+        for job in cluster.active.values():
+            assert all(cluster.owner[n] == job.job_id for n in job.nodes)
+        seen.append(cluster.busy_nodes())
+
+    out = simulate(
+        wl, _spec(16), SimSettings(policy="mip"), driver_factory=ControllerDriver, on_step=check
+    )
+    assert len(out.jobs) == len(wl.jobs)
+    assert max(seen) == 16  # the cluster did fill up, so the check was exercised
+    assert sum(j.resizes for j in out.jobs) > 0  # and jobs were resized
+    assert conservation_errors(out.all_jobs) == []
+    for job in out.jobs:
+        assert job.done == pytest.approx(job.spec.work)  # type: ignore[union-attr]
+
+
+def test_static_jobs_finish_in_their_trace_duration(traces: Path) -> None:
+    wl = _contended(traces)
+    out = simulate(wl, _spec(16), SimSettings(policy="static"), driver_factory=ControllerDriver)
+    trace = {
+        j.job_id: j
+        for j in read_trace(traces / "itp_elasticflow/augmented/cluster06.csv", limit=60).jobs
+    }
+    for job in out.jobs:
+        assert job.end - job.start == pytest.approx(trace[job.spec.trace_id].duration_s)  # type: ignore[operator,union-attr]
+    gpu_s = sum(j.gpus * (j.duration_s or 0) for j in trace.values())
+    assert summarize(out)["gpu_hours"] == pytest.approx(gpu_s / 3600, abs=0.1)
+    assert conservation_errors(out.all_jobs) == []
+
+
+def test_same_seed_same_result_other_seed_other_workload(traces: Path) -> None:
+    runs = [
+        summarize(
+            simulate(
+                _contended(traces, seed=7, elastic_fraction=0.5),
+                _spec(16),
+                SimSettings(policy="greedy"),
+                driver_factory=ControllerDriver,
+            )
+        )
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+    a = _contended(traces, seed=7, elastic_fraction=0.5)
+    b = _contended(traces, seed=8, elastic_fraction=0.5)
+    assert [j.elastic for j in a.jobs] != [j.elastic for j in b.jobs]
