@@ -22,6 +22,7 @@ _COMMANDS: dict[str, str] = {
     "plan": "slurm_elastic.daemon.commands:plan",
     "explain": "slurm_elastic.daemon.commands:explain",
     "config": "slurm_elastic.daemon.commands:config",
+    "simulate": "slurm_elastic.sim.cli:simulate",
 }
 
 
