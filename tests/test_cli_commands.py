@@ -48,6 +48,8 @@ TRAIN_ROW = {
     "max": 4,
     "target": 3,
     "reason": "target 3",
+    "step": 1200,
+    "samples_per_s": 850.5,
 }
 
 
@@ -144,32 +146,8 @@ def test_status_plain_table_and_filters(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].split() == list(STATUS_COLUMNS)
-    assert lines[1].split() == [
-        "7",
-        "batch",
-        "train",
-        "alice",
-        "R",
-        "2",
-        "1",
-        "4",
-        "3",
-        "target",
-        "3",
-    ]
-    assert lines[2].split() == [
-        "8",
-        "shared",
-        "plain",
-        "bob",
-        "PD",
-        "1",
-        "-",
-        "-",
-        "-",
-        "not",
-        "elastic",
-    ]
+    assert " ".join(lines[1].split()) == "7 batch train alice R 2 1 4 3 1200 850.5 target 3"
+    assert " ".join(lines[2].split()) == "8 shared plain bob PD 1 - - - - - not elastic"
     result = runner.invoke(
         status, ["--config", str(config_file), "--file", str(path), "-u", "bob", "--json"]
     )
@@ -279,7 +257,7 @@ def test_status_on_the_live_cluster(live_jobs) -> None:
     assert rows[elastic][1:5] == ["shared", "cli-elastic", "root", "R"]
     assert rows[elastic][6] != "-" and rows[elastic][7] != "-"  # MIN / MAX of an elastic job
     assert rows[plain][1:5] == ["shared", "cli-plain", "root", "R"]
-    assert rows[plain][6:9] == ["-", "-", "-"] and " ".join(rows[plain][9:]) == "not elastic"
+    assert rows[plain][6:11] == ["-"] * 5 and " ".join(rows[plain][11:]) == "not elastic"
     assert "cycle 1 ok" in proc.stderr  # the footer goes to stderr when piped
 
     only = _cli("status", "--config", str(config_file), "-j", str(plain), "--json")

@@ -339,3 +339,15 @@ def test_status_document_is_strict_json_even_with_infinite_estimates(tmp_path: P
     text = (tmp_path / STATUS_FILE).read_text()
     assert "Infinity" not in text and "NaN" not in text
     assert read_document(tmp_path / STATUS_FILE)["cycle"]["duration_s"] == 1.0
+
+
+def test_rows_carry_the_latest_progress_report() -> None:
+    from slurm_elastic.daemon.service import with_progress
+    from slurm_elastic.types import ProgressReport
+
+    row = {"job_id": 7, "state": "RUNNING"}
+    report = ProgressReport(job_id=7, time=100.0, step=1200, nodes=2, samples_per_s=850.5)
+    assert with_progress(row, report) == {
+        "job_id": 7, "state": "RUNNING", "step": 1200, "samples_per_s": 850.5, "reported_at": 100.0
+    }  # fmt: skip
+    assert with_progress(row, None)["step"] is None

@@ -57,7 +57,8 @@ _STATE_CODES = {
 }
 
 STATUS_COLUMNS = ("JOBID", "PARTITION", "NAME", "USER", "ST", "NODES", "MIN", "MAX", "TARGET")
-STATUS_COLUMNS += ("REASON",)
+# STEP/RATE: the job's latest progress report (training step, samples/s): is it reporting?
+STATUS_COLUMNS += ("STEP", "RATE", "REASON")
 
 
 def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
@@ -204,6 +205,8 @@ def _status_row(job: dict[str, Any]) -> list[Any]:
         job.get("min"),
         job.get("max"),
         job.get("target"),
+        job.get("step"),
+        job.get("samples_per_s"),
         job.get("reason") or "",
     ]
 

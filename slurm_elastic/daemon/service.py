@@ -49,7 +49,7 @@ from slurm_elastic.daemon.status import (
 )
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.slurm.backend import SlurmBackend
-from slurm_elastic.types import ClusterSnapshot
+from slurm_elastic.types import ClusterSnapshot, ProgressReport
 
 log = structlog.get_logger("slurm_elastic.service")
 
@@ -152,9 +152,22 @@ def make_backend(config: Config, *, dry_run: bool = False) -> SlurmBackend:
     return CliBackend(timeout_s=config.slurm.timeout_s, dry_run=dry_run)
 
 
-def content_of(result: CycleResult) -> CycleContent:
+def content_of(result: CycleResult, reports: ReportStore) -> CycleContent:
+    """The cycle's wire form, each job row with its latest progress report (if any)."""
     wire = result.to_json()
-    return CycleContent(jobs=tuple(wire["jobs"]), plan=wire["plan"], actions=tuple(wire["actions"]))
+    jobs = tuple(with_progress(row, reports.latest(int(row["job_id"]))) for row in wire["jobs"])
+    return CycleContent(jobs=jobs, plan=wire["plan"], actions=tuple(wire["actions"]))
+
+
+def with_progress(row: dict[str, Any], report: ProgressReport | None) -> dict[str, Any]:
+    if report is None:
+        return {**row, "step": None, "samples_per_s": None, "reported_at": None}
+    return {
+        **row,
+        "step": report.step,
+        "samples_per_s": report.samples_per_s,
+        "reported_at": report.time,
+    }
 
 
 def health_window_s(config: Config) -> float:
@@ -306,7 +319,7 @@ class Service:
         if result is not None and result.ok:
             state.last_ok_at = finished
             state.last_error = None
-            state.content = content_of(result)
+            state.content = content_of(result, self.reports)
             self._log_applied(result)
         elif result is not None:
             state.last_error = result.error
