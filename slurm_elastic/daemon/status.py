@@ -10,10 +10,12 @@ versioned (``"version": 1``); fields are only ever added.
       "daemon": {"pid", "started_at", "mode", "policy", "interval_s", "config_files"},
       "cycle": {"count", "ok", "error", "started_at", "finished_at", "duration_s",
                 "slurm_calls", "last_ok_at"},
-      "plan": {"solver", "status", "objective", "solve_s", "gap", "note"} | null,
-      "jobs": [ {job_id, partition, name, user, state, nodes, min, max, target,
-                 elastic, reason, explanation: {rule, predicted_gain, resize_cost, detail}} ],
-      "actions": [ {...} ]                   # actions applied (or refused) in this cycle
+      "plan": {"solver", "status", "objective", "solve_s", "gap", "note", "decisions"} | null,
+      "plan.decisions": [ {job_id, current_nodes, target_nodes, rule, predicted_gain,
+                           resize_cost, detail} ],
+      "jobs": [ {job_id, partition, name, user, state, nodes, min, max, target, reason,
+                 step, samples_per_s, reported_at} ],   # min/max null: not elastic
+      "actions": [ {kind, job_id, from_nodes, to_nodes, outcome, detail, ...} ]
     }
 """
 
