@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 
 from slurm_elastic.policy import POLICIES, PolicyOptions, allocate
 from slurm_elastic.policy.compiled import compile_problem
+from slurm_elastic.policy.pulp_model import solve_pulp
 from slurm_elastic.types import AllocationProblem, SolverStatus
 from tests.test_policy_support import brute_force, fits, instances, same_plan, targets
 
@@ -84,3 +85,13 @@ def test_mip_is_optimal_for_its_rows_and_beats_greedy(p: AllocationProblem) -> N
 @given(p=instances())
 def test_same_input_same_plan(policy: str, p: AllocationProblem) -> None:
     assert same_plan(allocate(p, policy, options=INLINE), allocate(p, policy, options=INLINE))
+
+
+@settings(max_examples=20, deadline=None)
+@given(p=instances())
+def test_pulp_formulation_agrees_with_mip(p: AllocationProblem) -> None:
+    compiled = compile_problem(p, INLINE)
+    choice = solve_pulp(compiled)
+    assert compiled.feasible(choice)
+    mip = allocate(p, "mip", options=INLINE)
+    assert math.isclose(compiled.objective(choice), mip.objective, rel_tol=2e-3, abs_tol=1e-6)

@@ -107,21 +107,21 @@ class Compiled:
     options: PolicyOptions
     jobs: tuple[JobModel, ...]  # in the problem's order
     rows: tuple[Row, ...]
+    start: IntArray  # flat view: job j's candidates are start[j]:start[j+1]
+    value: FloatArray  # flat candidate values
+    coef: FloatArray  # dense (rows x flat candidates) row usage
+
+    def _at(self, choice: Sequence[int]) -> IntArray:
+        return self.start[:-1] + np.asarray(choice, dtype=np.int64).reshape(-1)
 
     def floor_usage(self) -> FloatArray:
-        usage = np.zeros(len(self.rows))
-        for j in self.jobs:
-            usage[j.rows] += j.coef[:, 0]
-        return usage
+        return self.usage([0] * len(self.jobs))
 
     def usage(self, choice: Sequence[int]) -> FloatArray:
-        usage = np.zeros(len(self.rows))
-        for j, k in zip(self.jobs, choice, strict=True):
-            usage[j.rows] += j.coef[:, k]
-        return usage
+        return self.coef[:, self._at(choice)].sum(axis=1)
 
     def objective(self, choice: Sequence[int]) -> float:
-        return float(sum(j.value[k] for j, k in zip(self.jobs, choice, strict=True)))
+        return float(self.value[self._at(choice)].sum())
 
     def feasible(self, choice: Sequence[int]) -> bool:
         return bool(np.all(self.usage(choice) <= self.rhs + _EPS))
@@ -192,7 +192,7 @@ def _throughput(d: ElasticDemand, sizes: list[int]) -> list[float]:
     est = {e.nodes: e.throughput for e in d.outlook.sizes}
     if not est:
         return [float(s) for s in sizes]  # no estimate: assume linear speed-up
-    got = [est.get(s) for s in sizes]
+    got = [est.get(s) if s > 0 else 0.0 for s in sizes]
     if None not in got:
         return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, got, strict=True)]
     xs = sorted(est)
@@ -341,31 +341,36 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
     rows = tuple(Row(specs[i].name, specs[i].kind, float(rhs[i])) for i in live)
     coef, member = coef[live], member[live]
 
+    ksizes = flat.sizes[kept]
+    keep_at = np.flatnonzero(ksizes == cur[kjob]) - kstart[:-1]  # one hit per job (protected)
+    static_at = np.flatnonzero(ksizes == static[kjob]) - kstart[:-1]
+    rows_of: dict[Class, IntArray] = {}
     jobs = []
     for j, d in enumerate(demands):
         a, b = int(kstart[j]), int(kstart[j + 1])
         la, lb = int(flat.start[j]), int(flat.start[j + 1])
         idx = kept[a:b]
-        sizes = flat.sizes[idx]
-        in_rows = np.flatnonzero(member[:, j])
+        in_rows = rows_of.get(classes[j])
+        if in_rows is None:
+            in_rows = rows_of[classes[j]] = np.flatnonzero(member[:, j])
         jobs.append(
             JobModel(
                 demand=d,
                 legal=flat.sizes[la:lb],
                 legal_value=flat.value[la:lb],
-                sizes=sizes,
+                sizes=ksizes[a:b],
                 value=flat.value[idx],
                 progress=flat.progress[idx],
                 throughput=flat.throughput[idx],
                 remaining_s=flat.remaining[idx],
                 rows=in_rows,
                 coef=coef[in_rows, a:b],
-                keep=int(np.flatnonzero(sizes == d.current_nodes)[0]),
-                static=int(np.flatnonzero(sizes == static[j])[0]),
+                keep=int(keep_at[j]),
+                static=int(static_at[j]),
                 fifo=fifo_key(d.submit_time, d.job_id),
             )
         )
-    return Compiled(problem, options, tuple(jobs), rows)
+    return Compiled(problem, options, tuple(jobs), rows, kstart, flat.value[kept], coef)
 
 
 __all__ = ["CAPACITY", "RESERVATION", "Compiled", "JobModel", "Row", "compile_problem"]

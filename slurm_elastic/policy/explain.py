@@ -20,8 +20,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from slurm_elastic.policy.compiled import Compiled, JobModel
-from slurm_elastic.policy.ledger import Ledger
 from slurm_elastic.types import Decision, Explanation, Plan, SolverStatus
+
+_EPS = 1e-9
 
 
 def _detail(job: JobModel, target: int) -> str:
@@ -33,25 +34,39 @@ def _detail(job: JobModel, target: int) -> str:
     return f"{'grow' if target > cur else 'shrink'} {cur}->{target}"
 
 
-def _rule(compiled: Compiled, ledger: Ledger, i: int, solver: str) -> tuple[str, str]:
-    job = compiled.jobs[i]
-    k = ledger.choice[i]
-    target = int(job.sizes[k])
-    if job.demand.frozen:
-        return "frozen", ""
-    if solver == "static":
-        return "static", ""
-    if solver == "no-change":
-        return "no-change", ""
-    if k + 1 >= len(job.sizes):
-        if target >= int(job.legal.max()):
-            return "max", ""
-        return "payback", "no larger size gains more than it costs within the horizon"
-    row = ledger.violated(i, k + 1)
-    if row is not None:
-        r = compiled.rows[row]
-        return r.kind, f"{int(job.sizes[k + 1])} nodes would overfill {r.name}"
-    return "marginal-gain", f"{int(job.sizes[k + 1])} nodes fit but gain less elsewhere"
+def _rules(compiled: Compiled, choice: Sequence[int], solver: str) -> list[tuple[str, str]]:
+    """Why each job is not one candidate larger (vectorised over jobs)."""
+    jobs = compiled.jobs
+    start = compiled.start
+    at = start[:-1] + np.asarray(choice, dtype=np.int64)
+    has_next = at + 1 < start[1:]
+    nxt = np.where(has_next, at + 1, at)
+    coef = compiled.coef
+    usage = coef[:, at].sum(axis=1) if len(jobs) else np.zeros(len(compiled.rows))
+    delta = coef[:, nxt] - coef[:, at]
+    over = (usage[:, None] + delta > compiled.rhs[:, None] + _EPS) & (delta > 0)
+    blocked = over.any(axis=0)
+    first = over.argmax(axis=0) if over.shape[0] else np.zeros(len(jobs), dtype=np.int64)
+    out: list[tuple[str, str]] = []
+    for i, job in enumerate(jobs):
+        k = int(choice[i])
+        if job.demand.frozen:
+            out.append(("frozen", ""))
+        elif solver in ("static", "no-change"):
+            out.append((solver, ""))
+        elif not has_next[i]:
+            if int(job.sizes[k]) >= int(job.legal.max()):
+                out.append(("max", ""))
+            else:
+                out.append(("payback", "no larger size gains more than it costs in the horizon"))
+        elif blocked[i]:
+            row = compiled.rows[int(first[i])]
+            out.append((row.kind, f"{int(job.sizes[k + 1])} nodes would overfill {row.name}"))
+        else:
+            out.append(
+                ("marginal-gain", f"{int(job.sizes[k + 1])} nodes fit but gain less elsewhere")
+            )
+    return out
 
 
 def build_plan(
@@ -64,10 +79,8 @@ def build_plan(
     solve_s: float = 0.0,
     note: str = "",
 ) -> Plan:
-    ledger = Ledger(compiled)
-    for i, k in enumerate(choice):
-        ledger.move(i, int(k))
     horizon = compiled.problem.horizon_s
+    rules = _rules(compiled, choice, solver)
     decisions = []
     for i, job in enumerate(compiled.jobs):
         k = int(choice[i])
@@ -75,7 +88,7 @@ def build_plan(
         d = job.demand
         resized = d.is_running and target != d.current_nodes
         cost = float(job.throughput[k]) * min(d.outlook.resize_cost_s, horizon) if resized else 0.0
-        rule, why = _rule(compiled, ledger, i, solver)
+        rule, why = rules[i]
         detail = "; ".join(x for x in (_detail(job, target), why) if x)
         decisions.append(
             Decision(

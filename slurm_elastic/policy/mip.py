@@ -76,38 +76,25 @@ def fair_floor_jobs(compiled: Compiled) -> set[int]:
 
 def build_input(compiled: Compiled) -> MipInput:
     """Flatten every job's candidates; the fairness floor removes "stay pending"."""
-    jobs = compiled.jobs
-    floor = fair_floor_jobs(compiled) if compiled.options.fair_floor else set()
-    locals_: list[IntArray] = []
-    for i, j in enumerate(jobs):
-        k = np.arange(len(j.sizes))
-        locals_.append(k[1:] if i in floor else k)
-    counts = np.array([x.size for x in locals_], dtype=np.int64)
-    start = np.zeros(len(jobs) + 1, dtype=np.int64)
-    np.cumsum(counts, out=start[1:])
-    n = int(start[-1])
-    local = np.concatenate(locals_) if jobs else np.zeros(0, dtype=np.int64)
-    value = (
-        np.concatenate([j.value[k] for j, k in zip(jobs, locals_, strict=True)])
-        if jobs
-        else np.zeros(0)
+    n_jobs = len(compiled.jobs)
+    start = compiled.start
+    job = np.repeat(np.arange(n_jobs), np.diff(start))
+    local = np.arange(start[-1]) - start[job]
+    cols = np.ones(local.size, dtype=bool)
+    if compiled.options.fair_floor:
+        floor = np.array(sorted(fair_floor_jobs(compiled)), dtype=np.int64)
+        cols[start[floor]] = False
+    counts = np.bincount(job[cols], minlength=n_jobs)
+    new_start = np.zeros(n_jobs + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_start[1:])
+    model = FlatModel(
+        value=compiled.value[cols],
+        start=new_start,
+        job=job[cols],
+        a=sp.csr_array(compiled.coef[:, cols]),
+        b=compiled.rhs,
     )
-    rows, cols, vals = [], [], []
-    for j, k, off in zip(jobs, locals_, start[:-1], strict=False):
-        if not j.rows.size:
-            continue
-        rows.append(np.repeat(j.rows, k.size))
-        cols.append(np.tile(np.arange(off, off + k.size), j.rows.size))
-        vals.append(j.coef[:, k].ravel())
-    shape = (len(compiled.rows), n)
-    if rows:
-        a = sp.csr_array(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=shape
-        )
-    else:
-        a = sp.csr_array(shape)
-    job = np.repeat(np.arange(len(jobs)), counts)
-    return MipInput(FlatModel(value, start, job, a, compiled.rhs), local)
+    return MipInput(model, local[cols])
 
 
 def _highs(
