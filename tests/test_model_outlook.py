@@ -382,3 +382,21 @@ def test_fixed_batch_progress_is_the_step_count() -> None:
     _feed(m, 10, global_batch=64, samples_per_s=64.0, grad_noise_scale=100.0)
     fit = m.fit()
     assert fit.progress == fit.step == 1000 and fit.step_factor == 1.0
+
+
+def test_fit_job_by_job_refits_all_stale_jobs_in_one_batch() -> None:
+    bank = ModelBank()
+    priors = {j: site_prior(j + 1) for j in range(3)}
+    for j in range(3):
+        _feed(bank.model(j), 10)
+        bank.fit(j, priors[j])
+    for j in range(3):
+        _feed(bank.model(j), 1, t0=1e4, step0=5000)
+    assert all(bank.model(j).stale(priors[j]) for j in range(3))
+    first = bank.fit(0, priors[0])
+    # Jobs 1 and 2 were refitted along with job 0: their fits are now cached.
+    assert not bank.model(1).stale(priors[1]) and not bank.model(2).stale(priors[2])
+    cached = bank.model(1).fit(priors[1])
+    assert bank.fit(1, priors[1]) is cached
+    assert first.step == 5100 and cached.step == 5100
+    assert bank.fit(99) is None

@@ -10,10 +10,10 @@ Usage by the daemon (one ``ModelBank`` for the whole cluster)::
     outlook = estimate_outlook(job_id=..., spec=..., current_nodes=..., fit=fit,
                                prior=prior, now=now, default_resize_cost_s=60.0)
 
-``fit`` alone works too but costs ~0.5 ms per job; ``fit_all`` refits 1,000 jobs in about
-0.2 s.  The convergence criterion measures improvement from a job's *first* report, so
-after a daemon restart feed a job's stored reports again (oldest first) rather than only
-new ones.
+``fit`` job by job works too: a stale job's refit takes every other stale job (fitted
+before) along in one batch, so both ways cost one batched solve per cycle.  The
+convergence criterion measures improvement from a job's *first* report, so after a
+daemon restart feed a job's stored reports again (oldest first), not only new ones.
 
 Guarantees of ``estimate_outlook`` (tested):
 
@@ -250,6 +250,15 @@ class JobModel:
     def _key(self, prior: Prior | None) -> tuple[int, int, Prior | None]:
         return (self._n_reports, self._n_costs, prior)
 
+    @property
+    def fitted(self) -> bool:
+        return self._cache is not None
+
+    @property
+    def last_prior(self) -> Prior | None:
+        """The prior of the latest fit (None before the first)."""
+        return self._cache_key[2] if self._cache_key is not None else None
+
     def stale(self, prior: Prior | None = None) -> bool:
         """True when reports (or the prior) changed since the last fit."""
         return self._cache is None or self._cache_key != self._key(prior)
@@ -308,6 +317,26 @@ class JobModel:
         return sizes, rates, weights, shape
 
 
+def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
+    """Refit the given jobs: curves in one vectorised solve, throughputs in another."""
+    series = [(m, p, m.series()) for m, p in batch]
+    curves = [(m, s) for m, _, s in series if s is not None]
+    convs = dict(
+        zip(
+            (m.job_id for m, _ in curves),
+            fit_convergence_many([s for _, s in curves]),
+            strict=True,
+        )
+    )
+    obs = [(m.job_id, m.observations(p)) for m, p in batch]
+    rated = [(j, o) for j, o in obs if o is not None]
+    tputs = dict(
+        zip((j for j, _ in rated), fit_throughput_many([o for _, o in rated]), strict=True)
+    )
+    for m, p in batch:
+        m.assemble(convs.get(m.job_id), tputs.get(m.job_id), p)
+
+
 class ModelBank:
     """All jobs' models, keyed by job id (the daemon and the simulator hold one)."""
 
@@ -327,33 +356,30 @@ class ModelBank:
         self.model(job_id).record_resize(now, to_nodes)
 
     def fit(self, job_id: int, prior: Prior | None = None) -> JobFit | None:
+        """One job's fit.  When it is stale, every other stale job that was fitted before
+        is refitted in the same batch (with the prior it was last given), so a caller that
+        asks job by job still pays for one batched solve per cycle, not one per job.
+        """
         m = self._models.get(job_id)
-        return m.fit(prior) if m is not None else None
+        if m is None:
+            return None
+        if m.stale(prior):
+            batch = [(m, prior)] + [
+                (o, o.last_prior)
+                for o in self._models.values()
+                if o is not m and o.fitted and o.stale(o.last_prior)
+            ]
+            _refit(batch)
+        return m.fit(prior)
 
     def fit_all(self, priors: Mapping[int, Prior] | None = None) -> dict[int, JobFit]:
-        """Fit every known job, refitting only stale ones, curves in one batched solve.
+        """Fit every known job, refitting only stale ones, all in one batched solve.
 
         This is the daemon's per-cycle call (see ``scripts/bench_models.py``,
         ``fit_1000_jobs_s``).
         """
         priors = priors or {}
-        stale = [m for m in self._models.values() if m.stale(priors.get(m.job_id))]
-        series = [(m.job_id, m.series()) for m in stale]
-        curves = [(j, s) for j, s in series if s is not None]
-        convs = dict(
-            zip(
-                (j for j, _ in curves),
-                fit_convergence_many([s for _, s in curves]),
-                strict=True,
-            )
-        )
-        obs = [(m.job_id, m.observations(priors.get(m.job_id))) for m in stale]
-        rated = [(j, o) for j, o in obs if o is not None]
-        tputs = dict(
-            zip((j for j, _ in rated), fit_throughput_many([o for _, o in rated]), strict=True)
-        )
-        for m in stale:
-            m.assemble(convs.get(m.job_id), tputs.get(m.job_id), priors.get(m.job_id))
+        _refit([(m, priors.get(j)) for j, m in self._models.items() if m.stale(priors.get(j))])
         return {j: m.fit(priors.get(j)) for j, m in self._models.items()}
 
     def forget(self, job_ids: Iterable[int]) -> None:
