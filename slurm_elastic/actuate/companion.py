@@ -10,24 +10,28 @@ the one batched queue read, so no extra Slurm call is needed to find companions.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 
+from slurm_elastic.errors import MarkerError
+from slurm_elastic.marker import COMPANION_PREFIX, format_companion, parse_companion
 from slurm_elastic.types import JobState, JobView
 
-COMPANION_PREFIX = "slurm-elastic:companion-of="
-_COMPANION_RE = re.compile(r"^slurm-elastic:companion-of=(\d+)$")
+__all__ = ["COMPANION_PREFIX", "companion_comment", "companion_parent", "orphan_reason"]
 
-
-def companion_comment(parent_id: int) -> str:
-    return f"{COMPANION_PREFIX}{parent_id}"
+companion_comment = format_companion
 
 
 def companion_parent(comment: str) -> int | None:
-    """The parent job id when ``comment`` marks a companion job, else None."""
-    match = _COMPANION_RE.match(comment.strip())
-    return int(match.group(1)) if match else None
+    """The parent job id when ``comment`` links a companion job, else None.
+
+    A malformed companion token links nothing: such a job is neither counted in a
+    parent's size nor ever cancelled as an orphan.
+    """
+    try:
+        return parse_companion(comment)
+    except MarkerError:
+        return None
 
 
 def companion_name(parent: JobView) -> str:

@@ -151,8 +151,11 @@ def _time_limit_reason(
 
 
 def _payback_reason(action: Action, knobs: GuardKnobs, outlook: Outlook | None) -> str | None:
-    """A grow must win back the progress its restart costs within the payback horizon."""
-    if outlook is None:
+    """A grow must win back the progress its restart costs within the payback horizon.
+
+    ``payback_horizon_s: 0`` turns this guard off.
+    """
+    if outlook is None or knobs.payback_horizon_s <= 0:
         return None
     at_now = outlook.at(action.from_nodes)
     at_target = outlook.at(action.to_nodes)

@@ -38,7 +38,8 @@ from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.problem import build_problem
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.errors import MarkerError, SlurmElasticError, SlurmError
+from slurm_elastic.errors import SlurmElasticError, SlurmError
+from slurm_elastic.marker import resolve_spec
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
     Action,
@@ -250,7 +251,13 @@ class Controller:
         in_flight = self.executor.in_flight()
         last_resize = self.journal.last_resize_at()
         frozen: dict[int, str] = {}
+        for rec in records:
+            if rec.outcome != "waiting":
+                # This snapshot predates what was just done to the job: leave it alone.
+                frozen[rec.action.job_id] = f"shrink {rec.outcome} this cycle"
         for job_id, ej in cls.elastic.items():
+            if job_id in frozen:
+                continue
             why = freeze_reason(
                 ej,
                 self.knobs,
@@ -483,22 +490,13 @@ def _resolve_spec(job: JobView, known: Mapping[int, ElasticSpec]) -> ElasticSpec
     """The job's spec: remembered from when it was first seen, else from its marker.
 
     Remembered first, because pinning ``NumNodes=n-n`` (and running) erases the node
-    range Slurm reports; the marker must still be there (a user may remove it to opt out).
+    range Slurm reports, and a marker left incomplete (no job_submit plugin) needs that
+    range; the marker must still be there (a user may remove it to opt out).
     """
-    token = job.comment.strip()
-    if not (token == "elastic" or token.startswith("elastic:")):
+    spec = resolve_spec(job.comment, job.min_nodes, job.max_nodes)
+    if spec is None:
         return None
-    if job.job_id in known:
-        return known[job.job_id]
-    opts = dict(kv.split("=", 1) for kv in token.partition(":")[2].split(",") if "=" in kv)
-    try:
-        lo = int(opts.get("min", job.min_nodes))
-        hi = int(opts.get("max", job.max_nodes if job.max_nodes else lo))
-    except ValueError as exc:
-        raise MarkerError(f"not a number: {exc}") from None
-    if hi < lo:
-        raise MarkerError(f"max nodes {hi} < min nodes {lo}")
-    return ElasticSpec(min_nodes=lo, max_nodes=hi)
+    return known.get(job.job_id, spec)
 
 
 def _policy_allocate(problem: AllocationProblem, policy: str) -> Plan:

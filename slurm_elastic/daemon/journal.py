@@ -227,10 +227,15 @@ class Journal:
         return self._select("ORDER BY id", ())
 
     def last_resize_at(self) -> dict[int, float]:
-        """Per job, when our last shrink or grow was applied (cooldown survives restarts)."""
+        """Per job, when our last shrink or grow attempt ended, whatever its outcome.
+
+        Cooldown counts from here and survives restarts.  Failed and rolled-back
+        attempts count too: a job whose agent refused must not be asked again at once.
+        """
         with self._lock:
             rows = self._db.execute(
-                "SELECT job_id, MAX(updated_at) FROM actions WHERE status='applied'"
+                "SELECT job_id, MAX(updated_at) FROM actions"
+                " WHERE status IN ('applied','failed','rolled_back')"
                 " AND kind IN ('shrink','grow') GROUP BY job_id"
             ).fetchall()
         return {int(job): float(at) for job, at in rows}

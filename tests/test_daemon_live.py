@@ -1,0 +1,403 @@
+"""The controller against the real local Slurm cluster (instance 3 while engineers share
+the machine: ``SLURM_ELASTIC_TEST_INSTANCE=3``).
+
+Every Slurm effect is observed through Slurm itself.  Where a test needs a particular
+decision (shrink 3->1, grow 2->4) it passes the plan as a pure function instead of
+arranging a workload that makes the MIP choose it; the start-at-size test uses the real
+policy.  The companion's join command is a stand-in that sleeps (the real agent is
+``slurm-elastic run --join``, tested with the job side).
+
+Run as a script, this module is the "daemon" subprocess of the SIGKILL test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.config import Config
+from slurm_elastic.daemon.controller import Controller, CycleResult
+from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
+from slurm_elastic.daemon.journal import ActionStatus, Journal
+from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.types import (
+    ActionKind,
+    AllocationProblem,
+    Decision,
+    Explanation,
+    JobState,
+    JobView,
+    Plan,
+    SolverStatus,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+COMPANION = "slurm-elastic:companion-of="
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def sbatch(*args: str, cwd: Path) -> int:
+    out = subprocess.run(
+        ["sbatch", "--parsable", f"--chdir={cwd}", "-o", "/dev/null", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return int(out.stdout.strip().split(";")[0])
+
+
+def jobs() -> dict[int, JobView]:
+    return {j.job_id: j for j in CliBackend().read_jobs() if j.state.is_active}
+
+
+def idle_nodes() -> int:
+    return sum(1 for n in CliBackend().read_nodes() if n.state == "idle" and not n.flags)
+
+
+def running(job_id: int) -> JobView | None:
+    """The job's view while it runs, else None (one squeue read: no race between reads)."""
+    view = jobs().get(job_id)
+    return view if view is not None and view.is_running else None
+
+
+def ending(job_id: int) -> bool:
+    """Gone from the active queue or completing (one squeue read)."""
+    view = jobs().get(job_id)
+    return view is None or view.state is JobState.COMPLETING
+
+
+def wait_for(what: Callable[[], object], timeout_s: float = 30.0, every_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = what()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what.__doc__ or what}")
+
+
+def elastic_job_on(nodes: int, cwd: Path) -> int:
+    """A running ``-N1-4 --comment=elastic`` job at exactly ``nodes`` nodes.
+
+    Slurm gives a ``-N1-4`` job whatever it likes, so it is held, pinned and released;
+    job_submit.lua has completed its marker to ``elastic:min=1,max=4`` and the marker
+    wins over the pinned range.
+    """
+    job_id = sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=cwd)
+    scontrol("update", f"JobId={job_id}", f"NumNodes={nodes}-{nodes}")
+    scontrol("release", str(job_id))
+    view = wait_for(lambda: running(job_id))
+    assert view.node_count == nodes and view.comment == "elastic:min=1,max=4"
+    return job_id
+
+
+def scontrol(*args: str) -> None:
+    subprocess.run(["scontrol", *args], check=True, timeout=30, capture_output=True)
+
+
+def companions_of(parent: int) -> list[JobView]:
+    return [j for j in jobs().values() if j.comment == f"{COMPANION}{parent}"]
+
+
+def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]:
+    """A fixed plan: the listed jobs go to the given size, every other keeps its own."""
+
+    def allocate(problem: AllocationProblem, policy: str) -> Plan:
+        return Plan(
+            tuple(
+                Decision(
+                    d.job_id,
+                    d.current_nodes,
+                    d.current_nodes if d.frozen else mapping.get(d.job_id, d.current_nodes),
+                    Explanation(0.0, 0.0, "test-plan"),
+                )
+                for d in problem.elastic
+            ),
+            "test",
+            SolverStatus.OPTIMAL,
+            0.0,
+        )
+
+    return allocate
+
+
+def live_config(state_dir: Path, agent: Path, **over: object) -> Config:
+    doc: dict[str, object] = {
+        "mode": "enforce",
+        "interval_s": 1,
+        "state_dir": str(state_dir),
+        "slurm": {"sacct_interval_s": 3600, "sacct_lookback_s": 3600},
+        # Payback off: the plan is the test's; the guard itself is tested purely.
+        "guards": {"cooldown_s": 0, "min_dwell_s": 0, "ack_timeout_s": 30, "payback_horizon_s": 0},
+        "grow": {"agent_command": str(agent)},
+    }
+    doc.update(over)
+    return Config.model_validate(doc)
+
+
+def controller(
+    config: Config, allocate=None, journal: Journal | None = None
+) -> tuple[Controller, InstructionBoard]:
+    board = InstructionBoard()
+    ctl = Controller(
+        CliBackend(),
+        config,
+        reports=ReportStore(),
+        journal=journal or Journal.in_state_dir(config.state_dir),
+        agents=board,
+        allocate=allocate,
+    )
+    return ctl, board
+
+
+@pytest.fixture
+def live(slurm_cluster, clean_queue, tmp_path: Path) -> Iterator[Path]:
+    """A clean instance and a work dir holding the companion stand-in."""
+    agent = tmp_path / "fake-agent"
+    agent.write_text(
+        "#!/bin/sh\n# stand-in for `slurm-elastic run --join PARENT`\nexec sleep 600\n"
+    )
+    agent.chmod(0o755)
+    # Every node idle, none still completing an earlier test's job.
+    wait_for(lambda: idle_nodes() == len(CliBackend().read_nodes()), timeout_s=60)
+    yield tmp_path
+    subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30, check=False)
+    # Slurm 22.05.8 on an OverSubscribe=EXCLUSIVE partition: once a job shrunk with
+    # NumNodes has ended, and another job used the nodes it gave back, slurmctld no longer
+    # starts exclusive jobs there ("Resources") until it re-reads its configuration.
+    scontrol("reconfigure")
+
+
+def cycle(ctl: Controller) -> CycleResult:
+    result = ctl.run_once(time.time())
+    assert result.ok, result.error
+    return result
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.slurm
+def test_pending_job_starts_at_the_planned_size(live: Path) -> None:
+    rigid = sbatch("-N1", "--wrap", "sleep 600", cwd=live)
+    wait_for(lambda: running(rigid))
+    # Held, so that Slurm cannot start it before the controller has pinned it.
+    job_id = sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+    ctl, _ = controller(live_config(live / "state", live / "fake-agent"))
+    result = cycle(ctl)
+    assert result.plan is not None
+    planned = result.plan.target(job_id)
+    assert planned is not None and 1 <= planned <= 3  # 3 nodes are free
+    view = jobs()[job_id]
+    assert (view.min_nodes, view.max_nodes) == (planned, planned)
+    scontrol("release", str(job_id))
+    started = wait_for(lambda: running(job_id), timeout_s=40)
+    assert started.node_count == planned
+    assert [e.kind for e in ctl.journal.actions_for(job_id)] == [ActionKind.START_AT_SIZE]
+
+
+@pytest.mark.slurm
+def test_shrink_after_the_agent_acknowledges(live: Path) -> None:
+    job_id = elastic_job_on(3, live)
+    ctl, board = controller(live_config(live / "state", live / "fake-agent"), targets({job_id: 1}))
+    acked = threading.Event()
+
+    def agent() -> None:
+        """The job side: wait for the instruction, 'checkpoint', acknowledge ready."""
+        instruction = wait_for(lambda: board.pending_for(job_id), timeout_s=20, every_s=0.1)
+        assert instruction.target_nodes == 1
+        assert instruction.keep_nodes == (jobs()[job_id].batch_host,)
+        board.ack(Ack(instruction.id, job_id, AckStatus.READY, 42, "checkpointed", time.time()))
+        acked.set()
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    first = cycle(ctl)
+    assert {r.job_id: r.reason for r in first.jobs}[job_id] == "shrinking: awaiting ack"
+    assert jobs()[job_id].node_count == 3  # nothing happens before the ack
+    thread.join(timeout=30)
+    assert acked.is_set()
+    cycle(ctl)
+    view = jobs()[job_id]
+    assert view.is_running and view.node_count == 1 and view.batch_host in view.nodes
+    (entry,) = ctl.journal.actions_for(job_id)
+    assert entry.status is ActionStatus.APPLIED and "step 42" in entry.detail
+
+
+@pytest.mark.slurm
+def test_grow_by_companion_that_ends_with_its_parent(live: Path) -> None:
+    parent = elastic_job_on(2, live)
+    ctl, _ = controller(live_config(live / "state", live / "fake-agent"), targets({parent: 4}))
+    first = cycle(ctl)
+    assert [r.outcome for r in first.actions] == ["applied"], first.actions
+    (comp,) = companions_of(parent)
+    assert (comp.user, comp.partition, comp.account) == ("root", "batch", jobs()[parent].account)
+    wait_for(lambda: running(comp.job_id), timeout_s=40)
+    result = cycle(ctl)
+    row = {r.job_id: r for r in result.jobs}[parent]
+    assert row.nodes == 4 and row.reason == "at target"
+    assert len(companions_of(parent)) == 1  # at target: no second companion
+    subprocess.run(["scancel", str(parent)], check=True, timeout=30)
+    wait_for(lambda: not running(parent))
+    cycle(ctl)
+    wait_for(lambda: ending(comp.job_id))
+    kinds = [e.kind for e in ctl.journal.actions_for(comp.job_id)]
+    assert kinds == [ActionKind.CANCEL_COMPANION]
+
+
+@pytest.mark.slurm
+def test_unmarked_job_untouched_and_shadow_changes_nothing(live: Path) -> None:
+    plain = sbatch("-N1-4", "--hold", "--wrap", "sleep 600", cwd=live)
+    marked = sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+    config = live_config(live / "state", live / "fake-agent", mode="shadow")
+    ctl, _ = controller(config, targets({plain: 2, marked: 2}))
+    result = cycle(ctl)
+    cycle(ctl)
+    views = jobs()
+    assert (views[plain].min_nodes, views[plain].max_nodes) == (1, 4)
+    assert (views[marked].min_nodes, views[marked].max_nodes) == (1, 4)
+    assert ctl.journal.all_actions() == ()
+    reasons = {r.job_id: r.reason for r in result.jobs}
+    assert reasons[plain] == "not elastic"
+    assert reasons[marked] == "shadow: would start_at_size 0->2"
+    # In enforce mode the marked job is pinned; the plain one still is not.
+    ctl, _ = controller(
+        live_config(live / "state2", live / "fake-agent"), targets({plain: 2, marked: 2})
+    )
+    cycle(ctl)
+    views = jobs()
+    assert (views[plain].min_nodes, views[plain].max_nodes) == (1, 4)
+    assert (views[marked].min_nodes, views[marked].max_nodes) == (2, 2)
+
+
+@pytest.mark.slurm
+def test_sigkill_mid_grow_then_restart(live: Path) -> None:
+    parent = elastic_job_on(2, live)
+    state = live / "state"
+    args = [sys.executable, __file__, str(state), str(live / "fake-agent"), str(parent), "4"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # The first daemon stalls right after sbatch returned: the journal holds the intent
+    # but not the companion's id.  SIGKILL it there.
+    daemon = subprocess.Popen([*args, "--stall-after-submit"], env=env)
+    try:
+        wait_for(lambda: companions_of(parent), timeout_s=40)
+        time.sleep(0.5)
+    finally:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=10)
+    journal = Journal.in_state_dir(state)
+    (entry,) = journal.open_actions()
+    assert entry.kind is ActionKind.GROW and entry.status is ActionStatus.INTENT
+    journal.close()
+    # Restart: reconcile adopts the companion, the loop runs a few cycles, no new grow.
+    restarted = subprocess.run(
+        [*args, "--cycles", "4"], env=env, timeout=120, capture_output=True, text=True
+    )
+    assert restarted.returncode == 0, restarted.stderr[-2000:]
+    journal = Journal.in_state_dir(state)
+    grows = [e for e in journal.all_actions() if e.kind is ActionKind.GROW]
+    assert len(grows) == 1 and grows[0].status is ActionStatus.APPLIED
+    assert grows[0].detail == "adopted"
+    comps = companions_of(parent)
+    assert len(comps) == 1 and journal.companions()[0].companion_id == comps[0].job_id
+    # The parent ends: the restarted daemon's next cycles leave no orphan.
+    subprocess.run(["scancel", str(parent)], check=True, timeout=30)
+    wait_for(lambda: not running(parent))
+    again = subprocess.run([*args, "--cycles", "1"], env=env, timeout=120, capture_output=True)
+    assert again.returncode == 0
+    wait_for(lambda: all(ending(j.job_id) for j in companions_of(parent)))
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurmctld_down_30s_no_action_then_recovery(live: Path, slurm_cluster) -> None:
+    job_id = sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+    config = live_config(live / "state", live / "fake-agent", slurm={"timeout_s": 5})
+    ctl, _ = controller(config, targets({job_id: 2}))
+    conf = Path(os.environ["SLURM_CONF"])
+    pid_file = _ctld_pid_file(conf)
+    os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+    wait_for(lambda: not _alive(pid_file), timeout_s=30)
+    down_results: list[CycleResult] = []
+    outage_end = time.monotonic() + 30
+    while time.monotonic() < outage_end:
+        down_results.append(ctl.run_once(time.time()))
+        time.sleep(1)
+    assert down_results and not any(r.ok for r in down_results)
+    assert ctl.journal.all_actions() == ()  # nothing acted on while blind
+    instance = os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0")
+    subprocess.run(
+        ["bash", str(REPO / "scripts/cluster.sh"), "up", "--instance", instance],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    recovered = [ctl.run_once(time.time()) for _ in range(2)]
+    assert any(r.ok for r in recovered), [r.error for r in recovered]
+    view = jobs()[job_id]
+    assert (view.min_nodes, view.max_nodes) == (2, 2)
+
+
+def _ctld_pid_file(conf: Path) -> Path:
+    for line in conf.read_text().splitlines():
+        if line.startswith("SlurmctldPidFile="):
+            return Path(line.split("=", 1)[1].strip())
+    raise AssertionError(f"no SlurmctldPidFile in {conf}")
+
+
+def _alive(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- subprocess
+
+
+class _StallingBackend(CliBackend):
+    """Real submissions; then stalls, so the test can kill the daemon inside the action."""
+
+    def submit(self, script: str, **kw: object) -> int:  # type: ignore[override]
+        job_id = super().submit(script, **kw)  # type: ignore[arg-type]
+        time.sleep(3600)
+        return job_id
+
+
+def _daemon_main(argv: list[str]) -> int:
+    state, agent, parent, target = Path(argv[0]), Path(argv[1]), int(argv[2]), int(argv[3])
+    stall = "--stall-after-submit" in argv
+    cycles = int(argv[argv.index("--cycles") + 1]) if "--cycles" in argv else 10**9
+    config = live_config(state, agent)
+    backend = _StallingBackend() if stall else CliBackend()
+    ctl = Controller(
+        backend,
+        config,
+        reports=ReportStore(),
+        journal=Journal.in_state_dir(state),
+        agents=InstructionBoard(),
+        allocate=targets({parent: target}),
+    )
+    for _ in range(cycles):
+        result = ctl.run_once(time.time())
+        print(json.dumps({"ok": result.ok, "error": result.error}), flush=True)
+        time.sleep(1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_daemon_main(sys.argv[1:]))
