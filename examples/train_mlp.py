@@ -12,15 +12,14 @@ rank trained on, so tests can check that each epoch saw every sample exactly onc
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from slurm_elastic.agent.batching import BatchMode, BatchRule
+from slurm_elastic.agent.samplelog import SampleLog
 from slurm_elastic.agent.torch import ElasticTrainer
 
 
@@ -81,11 +80,7 @@ def main() -> None:
         checkpoint_every=args.checkpoint_every,
         report_every_s=args.report_every,
     )
-    log = None
-    if args.sample_log:
-        Path(args.sample_log).mkdir(parents=True, exist_ok=True)
-        name = f"samples-g{trainer.generation}-r{trainer.rank}.jsonl"
-        log = open(Path(args.sample_log) / name, "a")  # noqa: SIM115 - open for the whole run
+    log = SampleLog(args.sample_log, trainer.generation, trainer.rank) if args.sample_log else None
 
     for step in trainer:
         loss_sum = 0.0
@@ -95,19 +90,14 @@ def main() -> None:
             (loss * step.loss_scale).backward()
             loss_sum += loss.item() * step.loss_scale
         if log is not None:
-            mine = np.concatenate(step.micro_batches) if step.micro_batches else np.array([])
-            record = {
-                "gen": trainer.generation,
-                "step": step.index,
-                "epoch": step.epoch,
-                "rank": trainer.rank,
-                "world": step.world_size,
-                "nodes": trainer.nodes,
-                "idx": [int(i) for i in mine],
-                "t": time.time(),
-            }
-            log.write(json.dumps(record) + "\n")
-            log.flush()
+            mine = [int(i) for idx in step.micro_batches for i in idx]
+            log.write(
+                step=step.index,
+                epoch=step.epoch,
+                world=step.world_size,
+                nodes=trainer.nodes,
+                indices=mine,
+            )
         if args.sample_sleep:
             time.sleep(args.sample_sleep * sum(len(idx) for idx in step.micro_batches))
         trainer.optimizer_step(loss_sum)

@@ -7,7 +7,6 @@ written on SIGTERM.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 
 from slurm_elastic.agent.checkpoint import list_checkpoints
 from slurm_elastic.agent.jobdir import Control, read_json, write_json
+from slurm_elastic.agent.samplelog import read_records
 
 pytestmark = [pytest.mark.torch]
 torch = pytest.importorskip("torch")
@@ -56,13 +56,6 @@ def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
         assert torch.allclose(a[key], b[key], rtol=1e-9, atol=1e-10), key
 
 
-def records(log_dir: Path) -> list[dict]:
-    out = []
-    for path in log_dir.glob("*.jsonl"):
-        out += [json.loads(line) for line in path.read_text().splitlines()]
-    return out
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
     """Two epochs in one process: what every other run must end with."""
@@ -86,7 +79,7 @@ def test_restore_continues_exactly_where_the_checkpoint_left(
     train(tmp_path / "one.pt", "--epochs", "1", *ckpt)
     assert list_checkpoints(tmp_path / "ck")[0][0] == 15  # 600 / 40 steps
     train(tmp_path / "two.pt", "--epochs", "2", *ckpt, "--sample-log", str(tmp_path / "log"))
-    assert min(r["step"] for r in records(tmp_path / "log")) == 15  # nothing redone
+    assert min(r["step"] for r in read_records(tmp_path / "log")) == 15  # nothing redone
     assert_same(weights(tmp_path / "two.pt"), reference)
 
 
@@ -116,19 +109,19 @@ def test_hold_then_restart_at_a_step_boundary_loses_nothing(
     argv += ["--sample-log", str(log), "--sample-sleep", "0.005", "--out", str(tmp_path / "w.pt")]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: any(r["step"] >= 4 for r in records(log)), 90, "training")
+        wait_for(lambda: any(r["step"] >= 4 for r in read_records(log)), 90, "training")
         write_json(job_dir / "control.json", Control(1, "hold", instruction_id="t").to_json())
         held = wait_for(lambda: read_json(job_dir / "held.json"), 30, "held.json")
         assert held["seq"] == 1
         assert list_checkpoints(job_dir / "checkpoints")[0][0] == held["step"]
         time.sleep(0.5)  # holding: nobody trains
-        assert max(r["step"] for r in records(log)) == held["step"] - 1
+        assert max(r["step"] for r in read_records(log)) == held["step"] - 1
         write_json(job_dir / "control.json", Control(1, "resume", restart=True).to_json())
         out, _ = proc.communicate(timeout=90)
     finally:
         proc.kill()
     assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
-    recs = records(log)
+    recs = read_records(log)
     generations = sorted({r["gen"] for r in recs})
     assert len(generations) == 2  # torch elastic restarted the group once
     resumed = min(r["step"] for r in recs if r["gen"] == generations[1])
@@ -143,11 +136,11 @@ def test_sigterm_saves_the_last_completed_step(tmp_path: Path) -> None:
     argv += ["--checkpoint-dir", str(tmp_path / "ck"), "--sample-log", str(log)]
     proc = subprocess.Popen(argv, env=env_without_job(), stdout=subprocess.DEVNULL)
     try:
-        wait_for(lambda: any(r["step"] >= 3 for r in records(log)), 90, "training")
+        wait_for(lambda: any(r["step"] >= 3 for r in read_records(log)), 90, "training")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 75  # "restart me", as torch elastic expects
     finally:
         proc.kill()
-    last_logged = max(r["step"] for r in records(log))
+    last_logged = max(r["step"] for r in read_records(log))
     # The step under way when SIGTERM came was finished, then saved: nothing to redo.
     assert list_checkpoints(tmp_path / "ck")[0][0] == last_logged + 1

@@ -1,0 +1,89 @@
+"""A per-rank log of which samples each step trained on, and what it tells after the fact.
+
+The example writes one JSON line per rank per step *before* applying the step (so a step
+under way when a group breaks up is logged too).  Readers reconstruct what the final model
+actually learned from: for each step, the records of the latest *generation* (one process
+group, numbered by rank 0's start time) that ran it — an older generation's records of a
+step are superseded when a newer group restored a checkpoint from before it and redid it.
+
+Used by the end-to-end tests (exactly once per epoch, steps lost) and by
+``scripts/bench_resize.py`` (time to the first step at a new size).  No torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class SampleLog:
+    """Writer: ``samples-g<generation>-r<rank>.jsonl`` in ``directory``."""
+
+    def __init__(self, directory: str | Path, generation: int, rank: int) -> None:
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        self.generation = generation
+        self.rank = rank
+        self._handle: TextIO = open(path / f"samples-g{generation}-r{rank}.jsonl", "a")  # noqa: SIM115
+
+    def write(self, *, step: int, epoch: int, world: int, nodes: int, indices: list[int]) -> None:
+        record = {
+            "gen": self.generation,
+            "step": step,
+            "epoch": epoch,
+            "rank": self.rank,
+            "world": world,
+            "nodes": nodes,
+            "idx": indices,
+            "t": time.time(),
+        }
+        self._handle.write(json.dumps(record) + "\n")
+        self._handle.flush()
+
+
+def read_records(directory: str | Path) -> list[dict[str, Any]]:
+    """Every complete line of every rank's log."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(Path(directory).glob("samples-*.jsonl")):
+        with open(path) as handle:
+            out += [json.loads(line) for line in handle if line.endswith("\n")]
+    return out
+
+
+def lineage(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Per step, the records of the latest generation that ran it (what the model kept)."""
+    by_step: dict[int, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        by_step[r["step"]][r["gen"]].append(r)
+    return {step: gens[max(gens)] for step, gens in sorted(by_step.items())}
+
+
+def samples_per_epoch(records: list[dict[str, Any]]) -> dict[int, list[int]]:
+    """Samples the final model trained on, per epoch (duplicates kept, to be detected)."""
+    seen: dict[int, list[int]] = defaultdict(list)
+    for rows in lineage(records).values():
+        for r in rows:
+            seen[r["epoch"]] += r["idx"]
+    return dict(seen)
+
+
+def steps_lost(records: list[dict[str, Any]]) -> list[int]:
+    """Per change of generation: steps the old group's rank 0 ran that the new one redid."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for r in records:
+        if r["rank"] == 0:
+            first[r["gen"]] = min(first.get(r["gen"], r["step"]), r["step"])
+            last[r["gen"]] = max(last.get(r["gen"], r["step"]), r["step"])
+    gens = sorted(first)
+    return [last[a] + 1 - first[b] for a, b in itertools.pairwise(gens)]
+
+
+def first_time_at(records: list[dict[str, Any]], world: int, after: float) -> float | None:
+    """When the first step at world size ``world`` started after time ``after``."""
+    times = [r["t"] for r in records if r["world"] == world and r["t"] >= after]
+    return min(times) if times else None
