@@ -64,7 +64,7 @@ class SlurmCluster:
         return dict(line.split("|", 1) for line in out.split())
 
 
-def _in_ci() -> bool:
+def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in {"", "0", "false", "no"}
 
 
@@ -79,7 +79,7 @@ def cluster_unavailable_reason() -> str | None:
 
 
 def _skip_or_fail(reason: str) -> None:
-    if _in_ci():
+    if in_ci():
         pytest.fail(f"CI is set but the local Slurm cluster is unavailable: {reason}")
     pytest.skip(reason)
 
@@ -150,6 +150,11 @@ def clean_queue(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
         states = slurm_cluster.node_states()
         return len(states) == len(slurm_cluster.nodes) and set(states.values()) == {"idle"}
 
-    wait_until(settled, IDLE_TIMEOUT_S, "an empty queue and idle nodes")
+    try:
+        wait_until(settled, IDLE_TIMEOUT_S, "an empty queue and idle nodes")
+    except pytest.fail.Exception:
+        states = slurm_cluster.node_states()
+        jobs = slurm_cluster.active_job_ids()
+        pytest.fail(f"queue not clean after {IDLE_TIMEOUT_S:.0f}s: nodes {states}, jobs {jobs}")
     yield slurm_cluster
     _cancel_all(slurm_cluster)

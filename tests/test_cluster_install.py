@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm_cluster import in_ci
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "install-deps.sh"
 
 
 def test_second_run_is_a_quick_no_op() -> None:
     if os.geteuid() != 0:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail("CI must run as root (install-deps.sh installs Debian packages)")
         pytest.skip("install-deps.sh needs root")
     env = {**os.environ, "PYTHON": sys.executable}

@@ -9,7 +9,6 @@ plugin inside slurmctld.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 
 from slurm_elastic.errors import MarkerError
 from slurm_elastic.marker import check_submission, complete_marker
+from tests.slurm_cluster import in_ci
 
 LUA_SCRIPT = Path(__file__).resolve().parent.parent / "etc" / "job_submit.lua"
 NO_VAL = 4294967294
@@ -56,7 +56,7 @@ Case = tuple[str, int | None, int | None]
 def _lua() -> str:
     exe = shutil.which("lua5.3") or shutil.which("lua5.1") or shutil.which("lua")
     if exe is None:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail("no Lua interpreter: scripts/install-deps.sh installs lua5.3")
         pytest.skip("no Lua interpreter (install lua5.3)")
     return exe
