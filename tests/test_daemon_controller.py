@@ -19,29 +19,11 @@ from slurm_elastic.types import (
     ActionKind,
     AllocationProblem,
     ClusterSnapshot,
-    Decision,
-    Explanation,
     JobState,
     Plan,
     SolverStatus,
 )
-from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot
-
-
-def targets(mapping: dict[int, int]):
-    def allocate(problem: AllocationProblem, policy: str) -> Plan:
-        decisions = tuple(
-            Decision(
-                d.job_id,
-                d.current_nodes,
-                d.current_nodes if d.frozen else mapping.get(d.job_id, d.current_nodes),
-                Explanation(1.0, 0.0, "test"),
-            )
-            for d in problem.elastic
-        )
-        return Plan(decisions, "test", SolverStatus.OPTIMAL, 0.0)
-
-    return allocate
+from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot, targets
 
 
 def make(

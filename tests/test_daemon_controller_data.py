@@ -6,15 +6,21 @@ Field values follow what the CLI backend parses from real squeue/sinfo output
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from slurm_elastic.errors import SlurmUnreachable
 from slurm_elastic.types import (
+    AllocationProblem,
     ClusterSnapshot,
+    Decision,
+    Explanation,
     JobState,
     JobView,
     NodeView,
     PartitionView,
+    Plan,
+    SolverStatus,
 )
 
 NODES = ("n1", "n2", "n3", "n4")
@@ -123,3 +129,25 @@ class RecordingBackend:
 
     def actions(self) -> list[tuple[str, object]]:
         return [c for c in self.calls if c[0] != "read_history"]
+
+
+def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]:
+    """A fixed plan: the listed jobs go to the given size, every other keeps its own."""
+
+    def allocate(problem: AllocationProblem, policy: str) -> Plan:
+        return Plan(
+            tuple(
+                Decision(
+                    d.job_id,
+                    d.current_nodes,
+                    d.current_nodes if d.frozen else mapping.get(d.job_id, d.current_nodes),
+                    Explanation(0.0, 0.0, "test-plan"),
+                )
+                for d in problem.elastic
+            ),
+            "test",
+            SolverStatus.OPTIMAL,
+            0.0,
+        )
+
+    return allocate

@@ -32,14 +32,10 @@ from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.types import (
     ActionKind,
-    AllocationProblem,
-    Decision,
-    Explanation,
     JobState,
     JobView,
-    Plan,
-    SolverStatus,
 )
+from tests.test_daemon_controller_data import targets
 
 REPO = Path(__file__).resolve().parent.parent
 COMPANION = "slurm-elastic:companion-of="
@@ -110,28 +106,6 @@ def scontrol(*args: str) -> None:
 
 def companions_of(parent: int) -> list[JobView]:
     return [j for j in jobs().values() if j.comment == f"{COMPANION}{parent}"]
-
-
-def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]:
-    """A fixed plan: the listed jobs go to the given size, every other keeps its own."""
-
-    def allocate(problem: AllocationProblem, policy: str) -> Plan:
-        return Plan(
-            tuple(
-                Decision(
-                    d.job_id,
-                    d.current_nodes,
-                    d.current_nodes if d.frozen else mapping.get(d.job_id, d.current_nodes),
-                    Explanation(0.0, 0.0, "test-plan"),
-                )
-                for d in problem.elastic
-            ),
-            "test",
-            SolverStatus.OPTIMAL,
-            0.0,
-        )
-
-    return allocate
 
 
 def live_config(state_dir: Path, agent: Path, **over: object) -> Config:
