@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Bench: one control-loop cycle on the real local cluster at 20 and 200 jobs.
+
+Submits a mixed queue (half elastic ``-N1-4 --comment=elastic``, half plain ``-N1``; all
+held, so the queue stays the same while it is measured), runs ``Controller.run_once``
+in shadow mode (everything but applying: read, estimate, decide with the default MIP,
+diff, guards) several times, and prints per size the median cycle time and how many
+Slurm read calls a cycle made.  The first cycle (start-up reconcile and the first sacct
+read) is reported separately.
+
+    python scripts/bench_daemon.py [--instance K] [--cycles N]
+
+Last line: ``key=value`` figures, including calls_per_cycle_20, calls_per_cycle_200 and
+cycle_s_200.  The jobs it submitted are cancelled at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from slurm_elastic.config import Config  # noqa: E402
+from slurm_elastic.daemon.controller import Controller  # noqa: E402
+from slurm_elastic.daemon.instructions import InstructionBoard  # noqa: E402
+from slurm_elastic.daemon.journal import Journal  # noqa: E402
+from slurm_elastic.daemon.log import configure_logging  # noqa: E402
+from slurm_elastic.daemon.reports import ReportStore  # noqa: E402
+from slurm_elastic.slurm.cli import CliBackend  # noqa: E402
+
+NAME = "bench-daemon"
+
+
+def cluster_env(instance: int) -> None:
+    script = REPO / "scripts" / "cluster.sh"
+    subprocess.run(["bash", str(script), "up", "--instance", str(instance)], check=True)
+    out = subprocess.run(
+        ["bash", str(script), "env", "--instance", str(instance)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    os.environ["SLURM_CONF"] = out.strip().split("=", 1)[1]
+
+
+def submit(count: int, work_dir: str) -> None:
+    for i in range(count):
+        shape = ("-N1-4", "--comment=elastic") if i % 2 == 0 else ("-N1",)
+        subprocess.run(
+            ["sbatch", "--hold", f"--job-name={NAME}", f"--chdir={work_dir}", "-o", "/dev/null",
+             *shape, "--wrap", "sleep 600"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )  # fmt: skip
+
+
+def measure(jobs: int, cycles: int, work_dir: str) -> dict[str, float]:
+    config = Config.model_validate({"mode": "shadow", "state_dir": work_dir})
+    ctl = Controller(
+        CliBackend(),
+        config,
+        reports=ReportStore(),
+        journal=Journal(),
+        agents=InstructionBoard(),
+    )
+    first = ctl.run_once(time.time())
+    if not first.ok:
+        raise SystemExit(f"bench_daemon: first cycle failed: {first.error}")
+    seen = sum(1 for row in first.jobs if row.name == NAME)
+    if seen != jobs:
+        raise SystemExit(f"bench_daemon: expected {jobs} bench jobs in the queue, saw {seen}")
+    durations: list[float] = []
+    calls: set[int] = set()
+    solve: list[float] = []
+    for _ in range(cycles):
+        result = ctl.run_once(time.time())
+        if not result.ok or result.plan is None:
+            raise SystemExit(f"bench_daemon: cycle failed: {result.error}")
+        durations.append(result.duration_s)
+        calls.add(result.slurm_calls + result.history_calls)
+        solve.append(result.plan.solve_s)
+    if len(calls) != 1:
+        raise SystemExit(f"bench_daemon: Slurm calls per cycle varied: {sorted(calls)}")
+    row = {
+        "jobs": float(jobs),
+        "first_cycle_s": first.duration_s,
+        "first_calls": float(first.slurm_calls + first.history_calls),
+        "cycle_s": statistics.median(durations),
+        "cycle_max_s": max(durations),
+        "solve_s": statistics.median(solve),
+        "calls": float(calls.pop()),
+    }
+    print(
+        f"{jobs:>4} jobs: cycle {row['cycle_s']:.3f}s median (max {row['cycle_max_s']:.3f}s,"
+        f" solve {row['solve_s']:.3f}s), {row['calls']:.0f} Slurm calls per cycle;"
+        f" first cycle {row['first_cycle_s']:.3f}s with {row['first_calls']:.0f} calls"
+        " (incl. sacct)",
+        flush=True,
+    )
+    return row
+
+
+def cancel_bench_jobs() -> None:
+    subprocess.run(["scancel", f"--name={NAME}"], check=False, timeout=60)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--instance", type=int, default=int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
+    )
+    parser.add_argument("--cycles", type=int, default=5)
+    args = parser.parse_args()
+    configure_logging("warning")  # the figures, not one log line per cycle
+    cluster_env(args.instance)
+    rows: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-daemon-") as work_dir:
+        cancel_bench_jobs()
+        try:
+            submitted = 0
+            for jobs in (20, 200):
+                submit(jobs - submitted, work_dir)
+                submitted = jobs
+                rows[jobs] = measure(jobs, args.cycles, work_dir)
+        finally:
+            cancel_bench_jobs()
+    small, large = rows[20], rows[200]
+    print(
+        f"calls_per_cycle_20={small['calls']:.0f} calls_per_cycle_200={large['calls']:.0f}"
+        f" cycle_s_20={small['cycle_s']:.3f} cycle_s_200={large['cycle_s']:.3f}"
+        f" solve_s_200={large['solve_s']:.3f} first_cycle_s_200={large['first_cycle_s']:.3f}"
+        f" cycles={args.cycles} instance={args.instance}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
