@@ -27,8 +27,8 @@ from slurm_elastic.daemon.commands import (
     status,
 )
 from slurm_elastic.daemon.status import STATUS_FILE, read_document, write_atomic
-
-_MAIN = "from slurm_elastic.cli import main; main()"
+from tests.test_daemon_service_process import MAIN as _MAIN
+from tests.test_daemon_service_process import daemon_process, wait_api, write_config
 
 ROWS = [
     {"job_id": 7, "user": "alice", "state": "RUNNING", "min": 1, "max": 4, "target": 2},
@@ -317,34 +317,14 @@ def test_plan_and_explain_on_the_live_cluster(live_jobs) -> None:
 
 @pytest.mark.slurm
 def test_status_through_the_running_daemons_api(slurm_cluster, tmp_path: Path) -> None:
-    config_file = tmp_path / "slurm-elastic.yaml"
-    config_file.write_text(f"state_dir: {tmp_path / 'state'}\ninterval_s: 0.5\napi: {{port: 0}}\n")
+    config_file = write_config(tmp_path / "slurm-elastic.yaml", tmp_path / "state")
     log_path = tmp_path / "daemon.log"
-    with log_path.open("w") as log_file:
-        daemon = subprocess.Popen(
-            [sys.executable, "-c", _MAIN, "daemon", "--config", str(config_file)],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "NOTIFY_SOCKET": ""},
-        )
-    try:
-        url = None
-        deadline = time.monotonic() + 30
-        while url is None and time.monotonic() < deadline:
-            for line in log_path.read_text().splitlines():
-                if '"api.listening"' in line:
-                    url = json.loads(line)["url"]
-            time.sleep(0.1)
-        assert url, log_path.read_text()
-        while not (tmp_path / "state" / STATUS_FILE).exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+    with daemon_process(config_file, log_path) as daemon:
+        url = wait_api(log_path, tmp_path / "state" / STATUS_FILE)
         proc = _cli("status", "--config", str(config_file), "--api", url, "--json")
         document = json.loads(proc.stdout)
         assert document["source"] == f"{url}/v1/status"
         assert document["cycle"]["ok"] is True and document["daemon"]["pid"] == daemon.pid
-    finally:
-        daemon.terminate()
-        assert daemon.wait(timeout=20) == 0, log_path.read_text()[-3000:]
 
 
 def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from slurm_elastic.daemon import auth
-
-_MAIN = "from slurm_elastic.cli import main; main()"
+from tests.test_daemon_service_process import daemon_process, wait_api, write_config
 
 
 def _nobody_credential(body: bytes) -> str:
@@ -42,17 +39,10 @@ def test_forged_report_rejected_owner_accepted(clean_queue, tmp_path: Path) -> N
             capture_output=True, text=True, timeout=30, check=True,
         ).stdout.strip().split(";")[0]
     )  # fmt: skip
-    config_file = tmp_path / "slurm-elastic.yaml"
-    config_file.write_text(f"state_dir: {tmp_path / 'state'}\ninterval_s: 0.5\napi: {{port: 0}}\n")
+    config_file = write_config(tmp_path / "slurm-elastic.yaml", tmp_path / "state")
     log_path = tmp_path / "daemon.log"
-    with log_path.open("w") as log_file:
-        daemon = subprocess.Popen(
-            [sys.executable, "-c", _MAIN, "daemon", "--config", str(config_file)],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        url = _wait_ready(log_path, tmp_path / "state" / "status.json", job)
+    with daemon_process(config_file, log_path):
+        url = wait_api(log_path, tmp_path / "state" / "status.json", job)
         report = json.dumps({"step": 10, "nodes": 1, "samples_per_s": 50.0}).encode()
         forged = urllib.request.Request(
             f"{url}/v1/jobs/{job}/report",
@@ -79,23 +69,3 @@ def test_forged_report_rejected_owner_accepted(clean_queue, tmp_path: Path) -> N
         ]
         assert [r["status"] for r in rejected] == [403, 404]
         assert "uid 65534" in rejected[0]["detail"]
-    finally:
-        daemon.terminate()
-        assert daemon.wait(timeout=20) == 0
-        subprocess.run(["scancel", str(job)], timeout=30, check=False)
-
-
-def _wait_ready(log_path: Path, status_path: Path, job: int, timeout_s: float = 30) -> str:
-    """The API URL once a published cycle has seen ``job`` (so its owner is known)."""
-    deadline = time.monotonic() + timeout_s
-    url = None
-    while time.monotonic() < deadline:
-        for line in log_path.read_text().splitlines():
-            if '"api.listening"' in line:
-                url = json.loads(line)["url"]
-        if url and status_path.exists():
-            jobs = json.loads(status_path.read_text()).get("jobs", [])
-            if any(j["job_id"] == job for j in jobs):
-                return url
-        time.sleep(0.1)
-    raise AssertionError(f"daemon not ready:\n{log_path.read_text()[-2000:]}")

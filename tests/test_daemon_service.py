@@ -11,8 +11,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -24,8 +22,7 @@ import pytest
 from slurm_elastic.config import Config, load_config
 from slurm_elastic.daemon.service import Notifier, Service, changed_keys, watchdog_interval_s
 from slurm_elastic.daemon.status import STATUS_FILE, read_document
-
-_MAIN = "from slurm_elastic.cli import main; main()"
+from tests.test_daemon_service_process import daemon_process, wait_event, write_config
 
 
 @pytest.fixture
@@ -217,68 +214,39 @@ def test_reload_keeps_keys_that_need_a_restart(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- live cluster
 
 
-def _read_events(path: Path) -> list[dict]:
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue
-    return events
-
-
-def _wait_event(path: Path, name: str, timeout_s: float = 20) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for event in _read_events(path):
-            if event.get("event") == name:
-                return event
-        time.sleep(0.05)
-    raise AssertionError(f"no {name} event in {path}:\n{path.read_text()[-2000:]}")
-
-
 @pytest.mark.slurm
 def test_daemon_process_under_a_systemd_like_supervisor(
     slurm_cluster, tmp_path: Path, notify_socket
 ) -> None:
     sock, path = notify_socket
-    config_file = tmp_path / "slurm-elastic.yaml"
     state = tmp_path / "state"
-    config_file.write_text(f"state_dir: {state}\ninterval_s: 0.5\napi: {{port: 0}}\n")
+    config_file = write_config(tmp_path / "slurm-elastic.yaml", state)
     log_path = tmp_path / "daemon.log"
-    env = {**os.environ, "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "10000000"}
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _MAIN, "daemon", "--config", str(config_file)],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with daemon_process(
+        config_file, log_path, NOTIFY_SOCKET=path, WATCHDOG_USEC="10000000"
+    ) as proc:
         first = _drain(sock, until=lambda m: _count(m, "WATCHDOG=1") >= 3, timeout_s=30)
         assert first, log_path.read_text()
         assert first[0].splitlines()[0] == "READY=1"
         assert "STATUS=cycle 1 ok" in first[0]
         assert _count(first, "READY=1") == 1 and _count(first, "WATCHDOG=1") >= 3
 
-        url = _wait_event(log_path, "api.listening")["url"]
+        url = wait_event(log_path, "api.listening")["url"]
         with urllib.request.urlopen(f"{url}/healthz", timeout=5) as response:
             assert response.status == 200
         with urllib.request.urlopen(f"{url}/v1/status", timeout=5) as response:
             served = json.loads(response.read())
         assert served["cycle"]["ok"] is True and served["daemon"]["mode"] == "shadow"
         assert read_document(state / STATUS_FILE)["cycle"]["count"] >= 1
-        cycle_done = _wait_event(log_path, "cycle.done")
-        assert cycle_done["slurm_calls"] <= 3
+        assert wait_event(log_path, "cycle.done")["slurm_calls"] <= 3
 
-        config_file.write_text(f"state_dir: {state}\ninterval_s: 0.4\napi: {{port: 0}}\n")
+        write_config(config_file, state, interval_s=0.4)
         proc.send_signal(signal.SIGHUP)
-        reloaded = _wait_event(log_path, "config.reloaded")
-        assert reloaded["changed"] == ["interval_s"]
+        assert wait_event(log_path, "config.reloaded")["changed"] == ["interval_s"]
 
         config_file.write_text("guards: {cooldwn_s: 1}\n")
         proc.send_signal(signal.SIGHUP)
-        failed = _wait_event(log_path, "config.reload_failed")
+        failed = wait_event(log_path, "config.reload_failed")
         assert "guards.cooldwn_s: unknown key" in failed["error"]
         more = _drain(sock, until=lambda m: _count(m, "WATCHDOG=1") >= 2, timeout_s=10)
         assert _count(more, "WATCHDOG=1") >= 2  # still cycling on the old config
@@ -287,10 +255,6 @@ def test_daemon_process_under_a_systemd_like_supervisor(
         assert proc.wait(timeout=20) == 0
         rest = _drain(sock, until=lambda m: _count(m, "STOPPING=1"), timeout_s=5)
         assert _count(rest, "STOPPING=1") == 1
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_logs_are_json_lines_off_a_tty() -> None:
