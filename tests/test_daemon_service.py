@@ -315,3 +315,11 @@ def test_rows_carry_the_latest_progress_report() -> None:
         "job_id": 7, "state": "RUNNING", "step": 1200, "samples_per_s": 850.5, "reported_at": 100.0
     }  # fmt: skip
     assert with_progress(row, None)["step"] is None
+
+
+def test_status_line_cannot_inject_assignments() -> None:
+    from slurm_elastic.daemon.service import status_line
+
+    line = status_line("cycle 3 failed: sbatch said\nREADY=1\nWATCHDOG=trigger")
+    assert "\n" not in line and line.startswith("STATUS=cycle 3 failed: sbatch said READY=1")
+    assert len(status_line("x" * 1000)) == len("STATUS=") + 400

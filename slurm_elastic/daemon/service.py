@@ -93,6 +93,11 @@ class Notifier:
         return True
 
 
+def status_line(text: str, limit: int = 400) -> str:
+    """``STATUS=`` with one line of text: a newline in an error would start a new assignment."""
+    return "STATUS=" + " ".join(text.split())[:limit]
+
+
 def watchdog_interval_s(environ: dict[str, str] | None = None) -> float | None:
     """``WatchdogSec`` as systemd passes it (``$WATCHDOG_USEC``), for this process only."""
     env = os.environ if environ is None else environ
@@ -379,7 +384,7 @@ class Service:
                 f"STATUS=cycle {info.count} ok in {info.duration_s:.2f}s, mode {self.config.mode}"
             )
         else:
-            status = f"STATUS=cycle {info.count} failed: {info.error}"[:400]
+            status = status_line(f"cycle {info.count} failed: {info.error}")
         lines = [status, "WATCHDOG=1"]
         if not self._state.ready_sent:
             lines.insert(0, "READY=1")
@@ -407,7 +412,7 @@ class Service:
             new = self.loader()
         except ConfigError as exc:
             log.error("config.reload_failed", error=str(exc), kept="previous configuration")
-            self.notifier.notify(f"STATUS=config reload failed, kept the old one: {exc}"[:400])
+            self.notifier.notify(status_line(f"config reload failed, kept the old one: {exc}"))
             return False
         changed = changed_keys(self.config, new)
         needs_restart = [k for k in changed if k in RESTART_KEYS]
