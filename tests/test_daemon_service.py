@@ -323,3 +323,26 @@ def test_status_line_cannot_inject_assignments() -> None:
     line = status_line("cycle 3 failed: sbatch said\nREADY=1\nWATCHDOG=trigger")
     assert "\n" not in line and line.startswith("STATUS=cycle 3 failed: sbatch said READY=1")
     assert len(status_line("x" * 1000)) == len("STATUS=") + 400
+
+
+def test_every_service_log_event_is_a_listed_stable_name() -> None:
+    import ast
+
+    import slurm_elastic.daemon as package
+    from slurm_elastic.daemon.log import EVENTS
+
+    used: set[str] = set()
+    for module in ("api", "auth", "service", "status", "metrics", "commands"):
+        tree = ast.parse((Path(package.__file__).parent / f"{module}.py").read_text())
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "log"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                used.add(node.args[0].value)
+    assert used, "no log calls found"
+    assert used <= set(EVENTS), sorted(used - set(EVENTS))

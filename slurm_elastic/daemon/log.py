@@ -17,6 +17,7 @@ import structlog
 EVENTS = (
     "daemon.starting",
     "daemon.stopping",
+    "daemon.watchdog_too_short",
     "cycle.done",
     "cycle.failed",
     "resize.applied",
