@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_elastic.model.convergence import FAMILIES
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -23,14 +25,29 @@ def bench():
     return mod
 
 
-def test_truth_epoch_uses_five_percent_of_the_improvement(bench) -> None:
+def test_smooth_is_a_centred_three_point_mean(bench) -> None:
+    assert bench.smooth([3.0, 0.0, 3.0, 6.0]) == pytest.approx([1.5, 2.0, 3.0, 4.5])
+
+
+def test_truth_epoch_is_the_models_window_criterion_on_the_smoothed_curve(bench) -> None:
+    # Smoothed: [9, 8, 6, 4, 2.67, 2, 2, ...]; l_first = 8.5.  Epoch 10 (window 5 back to
+    # epoch 5): gain 2.67 - 2 = 0.67 > 0.065; epoch 11: gain 0 -> converged at 11.
+    metric = [10.0, 8.0, 6.0, 4.0, 2.0, 2.0] + [2.0] * 10
+    assert bench.truth_epoch(metric) == (11, True)
+    # Rising metrics the same way (the criterion does not depend on direction or offset).
+    assert bench.truth_epoch([1.0 - m / 10.0 for m in metric]) == (11, True)
+    # Never flat: counted at its last epoch, and flagged.
+    assert bench.truth_epoch([float(20 - i) for i in range(12)]) == (12, False)
+
+
+def test_target_truth_uses_five_percent_of_the_improvement(bench) -> None:
     # Loss from 10 to a final mean of 1: the band is 0.45, first entered at epoch 4.
     metric = [10.0, 5.0, 2.0, 1.4, 1.2, 1.0, 1.0, 1.0]
-    epoch, thr = bench.truth_epoch(metric)
+    epoch, thr = bench.target_truth(metric)
     assert epoch == 4
     assert thr == pytest.approx(1.45)
     # Rising metrics the same way.
-    epoch, thr = bench.truth_epoch([0.1, 0.5, 0.85, 0.89, 0.9, 0.9, 0.9])
+    epoch, thr = bench.target_truth([0.1, 0.5, 0.85, 0.89, 0.9, 0.9, 0.9])
     assert epoch == 4 and thr == pytest.approx(0.86)
 
 
@@ -71,7 +88,8 @@ def test_rows_from_fabricated_traces(bench, tmp_path: Path) -> None:
     assert any(isinstance(r, str) and "toy/32: skipped" in r for r in conv)
     (row,) = [r for r in conv if not isinstance(r, str)]
     assert row[0] == "toy/64" and row[1] == 20
-    assert all(math.isfinite(v) and v >= 0 for v in row[3:])
+    assert all(math.isfinite(v) and v >= 0 for v in row[3:11])
+    assert row[11] in (True, False) and row[12] in FAMILIES and row[13] in FAMILIES
     tables = {name: (n, errs) for _, name, n, errs, _, _ in bench.tput_rows(tmp_path)}
     assert tables["elasticflow/A100/toy/b64"][0] == 3  # the empty cell is skipped
     assert tables["gavel/v100/Toy (batch size 8)"][0] == 4
@@ -86,7 +104,13 @@ def test_main_prints_key_value_last_line(bench, tmp_path: Path, capsys) -> None:
     assert bench.main(["--traces", str(tmp_path), "--jobs", "20"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     keys = dict(kv.split("=") for kv in last.split())
-    for key in ("conv_median_err_25", "conv_median_err_50", "tput_median_err", "fit_1000_jobs_s"):
+    for key in (
+        "conv_median_err_25",
+        "conv_median_err_50",
+        "tput_median_err",
+        "fit_1000_jobs_s",
+        "select_1000_jobs_s",
+    ):
         assert math.isfinite(float(keys[key]))
 
 

@@ -1,55 +1,127 @@
-"""Online convergence model (Optimus, EuroSys'18): ``l(k) = 1/(b0*k + b1) + b2``, all b >= 0.
+"""Online convergence model: Optimus (EuroSys'18) curves, chosen among families on the prefix.
 
-We fit the equivalent form ``l(k) = b2 + a/(k + c)`` with ``a = 1/b0`` and ``c = b1/b0``.
-For a fixed ``c`` the model is *linear* in ``(a, b2)``, so each candidate ``c`` costs one
-weighted 2x2 least-squares solve with the bounds ``a >= 0, b2 >= 0`` enforced exactly
-(the optimum of a convex 2-variable problem lies among four closed-form candidates).
-A log-spaced grid over ``c`` plus a finer grid around the best one replaces a nonlinear
-optimiser: it is vectorised, never diverges, and costs well under a millisecond.
-Residuals stay in metric space (unlike fitting ``1/(l - b2)``, which blows noise up near
-the asymptote).
+**Families.**  Every family is ``l(k) = b2 + a * x_s(k)`` with ``a, b2 >= 0`` and one shape
+parameter ``s > 0`` (stored in ``ConvergenceFit.c``):
 
-* Later points weigh more (``recency``): the tail of a curve says most about where it goes.
-* Outliers are down-weighted by one Huber re-weighting pass (scale from the MAD).
-* Rising metrics (accuracy, F1) are turned into falling ones, ``l = U - y``, where ``U`` is
-  the metric's natural ceiling (1 for fractions, 100 for percentages).  The bound
-  ``b2 >= 0`` then says "the asymptote does not pass the ceiling", as it says "loss does not
-  go below zero" for losses.
-* Fewer than 3 finite points: no curve is fitted (``kind="insufficient"``) and predictions
-  return ``None``; callers fall back to the prior.
+* ``optimus`` (the default, and the documented primary): ``x = 1/(k + c)``, i.e. Optimus'
+  ``l(k) = 1/(b0*k + b1) + b2`` with ``a = 1/b0``, ``c = b1/b0``;
+* ``power``: ``x = (k/k_last + 0.01)^-p`` (a power law in progress; the 1% offset of the
+  observed span only keeps a report at ``k = 0`` finite);
+* ``exp``: ``x = exp(-(k - k_first)/tau)`` (exponential saturation).
 
-Convergence criterion (one definition, used by the daemon and the validation bench):
+For a fixed ``s`` each family is *linear* in ``(a, b2)``, so each candidate ``s`` costs one
+weighted 2x2 least-squares solve with the bounds enforced exactly (the optimum of a convex
+2-variable problem lies among four closed-form candidates).  A 32-point log grid over ``s``
+plus a 16-point refinement replaces a nonlinear optimiser: vectorised over jobs, never
+diverges.  Residuals stay in metric space.  Later points weigh more (``recency``), one Huber
+pass (MAD scale) down-weights outliers.  Rising metrics (accuracy, F1) become falling ones,
+``l = U - y`` with ``U`` the metric's natural ceiling (1 for fractions, 100 for percentages).
+Fewer than 3 finite points: no curve (``kind="insufficient"``), predictions return ``None``.
 
-* with a user target: the first ``k`` where the metric reaches the target;
-* otherwise: the first ``k`` where the remaining improvement is at most ``tol`` (default 5%)
-  of the whole improvement from the first observed point to the asymptote,
-  ``|l(k) - l_inf| <= tol * |l_first - l_inf|``.
+**Family selection (rolling-origin holdout on the observed prefix only).**  Each family is
+fitted on the first 50% and on the first 75% of the observed points (at least 3) and scored
+by the mean Huber loss (the fit's own robust loss, scaled by the median of the families'
+robust residual scales) of its predictions of the remaining observed points, summed over
+the two origins; the lowest score wins, ties go to ``optimus``.  With fewer than 4 points
+nothing can be held out and ``optimus`` is used.  Why: the three families agree on the data
+seen but differ in how fast they flatten beyond it (exponential < Optimus < small-``p``
+power law); which one extrapolates a given job is an empirical question that only that
+job's own past can answer without looking at the future.  Selection costs about six fits,
+so the daemon (``outlook.ModelBank``) re-selects only when a job's observed progress has
+grown by 25% since the last selection; in between it refits the chosen family only.
+
+**Convergence criterion** (one definition: the daemon, the truth of the validation bench
+and its prediction all use it).  Either a user target (the first ``k`` where the curve
+reaches it) or *the relative change over a window falls below a threshold*:
+
+    converged at the first k >= k_first + w with
+        l(k - w) - l(k) <= THRESHOLD * (l_first - l(k))
+
+i.e. over the last ``w`` units of progress the metric improved by at most ``THRESHOLD`` of
+the improvement achieved since the first observation.  ``l`` is the fitted curve (for the
+prediction) or the observed metric smoothed by a centred 3-point mean (for the bench's
+truth); ``l_first`` is the mean of the first two observed points in both cases (the
+smoothed first value).  "Relative to the improvement so far" rather than to the metric's
+value because the criterion then does not depend on the metric's offset or direction
+(loss with an unknown floor, accuracy vs error rate give the same answer).  A curve that
+does not improve at all is converged once a window has passed.
+
+Constants, fixed before any measurement on the validation curves and taken from common
+practice, not from data:
+
+* ``PATIENCE_EPOCHS = 5``: the window, in epochs.  Early-stopping patience in practice runs
+  from 3 to 10 epochs (Keras examples 3-5, PyTorch ``ReduceLROnPlateau`` default 10); 5 is
+  the middle.  The daemon converts it with the job's reported epochs (progress per epoch);
+  for a job that reports no epochs, the window is 5 metric reports (Keras counts patience
+  in evaluations).
+* ``THRESHOLD = 0.01``: over those 5 epochs, less than 1% of the gain made so far (0.2% per
+  epoch): a gain nobody keeps a job running for.  A first version measured convergence
+  differently (remaining improvement <= 5% of the improvement to the fitted asymptote);
+  README "Progress models" keeps its figures.
+
+The uncertainty band is the profile of the chosen family's fit over its shape parameter
+(90% one-parameter interval), its ends capped at ``BAND_CAP * k_last`` to stay finite.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 MIN_POINTS = 3
-DEFAULT_TOL = 0.05
+PATIENCE_EPOCHS = 5.0  # the criterion's window (see the module docstring)
+THRESHOLD = 0.01  # the criterion's relative change
 RECENCY = 1.0  # oldest point weighs exp(-RECENCY) of the newest
 HUBER_K = 1.345  # 95% efficiency under Gaussian noise
 _COARSE = 32
 _FINE = 16
-_C_SPAN = (1e-4, 1e2)  # c relative to the largest k; large c means "still almost linear"
 _BAND_CHI2 = 2.71  # 90% one-parameter profile interval
 BAND_CAP = 100.0  # band upper ends are capped at BAND_CAP * k_last to stay finite
+DEFAULT_FAMILY = "optimus"
+HOLDOUT_ORIGINS = (0.5, 0.75)  # fractions of the observed points fitted before scoring
+_POWER_OFFSET = 0.01  # power law: x = (k/k_last + 0.01)^-p
+_SOLVE_STEPS = 48  # bisection steps of the criterion (relative precision ~ 2^-48)
+_SEARCH = np.geomspace(1.0, 2.0**40, 121)  # where the criterion is searched, x (k_first + w)
 
 Array = NDArray[np.float64]
 
-# Grids are built once: c = k_max * _UNIT_COARSE, and the fine grid between two coarse
-# neighbours lo, hi is lo * (hi/lo) ** _FINE_FRAC (log-spaced, no np.geomspace per fit).
-_UNIT_COARSE = np.geomspace(_C_SPAN[0], _C_SPAN[1], _COARSE)
+
+def _x_optimus(k: Array, s: Array, k_first: Array, k_last: Array) -> Array:
+    return 1.0 / (k + s)
+
+
+def _x_power(k: Array, s: Array, k_first: Array, k_last: Array) -> Array:
+    return (k / k_last + _POWER_OFFSET) ** (-s)
+
+
+def _x_exp(k: Array, s: Array, k_first: Array, k_last: Array) -> Array:
+    return np.exp(-(k - k_first) / s)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One curve family ``l = b2 + a*x_s(k)``; the shape grid is ``unit`` (times ``k_last``
+    when ``relative``).  ``x`` broadcasts over any shapes of ``k``, ``s``, ``k_first``,
+    ``k_last``."""
+
+    name: str
+    x: Callable[[Array, Array, Array, Array], Array]
+    unit: Array
+    relative: bool
+
+
+FAMILIES: dict[str, Family] = {
+    # c relative to the largest k; large c means "still almost linear".
+    "optimus": Family("optimus", _x_optimus, np.geomspace(1e-4, 1e2, _COARSE), True),
+    # exponents from a barely-falling tail (0.05) to a steep one (4).
+    "power": Family("power", _x_power, np.geomspace(0.05, 4.0, _COARSE), False),
+    # time constants from 1% of the observed span to 10x it (then it is almost linear).
+    "exp": Family("exp", _x_exp, np.geomspace(1e-2, 1e1, _COARSE), True),
+}
 _FINE_FRAC = np.linspace(0.0, 1.0, _FINE)
 
 
@@ -90,37 +162,59 @@ def choose_transform(y: ArrayLike, higher_is_better: bool) -> MetricTransform:
 
 @dataclass(frozen=True, slots=True)
 class ConvergenceFit:
-    """A fitted curve ``l(k) = b2 + a/(k + c)`` in transformed (falling, >= 0) space."""
+    """A fitted curve ``l(k) = b2 + a*x_c(k)`` in transformed (falling, >= 0) space."""
 
     kind: str  # "curve" | "flat" | "insufficient"
     transform: MetricTransform
     a: float
-    c: float
+    c: float  # the family's shape parameter (Optimus c, power exponent p, exp tau)
     b2: float
     n_points: int
     k_first: float
     k_last: float
-    l_first: float  # observed loss-space value at the first point
+    l_first: float  # smoothed first value: mean of the first two observed points (loss space)
     l_last_fit: float  # fitted loss-space value at the last point
     scale: float  # robust residual scale (loss space)
     band: tuple[tuple[float, float, float], ...] = ()  # plausible (a, c, b2) triples
+    family: str = DEFAULT_FAMILY
+    spacing: float = 1.0  # median distance between observed points (the default window unit)
 
     @property
     def b0(self) -> float:
-        return 1.0 / self.a if self.a > 0.0 else 0.0
+        """Optimus' ``b0``; 0.0 for a flat curve or another family."""
+        return 1.0 / self.a if self.a > 0.0 and self.family == "optimus" else 0.0
 
     @property
     def b1(self) -> float:
-        """``c/a``; a flat curve (``a == 0``) has no finite b1 and reports ``inf``."""
-        return self.c / self.a if self.a > 0.0 else math.inf
+        """Optimus' ``b1 = c/a``; ``inf`` for a flat curve or another family."""
+        return self.c / self.a if self.a > 0.0 and self.family == "optimus" else math.inf
 
     @property
     def asymptote(self) -> float:
         """The metric's predicted limit, in metric units."""
         return self.transform.to_metric(self.b2)
 
+    def losses(
+        self,
+        k: ArrayLike,
+        a: ArrayLike | None = None,
+        c: ArrayLike | None = None,
+        b2: ArrayLike | None = None,
+    ) -> Array:
+        """Loss-space curve at ``k`` (broadcasting), for this fit or other (a, c, b2)."""
+        a_ = np.asarray(self.a if a is None else a, dtype=np.float64)
+        c_ = np.asarray(self.c if c is None else c, dtype=np.float64)
+        b_ = np.asarray(self.b2 if b2 is None else b2, dtype=np.float64)
+        kk = np.asarray(k, dtype=np.float64)
+        if self.kind == "insufficient":
+            return np.broadcast_to(b_, np.broadcast_shapes(kk.shape, b_.shape)).astype(float)
+        fam = FAMILIES[self.family]
+        safe_c = np.where(c_ > 0.0, c_, 1.0)
+        x = fam.x(kk, safe_c, np.float64(self.k_first), np.float64(max(self.k_last, 1e-300)))
+        return b_ + np.where(a_ > 0.0, a_ * x, 0.0)
+
     def loss_at(self, k: float) -> float:
-        return self.b2 + (self.a / (k + self.c) if self.a > 0.0 else 0.0)
+        return float(self.losses(k))
 
     def metric_at(self, k: float) -> float:
         return self.transform.to_metric(self.loss_at(k))
@@ -133,7 +227,7 @@ class ConvergencePrediction:
     k: float  # point estimate, finite, >= k_first
     lo: float
     hi: float
-    mode: str  # "target" | "asymptote"
+    mode: str  # "target" | "plateau"
     reachable: bool  # False: the user target lies beyond the fitted asymptote
 
 
@@ -148,15 +242,14 @@ def _clean(k: ArrayLike, y: ArrayLike) -> tuple[Array, Array]:
     return kk[order], yy[order]
 
 
-def _solve_grid(cs: Array, k: Array, y: Array, w: Array) -> tuple[Array, Array, Array]:
-    """Best ``(a, b2)`` with ``a >= 0, b2 >= 0`` for every job and every ``c``.
+def _solve_grid(x: Array, y: Array, w: Array) -> tuple[Array, Array, Array]:
+    """Best ``(a, b2)`` with ``a >= 0, b2 >= 0`` for every job and every grid shape.
 
-    Shapes: ``cs`` (J, G); ``k``, ``y``, ``w`` (J, N) with ``w == 0`` on padding.
-    Returns ``a``, ``b2``, weighted SSE, each (J, G).  The optimum of this convex
+    Shapes: ``x`` (J, G, N) the family's basis; ``y``, ``w`` (J, N) with ``w == 0`` on
+    padding.  Returns ``a``, ``b2``, weighted SSE, each (J, G).  The optimum of this convex
     2-variable problem is one of four closed-form candidates: unconstrained, ``a = 0``,
     ``b2 = 0``, or both zero (never better than ``a = 0`` since ``y >= 0``).
     """
-    x = 1.0 / (k[:, None, :] + cs[:, :, None])  # (J, G, N)
     wy = w * y
     sw = w.sum(axis=1)[:, None]
     sy = wy.sum(axis=1)[:, None]
@@ -173,7 +266,7 @@ def _solve_grid(cs: Array, k: Array, y: Array, w: Array) -> tuple[Array, Array, 
     A = np.stack([a1, np.zeros_like(sx), a3])
     B = np.stack([b1, np.broadcast_to(sy / sw, sx.shape), np.zeros_like(sx)])
     S = syy - 2 * A * sxy - 2 * B * sy + A * A * sxx + 2 * A * B * sx + B * B * sw
-    S = np.where((A >= 0.0) & (B >= 0.0), S, np.inf)
+    S = np.where((A >= 0.0) & (B >= 0.0) & np.isfinite(S), S, np.inf)
     pick = np.argmin(S, axis=0)[None]
     a = np.take_along_axis(A, pick, 0)[0]
     b = np.take_along_axis(B, pick, 0)[0]
@@ -183,6 +276,16 @@ def _solve_grid(cs: Array, k: Array, y: Array, w: Array) -> tuple[Array, Array, 
 def _masked_median(x: Array, mask: Array) -> Array:
     """Row medians of ``x`` over ``mask`` (J, N) -> (J,)."""
     return np.nanmedian(np.where(mask, x, np.nan), axis=1)
+
+
+def _first_two_mean(ll: Array) -> float:
+    return float(ll[:2].mean()) if ll.size else 0.0
+
+
+def _spacing(kk: Array) -> float:
+    d = np.diff(kk)
+    d = d[d > 0.0]
+    return float(np.median(d)) if d.size else 1.0
 
 
 def _insufficient(kk: Array, ll: Array, tr: MetricTransform) -> ConvergenceFit:
@@ -197,40 +300,21 @@ def _insufficient(kk: Array, ll: Array, tr: MetricTransform) -> ConvergenceFit:
         n_points=n,
         k_first=float(kk[0]) if n else 0.0,
         k_last=float(kk[-1]) if n else 0.0,
-        l_first=float(ll[0]) if n else 0.0,
+        l_first=_first_two_mean(ll),
         l_last_fit=last,
         scale=0.0,
+        spacing=_spacing(kk),
     )
 
 
-def fit_convergence(
-    k: ArrayLike,
-    y: ArrayLike,
-    *,
-    higher_is_better: bool = False,
-    recency: float = RECENCY,
-) -> ConvergenceFit:
-    """Fit the Optimus curve to ``(k, y)``; never raises on degenerate data.
-
-    NaN/inf points and negative ``k`` are dropped.  With fewer than ``MIN_POINTS`` left the
-    result has ``kind="insufficient"`` (a flat line at the last value).
-    """
-    return fit_convergence_many([(k, y, higher_is_better)], recency=recency)[0]
+Prepared = tuple[int, Array, Array, MetricTransform]
 
 
-def fit_convergence_many(
+def _prepare(
     series: Sequence[tuple[ArrayLike, ArrayLike, bool]],
-    *,
-    recency: float = RECENCY,
-    chunk: int = 256,
-) -> list[ConvergenceFit]:
-    """``fit_convergence`` for many jobs at once: one vectorised solve per chunk of jobs.
-
-    This is what keeps a daemon cycle over thousands of jobs cheap: the per-call overhead
-    of numpy is paid per chunk, not per job.
-    """
+) -> tuple[list[ConvergenceFit | None], list[Prepared]]:
     out: list[ConvergenceFit | None] = [None] * len(series)
-    todo: list[tuple[int, Array, Array, MetricTransform]] = []
+    todo: list[Prepared] = []
     for i, (k, y, rising) in enumerate(series):
         kk, yy = _clean(k, y)
         tr = choose_transform(yy, rising)
@@ -239,16 +323,106 @@ def fit_convergence_many(
             out[i] = _insufficient(kk, ll, tr)
         else:
             todo.append((i, kk, ll, tr))
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
-        for (i, *_), fit in zip(part, _fit_chunk(part, recency), strict=True):
-            out[i] = fit
+    return out, todo
+
+
+def fit_convergence(
+    k: ArrayLike,
+    y: ArrayLike,
+    *,
+    higher_is_better: bool = False,
+    recency: float = RECENCY,
+    family: str | None = None,
+) -> ConvergenceFit:
+    """Fit a curve to ``(k, y)``; never raises on degenerate data.
+
+    ``family=None`` selects the family on the prefix (see the module docstring); a name
+    from ``FAMILIES`` forces it.  NaN/inf points and negative ``k`` are dropped.  With fewer
+    than ``MIN_POINTS`` left the result has ``kind="insufficient"`` (flat at the last value).
+    """
+    fams = None if family is None else [family]
+    return fit_convergence_many([(k, y, higher_is_better)], recency=recency, families=fams)[0]
+
+
+def fit_convergence_many(
+    series: Sequence[tuple[ArrayLike, ArrayLike, bool]],
+    *,
+    recency: float = RECENCY,
+    families: Sequence[str] | None = None,
+    chunk: int = 256,
+) -> list[ConvergenceFit]:
+    """``fit_convergence`` for many jobs at once: one vectorised solve per chunk and family.
+
+    ``families`` gives each series' family (from an earlier ``select_families``); ``None``
+    selects them now (about six times the cost of a fit).  Unknown names use the default.
+    """
+    if families is None:
+        families = select_families(series, recency=recency)
+    out, todo = _prepare(series)
+    groups: dict[str, list[Prepared]] = {}
+    for item in todo:
+        name = families[item[0]]
+        groups.setdefault(name if name in FAMILIES else DEFAULT_FAMILY, []).append(item)
+    for name, items in groups.items():
+        for start in range(0, len(items), chunk):
+            part = items[start : start + chunk]
+            for (i, *_), fit in zip(part, _fit_chunk(part, recency, name), strict=True):
+                out[i] = fit
     return [f for f in out if f is not None]
 
 
-def _fit_chunk(
-    part: Sequence[tuple[int, Array, Array, MetricTransform]], recency: float
-) -> list[ConvergenceFit]:
+def select_families(
+    series: Sequence[tuple[ArrayLike, ArrayLike, bool]],
+    *,
+    recency: float = RECENCY,
+    chunk: int = 256,
+) -> list[str]:
+    """Per series, the family that best predicts its own later points from its earlier ones.
+
+    Rolling-origin holdout on the observed prefix (``HOLDOUT_ORIGINS``); only data the
+    daemon already has is used.  Series too short to hold anything out get the default.
+    """
+    out = [DEFAULT_FAMILY] * len(series)
+    _, todo = _prepare(series)
+    todo = [t for t in todo if t[1].size > MIN_POINTS]
+    if not todo:
+        return out
+    scores = {name: np.zeros(len(todo)) for name in FAMILIES}
+    for frac in HOLDOUT_ORIGINS:
+        cut = [min(max(int(t[1].size * frac), MIN_POINTS), t[1].size - 1) for t in todo]
+        heads = [
+            (j, t[1][:m], t[2][:m], t[3]) for j, (t, m) in enumerate(zip(todo, cut, strict=True))
+        ]
+        usable = [h for h in heads if float(h[1][-1] - h[1][0]) > 0.0]
+        errs: dict[str, dict[int, Array]] = {name: {} for name in FAMILIES}
+        noise: dict[int, list[float]] = {}
+        for name in FAMILIES:
+            for start in range(0, len(usable), chunk):
+                part = usable[start : start + chunk]
+                for (j, *_), fit in zip(part, _fit_chunk(part, recency, name), strict=True):
+                    _, kk, ll, _ = todo[j]
+                    errs[name][j] = fit.losses(kk[cut[j] :]) - ll[cut[j] :]
+                    noise.setdefault(j, []).append(fit.scale)
+        for j, scales in noise.items():
+            # One robust scale per job for every family (the median of their residual
+            # scales), and the fit's own Huber loss: a loss spike among the held-out points
+            # costs every family about the same instead of deciding the choice.
+            ll = todo[j][2]
+            sigma = max(float(np.median(scales)), 1e-9 * float(np.ptp(ll)), 1e-300)
+            for name in FAMILIES:
+                u = np.abs(errs[name][j]) / sigma
+                h = np.where(u <= HUBER_K, 0.5 * u * u, HUBER_K * (u - 0.5 * HUBER_K))
+                scores[name][j] += float(np.mean(h))
+    names = list(FAMILIES)  # the default first: argmin keeps it on ties
+    table = np.stack([scores[n] for n in names])
+    table = np.where(np.isfinite(table), table, np.inf)
+    for j, best in enumerate(np.argmin(table, axis=0)):
+        out[todo[j][0]] = names[int(best)]
+    return out
+
+
+def _fit_chunk(part: Sequence[Prepared], recency: float, name: str) -> list[ConvergenceFit]:
+    fam = FAMILIES[name]
     J = len(part)
     N = max(kk.size for _, kk, _, _ in part)
     K = np.ones((J, N))
@@ -256,23 +430,32 @@ def _fit_chunk(
     W = np.zeros((J, N))
     mask = np.zeros((J, N), dtype=bool)
     y_scale = np.empty(J)
+    k_first = np.empty(J)
     for j, (_, kk, ll, _) in enumerate(part):
         n = kk.size
         scale = max(float(np.abs(ll).max()), 1e-300)  # O(1) values keep sums precise
         y_scale[j] = scale
         K[j, :n] = kk
+        K[j, n:] = kk[-1]  # padding (weight 0) inside the range keeps every basis finite
         L[j, :n] = ll / scale
         W[j, :n] = np.exp(recency * (kk - kk[-1]) / (kk[-1] - kk[0]))
         mask[j, :n] = True
+        k_first[j] = kk[0]
     k_max = np.maximum(K.max(axis=1, where=mask, initial=0.0), 1e-12)
     rows = np.arange(J)
+    kf3 = k_first[:, None, None]
+    km3 = k_max[:, None, None]
 
-    coarse = k_max[:, None] * _UNIT_COARSE[None, :]
-    a, b, s = _solve_grid(coarse, K, L, W)
+    def basis(grid: Array) -> Array:
+        return fam.x(K[:, None, :], grid[:, :, None], kf3, km3)
+
+    coarse = fam.unit[None, :] * (k_max[:, None] if fam.relative else np.ones((J, 1)))
+    x_coarse = basis(coarse)
+    a, b, s = _solve_grid(x_coarse, L, W)
     best = np.argmin(s, axis=1)
 
     # One Huber re-weighting pass: points far outside the robust scale count less.
-    pred = b[rows, best][:, None] + a[rows, best][:, None] / (K + coarse[rows, best][:, None])
+    pred = b[rows, best][:, None] + a[rows, best][:, None] * x_coarse[rows, best]
     resid = L - pred
     med = _masked_median(resid, mask)
     scale = 1.4826 * _masked_median(np.abs(resid - med[:, None]), mask)
@@ -282,18 +465,24 @@ def _fit_chunk(
         1.0,
     )
     W = W * huber
-    a, b, s = _solve_grid(coarse, K, L, W)
+    a, b, s = _solve_grid(x_coarse, L, W)
     best = np.argmin(s, axis=1)
 
     lo = coarse[rows, np.maximum(best - 1, 0)]
     hi = coarse[rows, np.minimum(best + 1, _COARSE - 1)]
     fine = lo[:, None] * (hi / lo)[:, None] ** _FINE_FRAC[None, :]
-    fa, fb, fs = _solve_grid(fine, K, L, W)
+    x_fine = basis(fine)
+    fa, fb, fs = _solve_grid(x_fine, L, W)
     cs = np.concatenate([coarse, fine], axis=1)
     a = np.concatenate([a, fa], axis=1)
     b = np.concatenate([b, fb], axis=1)
     s = np.concatenate([s, fs], axis=1)
     best = np.argmin(s, axis=1)
+    x_best = np.where(
+        (best < _COARSE)[:, None],
+        x_coarse[rows, np.minimum(best, _COARSE - 1)],
+        x_fine[rows, np.maximum(best - _COARSE, 0)],
+    )
 
     a_best = a[rows, best] * y_scale
     c_best = cs[rows, best]
@@ -302,7 +491,7 @@ def _fit_chunk(
     dof = np.maximum(n_pts - 3, 1)
     limit = s[rows, best] * (1.0 + _BAND_CHI2 / dof) + 1e-15
     in_band = s <= limit[:, None]
-    fitted = b2_best[:, None] + a_best[:, None] / (K + c_best[:, None])
+    fitted = b2_best[:, None] + a_best[:, None] * x_best
     resid = L * y_scale[:, None] - fitted
     med = _masked_median(resid, mask)
     final_scale = 1.4826 * _masked_median(np.abs(resid - med[:, None]), mask)
@@ -329,61 +518,126 @@ def _fit_chunk(
                 n_points=int(kk.size),
                 k_first=float(kk[0]),
                 k_last=float(kk[-1]),
-                l_first=float(ll[0]),
+                l_first=_first_two_mean(ll),
                 l_last_fit=float(fitted[j, kk.size - 1]),
                 scale=float(final_scale[j]),
                 band=band,
+                family=name,
+                spacing=_spacing(kk),
             )
         )
     return fits
 
 
-def _k_for(
-    a: float, c: float, b2: float, fit: ConvergenceFit, target_l: float | None, tol: float
-) -> float:
-    """Smallest ``k >= k_first`` meeting the criterion for one parameter triple (may be inf)."""
-    if a <= 0.0:
-        # Flat: nothing more to gain (asymptote mode) / never improves (target mode).
-        if target_l is None or b2 <= target_l:
-            return fit.k_first
-        return math.inf
-    if target_l is None:
-        gap = tol * (fit.l_first - b2)
-        if gap <= 0.0:
-            return fit.k_first
-        return max(fit.k_first, a / gap - c)
-    if target_l <= b2:
-        return math.inf
-    return max(fit.k_first, a / (target_l - b2) - c)
+# --------------------------------------------------------------------------- criterion
+
+
+def plateau_reached(
+    l_before: ArrayLike, l_now: ArrayLike, l_first: ArrayLike, threshold: float = THRESHOLD
+) -> NDArray[np.bool_]:
+    """The window criterion: the last window's gain is at most ``threshold`` of the gain so
+    far.  ``l_before = l(k - w)``, ``l_now = l(k)``, ``l_first`` all in loss space."""
+    lb, ln, l1 = (np.asarray(v, dtype=np.float64) for v in (l_before, l_now, l_first))
+    return np.asarray(lb - ln <= threshold * (l1 - ln))
+
+
+def plateau_index(
+    k: ArrayLike, loss: ArrayLike, *, window: float, threshold: float = THRESHOLD
+) -> int | None:
+    """First index of a sampled, already smoothed loss-space series meeting the criterion.
+
+    ``l(k - w)`` is interpolated linearly between samples; ``l_first`` is the mean of the
+    first two samples.  ``None`` when no sample meets it.
+    """
+    kk = np.asarray(k, dtype=np.float64)
+    ll = np.asarray(loss, dtype=np.float64)
+    if kk.size == 0:
+        return None
+    ok = kk >= kk[0] + window * (1.0 - 1e-12)
+    before = np.interp(kk - window, kk, ll)
+    hit = np.nonzero(ok & plateau_reached(before, ll, _first_two_mean(ll), threshold))[0]
+    return int(hit[0]) if hit.size else None
+
+
+def _first_k(grid: Array, holds: Callable[[Array], NDArray[np.bool_]]) -> Array:
+    """Per row of parameters, the smallest ``k`` on ``grid`` (1, G) from which ``holds``
+    is true, refined by bisection between grid points; ``inf`` where it never holds.
+    ``holds`` must be monotone in ``k`` (false, then true), as both criteria are on a
+    falling convex curve."""
+    ok = holds(grid)  # (M, G)
+    first = np.argmax(ok, axis=1)
+    hi = grid[0, first][:, None]
+    lo = grid[0, np.maximum(first - 1, 0)][:, None]
+    for _ in range(_SOLVE_STEPS):
+        mid = 0.5 * (lo + hi)
+        h = holds(mid)
+        hi = np.where(h, mid, hi)
+        lo = np.where(h, lo, mid)
+    k = np.where(first == 0, grid[0, 0], hi[:, 0])
+    return np.where(ok.any(axis=1), k, math.inf)
+
+
+def _plateau_k(
+    fit: ConvergenceFit, a: Array, c: Array, b2: Array, window: float, threshold: float
+) -> Array:
+    """Smallest ``k >= k_first + window`` meeting the window criterion, per parameter triple.
+
+    Every family is falling and convex, so the window's gain shrinks while the gain so far
+    grows: the criterion holds from one point on.
+    """
+    return _first_k(
+        (fit.k_first + window) * _SEARCH[None, :],
+        lambda k: plateau_reached(
+            fit.losses(k - window, a, c, b2), fit.losses(k, a, c, b2), fit.l_first, threshold
+        ),
+    )
+
+
+def _target_k(fit: ConvergenceFit, a: Array, c: Array, b2: Array, target_l: float) -> Array:
+    """Smallest ``k >= k_first`` where the curve reaches ``target_l``, per parameter triple."""
+    grid = np.concatenate([[fit.k_first], (fit.k_first + fit.spacing) * _SEARCH])[None, :]
+    return _first_k(grid, lambda k: fit.losses(k, a, c, b2) <= target_l)
 
 
 def predict_convergence(
-    fit: ConvergenceFit, *, target: float | None = None, tol: float = DEFAULT_TOL
+    fit: ConvergenceFit,
+    *,
+    target: float | None = None,
+    window: float | None = None,
+    threshold: float = THRESHOLD,
 ) -> ConvergencePrediction | None:
     """Progress at which the criterion is met, with a band; ``None`` without a curve.
 
-    A target beyond the fitted asymptote is *unreachable*: the prediction then falls back
-    to the asymptote criterion and says ``reachable=False`` (callers should trust it less).
-    Every returned value is finite: band ends are capped at ``BAND_CAP * k_last``.
+    ``window`` is in the fit's progress unit; ``None`` means ``PATIENCE_EPOCHS`` of the
+    observed point spacing (5 evaluations).  A target beyond the fitted asymptote is
+    *unreachable*: the prediction then falls back to the window criterion and says
+    ``reachable=False`` (callers should trust it less).  Every returned value is finite:
+    band ends are capped at ``BAND_CAP * k_last``.
     """
     if fit.kind == "insufficient":
         return None
-    tol = tol if math.isfinite(tol) and 0.0 < tol < 1.0 else DEFAULT_TOL
+    if not (math.isfinite(threshold) and 0.0 < threshold < 1.0):
+        threshold = THRESHOLD
+    if window is None or not math.isfinite(window) or window <= 0.0:
+        window = PATIENCE_EPOCHS * fit.spacing
+    members = ((fit.a, fit.c, fit.b2), *fit.band)
+    a, c, b2 = (np.array(v, dtype=np.float64)[:, None] for v in zip(*members, strict=True))
     target_l: float | None = None
     if target is not None and math.isfinite(target):
         target_l = float(fit.transform.to_loss(target))
-    k = _k_for(fit.a, fit.c, fit.b2, fit, target_l, tol)
-    reachable = math.isfinite(k)
-    if not reachable:
+    ks = _target_k(fit, a, c, b2, target_l) if target_l is not None else None
+    # Reachable: the fitted curve gets there (a falling curve approaches b2, never passes).
+    reachable = ks is None or fit.b2 < target_l or bool(np.isfinite(ks[0]))
+    if ks is None or not reachable:
         target_l = None
-        k = _k_for(fit.a, fit.c, fit.b2, fit, None, tol)
+        ks = _plateau_k(fit, a, c, b2, window, threshold)
     cap = BAND_CAP * max(fit.k_last, 1.0)
-    k = min(k, cap)
-    ks = [min(_k_for(a, c, b2, fit, target_l, tol), cap) for a, c, b2 in fit.band] or [k]
+    ks = np.minimum(ks, max(cap, fit.k_first + window))
+    k = float(ks[0])
     return ConvergencePrediction(
         k=k,
-        lo=min(min(ks), k),
-        hi=max(max(ks), k),
-        mode="target" if target_l is not None else "asymptote",
+        lo=float(min(ks.min(), k)),
+        hi=float(max(ks.max(), k)),
+        mode="target" if target_l is not None else "plateau",
         reachable=reachable,
     )

@@ -42,11 +42,15 @@ import numpy as np
 import structlog
 
 from slurm_elastic.model.convergence import (
-    DEFAULT_TOL,
+    DEFAULT_FAMILY,
+    MIN_POINTS,
+    PATIENCE_EPOCHS,
+    THRESHOLD,
     ConvergenceFit,
     ConvergencePrediction,
     fit_convergence_many,
     predict_convergence,
+    select_families,
 )
 from slurm_elastic.model.priors import Prior
 from slurm_elastic.model.throughput import (
@@ -68,6 +72,11 @@ MIN_REMAINING_FRACTION = 0.1  # a job still running has at least 10% of its done
 MIN_REMAINING_S = 60.0
 CONV_FULL_POINTS = 20  # convergence confidence saturates at this many metric points
 MAX_EXTRAPOLATION_S = 600.0  # progress assumed after the last report, at most
+# The curve family is re-selected (rolling-origin holdout, ~6 fits) only when a job's
+# observed progress has grown by this factor since the last selection; refits in between
+# use the chosen family (one fit).  Progress, not reports: the holdout compares how the
+# families extrapolate, which changes as the observed span grows, not with one more point.
+RESELECT_GROWTH = 1.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,9 @@ class JobFit:
     # the job's current batch; both equal ``step`` and 1.0 for a fixed global batch.
     progress: float | None = None
     step_factor: float = 1.0
+    # The convergence criterion's window in progress units (PATIENCE_EPOCHS epochs), when
+    # the job reports epochs; None: the criterion's default (5 metric reports).
+    window: float | None = None
 
 
 class JobModel:
@@ -122,6 +134,10 @@ class JobModel:
         self._ref_batch: int | None = None
         self._phi: float | None = None
         self._progress = 0.0  # reference steps at the newest report
+        self._per_epoch: float | None = None  # reference steps per epoch, when reported
+        # Chosen curve family and the metric span / point count when it was chosen.
+        self._family = DEFAULT_FAMILY
+        self._family_at: tuple[float, int] | None = None
 
     # ----------------------------------------------------------------- input
 
@@ -164,6 +180,8 @@ class JobModel:
         elif report.nodes <= 0:
             ignored.append("nodes <= 0")
         self._measure_resize(report, rate, k)
+        if report.epoch is not None and math.isfinite(report.epoch) and report.epoch > 0.0:
+            self._per_epoch = k / report.epoch if k > 0.0 else self._per_epoch
         if last is None or report.time >= last.time:
             self._last = report
             self._progress = k
@@ -242,7 +260,13 @@ class JobModel:
         if self._cache is not None and not self.stale(prior):
             return self._cache
         series = self.series()
-        conv = fit_convergence_many([series])[0] if series is not None else None
+        if series is not None and self.needs_selection():
+            self.set_family(select_families([series])[0])
+        conv = (
+            fit_convergence_many([series], families=[self._family])[0]
+            if series is not None
+            else None
+        )
         obs = self.observations(prior)
         tput = fit_throughput_many([obs])[0] if obs is not None else None
         return self.assemble(conv, tput, prior)
@@ -262,6 +286,27 @@ class JobModel:
     def stale(self, prior: Prior | None = None) -> bool:
         """True when reports (or the prior) changed since the last fit."""
         return self._cache is None or self._cache_key != self._key(prior)
+
+    @property
+    def family(self) -> str:
+        """The curve family chosen for this job (the default until it has enough points)."""
+        return self._family
+
+    def needs_selection(self) -> bool:
+        """True when the family should be re-selected (see ``RESELECT_GROWTH``)."""
+        if not self._k:
+            return False
+        at = self._family_at
+        if at is None:
+            return True
+        span, n = at
+        if n <= MIN_POINTS:  # nothing could be held out then: retry once more points exist
+            return len(self._k) > n
+        return self._k[-1] >= RESELECT_GROWTH * span
+
+    def set_family(self, name: str) -> None:
+        self._family = name
+        self._family_at = (self._k[-1] if self._k else 0.0, len(self._k))
 
     def series(self) -> tuple[np.ndarray, np.ndarray, bool] | None:
         """The metric history as handed to the curve fit, or None when empty."""
@@ -290,6 +335,7 @@ class JobModel:
             resize_cost_s=statistics.median(self._costs) if self._costs else None,
             progress=self._progress if last else None,
             step_factor=self._factor(last) if last else 1.0,
+            window=PATIENCE_EPOCHS * self._per_epoch if self._per_epoch else None,
         )
         self._cache_key = self._key(prior)
         return self._cache
@@ -318,13 +364,17 @@ class JobModel:
 
 
 def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
-    """Refit the given jobs: curves in one vectorised solve, throughputs in another."""
+    """Refit the given jobs: curves in one vectorised solve per family, throughputs in
+    another; jobs due for it get their family re-selected first (in one batch too)."""
     series = [(m, p, m.series()) for m, p in batch]
     curves = [(m, s) for m, _, s in series if s is not None]
+    due = [(m, s) for m, s in curves if m.needs_selection()]
+    for (m, _), name in zip(due, select_families([s for _, s in due]), strict=True):
+        m.set_family(name)
     convs = dict(
         zip(
             (m.job_id for m, _ in curves),
-            fit_convergence_many([s for _, s in curves]),
+            fit_convergence_many([s for _, s in curves], families=[m.family for m, _ in curves]),
             strict=True,
         )
     )
@@ -416,7 +466,7 @@ def estimate_outlook(
     now: float,
     default_resize_cost_s: float,
     elapsed_s: float | None = None,
-    tol: float = DEFAULT_TOL,
+    threshold: float = THRESHOLD,
 ) -> Outlook:
     """Build the ``Outlook`` of one job (pure: everything it needs is passed in).
 
@@ -466,7 +516,9 @@ def estimate_outlook(
             work = max(frac * prior_total, floor)
         work_conf, source = (0.9 if reported else 0.4), "user"
     elif reported and fit is not None and fit.convergence is not None:
-        pred = predict_convergence(fit.convergence, target=fit.target_metric, tol=tol)
+        pred = predict_convergence(
+            fit.convergence, target=fit.target_metric, window=fit.window, threshold=threshold
+        )
         if pred is not None:
             conv_remaining = max(pred.k - done, floor)
             c = _conv_confidence(fit.convergence, pred, done)
