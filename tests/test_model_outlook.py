@@ -8,8 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_elastic.model.convergence import (
+    DEFAULT_FAMILY,
+    PATIENCE_EPOCHS,
+    fit_convergence,
+    predict_convergence,
+)
 from slurm_elastic.model.outlook import (
     MIN_REMAINING_FRACTION,
+    RESELECT_GROWTH,
     JobModel,
     ModelBank,
     estimate_outlook,
@@ -400,3 +407,64 @@ def test_fit_job_by_job_refits_all_stale_jobs_in_one_batch() -> None:
     assert bank.fit(1, priors[1]) is cached
     assert first.step == 5100 and cached.step == 5100
     assert bank.fit(99) is None
+
+
+def test_family_is_reselected_only_when_progress_grew_a_quarter() -> None:
+    bank = ModelBank()
+    m = bank.model(7)
+    _feed(m, 3)  # 3 points: nothing can be held out, the default family
+    bank.fit_all()
+    assert m.family == DEFAULT_FAMILY and not m.needs_selection()
+    _feed(m, 1, t0=1e3, step0=300)  # a 4th point: selection is retried
+    assert m.needs_selection()
+    bank.fit_all()
+    _feed(m, 16, t0=2e3, step0=400)  # progress 400 -> 2000: re-selected
+    assert m.needs_selection()
+    bank.fit_all()
+    at = m.series()[0][-1]
+    _feed(m, 4, t0=1e4, step0=2000)  # 2000 -> 2400: < 25%, only the chosen family is refit
+    assert not m.needs_selection()
+    chosen = m.family
+    fit = bank.fit_all()[7]
+    assert fit.convergence is not None and fit.convergence.family == chosen
+    _feed(m, 1, t0=2e4, step0=int(RESELECT_GROWTH * at))  # 2500 = 1.25 x 2000
+    assert m.needs_selection()
+
+
+def test_selection_cadence_matches_a_fresh_selection() -> None:
+    # A job fed an exponential curve ends with the family a one-shot fit would choose.
+    bank = ModelBank()
+    m = bank.model(3)
+    for i in range(1, 61):
+        m.update(
+            ProgressReport(
+                job_id=3, time=float(i), step=100 * i, nodes=2, loss=1.5 * math.exp(-i / 8) + 0.3
+            )
+        )
+        bank.fit_all()
+    k, y, rising = m.series()
+    assert m.family == fit_convergence(k, y, higher_is_better=rising).family == "exp"
+
+
+def test_window_is_patience_epochs_of_reported_progress() -> None:
+    m = JobModel(7)
+    _feed(m, 10)
+    assert m.fit().window is None  # no epochs reported: the criterion's default window
+    m = JobModel(7)
+    # 100 steps per report, 0.25 epoch per report: 400 steps per epoch -> window 2000.
+    for i in range(1, 11):
+        m.update(
+            ProgressReport(
+                job_id=7,
+                time=float(i),
+                step=100 * i,
+                nodes=4,
+                epoch=0.25 * i,
+                loss=1.0 / (0.0005 * 100 * i + 0.5) + 0.2,
+            )
+        )
+    fit = m.fit()
+    assert fit.window == pytest.approx(PATIENCE_EPOCHS * 400.0)
+    assert fit.convergence is not None
+    pred = predict_convergence(fit.convergence, window=fit.window)
+    assert pred is not None and pred.k >= fit.convergence.k_first + fit.window
