@@ -53,6 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from slurm_elastic.model.convergence import (  # noqa: E402
+    FAMILIES,
     PATIENCE_EPOCHS,
     fit_convergence,
     fit_convergence_many,
@@ -99,7 +100,7 @@ def target_truth(metric: list[float]) -> tuple[int, float]:
     return len(metric), final
 
 
-def conv_rows(traces: Path) -> Iterator[tuple | str]:  # type: ignore[type-arg]
+def conv_rows(traces: Path, family: str | None = None) -> Iterator[tuple | str]:  # type: ignore[type-arg]
     for path in sorted((traces / "pollux/profiles").glob("*/validation-*.csv")):
         with path.open() as f:
             metric = [float(r["metric"]) for r in csv.DictReader(f)]
@@ -116,7 +117,7 @@ def conv_rows(traces: Path) -> Iterator[tuple | str]:  # type: ignore[type-arg]
         for frac in (0.25, 0.5):
             seen = max(3, int(len(metric) * frac))
             k = np.arange(1, seen + 1, dtype=float)
-            fit = fit_convergence(k, metric[:seen], higher_is_better=rising)
+            fit = fit_convergence(k, metric[:seen], higher_is_better=rising, family=family)
             families.append(fit.family)
             for target, truth in ((None, true_e), (thr, target_e)):
                 pred = predict_convergence(fit, target=target, window=PATIENCE_EPOCHS)
@@ -289,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
     ap.add_argument("--jobs", type=int, default=1000, help="jobs in the refit timing")
+    ap.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        help="force one curve family (an ablation; default: chosen per curve on its prefix)",
+    )
     args = ap.parse_args(argv)
     traces: Path = args.traces
     if not (traces / "pollux/profiles").is_dir():
@@ -305,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     e50: list[float] = []
     t25: list[float] = []
     t50: list[float] = []
-    for row in conv_rows(traces):
+    for row in conv_rows(traces, args.family):
         if isinstance(row, str):
             print(f"# {row}")
             continue

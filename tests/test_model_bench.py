@@ -117,3 +117,11 @@ def test_main_prints_key_value_last_line(bench, tmp_path: Path, capsys) -> None:
 def test_main_rejects_a_missing_traces_dir(bench, tmp_path: Path, capsys) -> None:
     assert bench.main(["--traces", str(tmp_path / "nope")]) == 2
     assert "no Pollux profiles" in capsys.readouterr().err
+
+
+def test_family_ablation_forces_one_family(bench, tmp_path: Path, capsys) -> None:
+    _write_traces(tmp_path)
+    rows = [r for r in bench.conv_rows(tmp_path, "exp") if not isinstance(r, str)]
+    assert rows and all(r[12] == r[13] == "exp" for r in rows)
+    assert bench.main(["--traces", str(tmp_path), "--jobs", "5", "--family", "power"]) == 0
+    assert "power/power" in capsys.readouterr().out
