@@ -1,0 +1,366 @@
+"""Every CliBackend read and action against the real local cluster.
+
+Run against instance 2 while several engineers share the machine:
+``SLURM_ELASTIC_TEST_INSTANCE=2 pytest -m slurm tests/test_slurm_backend_live.py``.
+Jobs are tiny (``sleep``); ``clean_queue`` leaves an empty queue and idle nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.errors import ActionRefused, SlurmRejected, SlurmUnreachable
+from slurm_elastic.slurm.backend import SlurmBackend
+from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.types import JobState, JobView
+from tests.slurm_cluster import SlurmCluster, wait_until
+
+pytestmark = pytest.mark.slurm
+
+SLEEP = "#!/bin/bash\nsleep 300\n"
+
+
+def sbatch(cluster: SlurmCluster, *args: str, script: str = SLEEP) -> int:
+    out = cluster.run(
+        "sbatch", "--parsable", "-o", "/dev/null", *args, "--wrap", script.split("\n", 1)[1]
+    )
+    return int(out.stdout.strip().split(";")[0])
+
+
+def job(backend: CliBackend, job_id: int) -> JobView:
+    view = backend.read_job(job_id)
+    assert view is not None, f"job {job_id} vanished"
+    return view
+
+
+def wait_state(backend: CliBackend, job_id: int, state: JobState, timeout: float = 30) -> JobView:
+    wait_until(lambda: job(backend, job_id).state is state, timeout, f"job {job_id} {state}")
+    return job(backend, job_id)
+
+
+def idle_nodes(cluster: SlurmCluster) -> set[str]:
+    return {n for n, s in cluster.node_states().items() if s == "idle"}
+
+
+@pytest.fixture
+def backend(clean_queue: SlurmCluster) -> CliBackend:
+    return CliBackend(slurm_conf=str(clean_queue.conf), timeout_s=20)
+
+
+@pytest.fixture
+def heal_after_shrink(backend: CliBackend, clean_queue: SlurmCluster) -> Iterator[None]:
+    """Slurm 22.05 quirk (README, "Slurm backend"): once a shrunk job has ended, a later
+    job that starts on the freed nodes can leave one of them unschedulable ("Requested
+    nodes are busy") although sinfo says idle; `scontrol reconfigure` after the shrunk
+    job ended prevents it.  Keep the shared test cluster healthy for the next test."""
+    yield
+    for view in backend.read_jobs():
+        if view.state.is_active:
+            backend.cancel(view.job_id)
+    wait_until(
+        lambda: not any(v.state.is_active for v in backend.read_jobs()), 20, "an empty queue"
+    )
+    clean_queue.run("scontrol", "reconfigure")
+
+
+@pytest.fixture
+def shared_dir_tmp(tmp_path: Path) -> Path:
+    # Jobs of other users write here; tmp_path's parents are root-only.
+    path = Path("/tmp") / f"slurm-elastic-backend-{os.getpid()}-{time.monotonic_ns()}"
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)
+    return path
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def test_read_cluster_is_three_calls_whatever_the_job_count(
+    backend: CliBackend, clean_queue: SlurmCluster
+) -> None:
+    assert isinstance(backend, SlurmBackend)
+    first = backend.read_cluster(now=123.0)
+    ids = [sbatch(clean_queue, "-N1", "-p", "shared", "--hold") for _ in range(5)]
+    second = backend.read_cluster()
+    assert first.slurm_calls == second.slurm_calls == 3
+    assert first.taken_at == 123.0
+    assert {j.job_id for j in second.jobs} >= set(ids)
+    assert all(j.state is JobState.PENDING for j in second.jobs if j.job_id in ids)
+    assert [n.name for n in second.nodes] == list(clean_queue.nodes)
+    assert {p.name for p in second.partitions} == {"batch", "shared"}
+
+
+def test_probe(backend: CliBackend) -> None:
+    caps = backend.probe()
+    assert caps.version.startswith("22.05.")
+    assert caps.json_plugin == "openapi/v0.0.38"
+    assert caps.multiple_slurmd is True
+    assert caps.permit_job_expansion is False
+
+
+def test_hetjob_components_read_with_raw_ids(
+    backend: CliBackend, clean_queue: SlurmCluster, shared_dir_tmp: Path
+) -> None:
+    script = shared_dir_tmp / "het.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -N1 -o /dev/null\n#SBATCH hetjob\n#SBATCH -N1\nsleep 300\n"
+    )
+    out = clean_queue.run("sbatch", "--parsable", str(script)).stdout
+    leader = int(out.strip().split(";")[0])
+    try:
+        wait_state(backend, leader, JobState.RUNNING)
+        components = sorted(
+            (j for j in backend.read_jobs() if j.het_job_id == leader), key=lambda j: j.job_id
+        )
+        assert [(j.job_id, j.het_job_offset) for j in components] == [
+            (leader, 0),
+            (leader + 1, 1),
+        ]
+        assert all(j.is_het and len(j.nodes) == 1 for j in components)
+    finally:
+        # clean_queue's squeue -o %i parsing does not know "N+0" ids: leave none behind.
+        backend.cancel(leader)
+        wait_until(
+            lambda: "+" not in clean_queue.run("squeue", "-h", "-o", "%i").stdout,
+            20,
+            "the het job to leave the queue",
+        )
+
+
+# --------------------------------------------------------------------------- shrink / pin
+
+
+def test_shrink_running_4_to_2_frees_nodes_and_keeps_batch_host(
+    backend: CliBackend, clean_queue: SlurmCluster, heal_after_shrink: None
+) -> None:
+    job_id = sbatch(clean_queue, "-N4")
+    before = wait_state(backend, job_id, JobState.RUNNING)
+    assert len(before.nodes) == 4
+    backend.shrink(job_id, 2)
+    after = job(backend, job_id)
+    assert after.state is JobState.RUNNING
+    assert after.nodes == before.nodes[:2]
+    assert after.batch_host in after.nodes
+    freed = set(before.nodes[2:])
+    wait_until(lambda: freed <= idle_nodes(clean_queue), 10, f"{freed} idle")
+
+
+def test_shrink_to_one_keeps_the_batch_host(
+    backend: CliBackend, clean_queue: SlurmCluster, heal_after_shrink: None
+) -> None:
+    job_id = sbatch(clean_queue, "-N3")
+    before = wait_state(backend, job_id, JobState.RUNNING)
+    backend.shrink(job_id, 1)
+    assert job(backend, job_id).nodes == (before.batch_host,)
+
+
+def test_slurm_refuses_to_remove_the_batch_host_with_its_own_message(
+    backend: CliBackend, clean_queue: SlurmCluster
+) -> None:
+    job_id = sbatch(clean_queue, "-N2")
+    view = wait_state(backend, job_id, JobState.RUNNING)
+    other = next(n for n in view.nodes if n != view.batch_host)
+    with pytest.raises(SlurmRejected) as info:
+        backend.runner.act(("scontrol", "update", f"JobId={job_id}", f"NodeList={other}"))
+    assert "Invalid node name specified" in info.value.slurm_message
+    assert "\n" not in str(info.value)
+    assert job(backend, job_id).nodes == view.nodes
+
+
+def test_pending_n4_pinned_to_2_starts_on_2_nodes(
+    backend: CliBackend, clean_queue: SlurmCluster
+) -> None:
+    blocker = sbatch(clean_queue, "-N2")
+    wait_state(backend, blocker, JobState.RUNNING)
+    job_id = sbatch(clean_queue, "-N4")
+    pending = job(backend, job_id)
+    assert pending.state is JobState.PENDING and pending.min_nodes == 4
+    backend.pin_pending_size(job_id, 2)
+    started = wait_state(backend, job_id, JobState.RUNNING, timeout=30)
+    assert len(started.nodes) == 2
+    assert not set(started.nodes) & set(job(backend, blocker).nodes)
+
+
+def test_invalid_actions_are_refused_before_reaching_slurm(
+    backend: CliBackend, clean_queue: SlurmCluster
+) -> None:
+    pending = sbatch(clean_queue, "-N1", "--hold")
+    running = sbatch(clean_queue, "-N2")
+    wait_state(backend, running, JobState.RUNNING)
+    sent = backend.runner.action_calls
+    with pytest.raises(ActionRefused, match="must be a positive integer"):
+        backend.shrink(running, 0)
+    with pytest.raises(ActionRefused, match="it is PENDING, not RUNNING"):
+        backend.shrink(pending, 1)
+    with pytest.raises(ActionRefused, match="not a shrink"):
+        backend.shrink(running, 2)
+    with pytest.raises(ActionRefused, match="it is RUNNING, not PENDING"):
+        backend.pin_pending_size(running, 1)
+    with pytest.raises(ActionRefused, match="no such job"):
+        backend.shrink(999_999, 1)
+    assert backend.runner.action_calls == sent  # nothing was sent to Slurm
+    assert len(job(backend, running).nodes) == 2
+
+
+def test_slurm_rejection_carries_slurms_message(
+    backend: CliBackend, clean_queue: SlurmCluster
+) -> None:
+    pending = sbatch(clean_queue, "-N1", "--hold")
+    with pytest.raises(SlurmRejected) as info:
+        backend.set_admin_comment(999_999, "x")
+    assert info.value.slurm_message == "Invalid job id specified for job 999999"
+    with pytest.raises(SlurmRejected) as info:
+        backend.requeue(pending)  # a pending job cannot be requeued
+    assert info.value.slurm_message == f"Job is pending execution for job {pending}"
+    assert info.value.command == ("scontrol", "requeue", str(pending))
+    backend.cancel(999_999)  # 22.05's scancel exits 0, silently, for an unknown job
+
+
+# --------------------------------------------------------------------------- signals
+
+
+def test_signal_reaches_batch_shell_or_steps(
+    backend: CliBackend, clean_queue: SlurmCluster, shared_dir_tmp: Path
+) -> None:
+    d = shared_dir_tmp
+    script = (
+        "#!/bin/bash\n"
+        f"trap 'echo batch >> {d}/batch' USR1\n"
+        f'srun -N2 bash -c \'trap "echo step >> {d}/step-$SLURMD_NODENAME" USR1; '
+        "touch " + str(d) + "/ready-$SLURMD_NODENAME; while :; do sleep 0.1; done' &\n"
+        "while :; do sleep 0.1; done\n"
+    )
+    job_id = sbatch(clean_queue, "-N2", script=script)
+    view = wait_state(backend, job_id, JobState.RUNNING)
+    wait_until(lambda: len(list(d.glob("ready-*"))) == 2, 20, "both step tasks started")
+    backend.signal(job_id, "USR1", batch_only=True)
+    wait_until(lambda: (d / "batch").exists(), 10, "the batch shell got USR1")
+    assert not list(d.glob("step-*"))
+    backend.signal(job_id, "SIGUSR1", batch_only=False)
+    wait_until(lambda: len(list(d.glob("step-*"))) == 2, 10, "every step task got USR1")
+    assert (d / "batch").read_text().count("batch") == 1  # the batch shell was not signalled
+    assert {p.name for p in d.glob("step-*")} == {f"step-{n}" for n in view.nodes}
+    with pytest.raises(ActionRefused, match="not a signal name"):
+        backend.signal(job_id, "USR1; rm -rf /", batch_only=True)
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_requeue_and_cancel(backend: CliBackend, clean_queue: SlurmCluster) -> None:
+    job_id = sbatch(clean_queue, "-N1", "-p", "shared")
+    wait_state(backend, job_id, JobState.RUNNING)
+    backend.requeue(job_id)
+    requeued = wait_state(backend, job_id, JobState.PENDING, timeout=15)
+    assert requeued.restart_count == 1
+    backend.cancel(job_id)
+    assert job(backend, job_id).state is JobState.CANCELLED
+    listed = {j.job_id: j for j in backend.read_jobs()}
+    assert listed[job_id].state is JobState.CANCELLED  # squeue --json lists ended jobs too
+
+
+def test_set_admin_comment(backend: CliBackend, clean_queue: SlurmCluster) -> None:
+    job_id = sbatch(clean_queue, "-N1", "-p", "shared", "--comment=user note")
+    wait_state(backend, job_id, JobState.RUNNING)
+    backend.set_admin_comment(job_id, "slurm-elastic: target 2 (marginal-gain)")
+    listed = {j.job_id: j for j in backend.read_jobs()}
+    assert listed[job_id].admin_comment == "slurm-elastic: target 2 (marginal-gain)"
+    assert listed[job_id].comment == "user note"  # the user's comment is untouched
+    with pytest.raises(ActionRefused, match="one line"):
+        backend.set_admin_comment(job_id, "two\nlines")
+
+
+def test_submit_as_unprivileged_user(
+    backend: CliBackend, clean_queue: SlurmCluster, shared_dir_tmp: Path
+) -> None:
+    script = f"#!/bin/bash\nid -u > {shared_dir_tmp}/uid\nsleep 300\n"
+    job_id = backend.submit(
+        script,
+        user="nobody",
+        nodes=1,
+        partition="shared",
+        name="companion-test",
+        comment="slurm-elastic:companion-of=1",
+        work_dir=str(shared_dir_tmp),
+        extra_args=("--output=/dev/null",),
+    )
+    view = wait_state(backend, job_id, JobState.RUNNING)
+    assert (view.user, view.name, view.partition) == ("nobody", "companion-test", "shared")
+    assert view.comment == "slurm-elastic:companion-of=1"
+    assert view.work_dir == str(shared_dir_tmp)
+    wait_until(lambda: (shared_dir_tmp / "uid").exists(), 10, "the job wrote its uid")
+    assert (shared_dir_tmp / "uid").read_text().strip() == "65534"  # ran as nobody, not root
+    with pytest.raises(ActionRefused, match="no such user"):
+        backend.submit(script, user="no-such-user-x", nodes=1, partition="shared")
+
+
+def test_read_history_collapses_a_resized_job(
+    backend: CliBackend, clean_queue: SlurmCluster, heal_after_shrink: None
+) -> None:
+    since = time.time() - 2
+    job_id = sbatch(clean_queue, "-N3", "--comment=history test")
+    wait_state(backend, job_id, JobState.RUNNING)
+    backend.shrink(job_id, 2)
+    time.sleep(1.1)  # sacct stores times in whole seconds
+    backend.shrink(job_id, 1)
+    time.sleep(1.1)
+    backend.cancel(job_id)
+
+    def collapsed() -> bool:
+        found = [h for h in backend.read_history(since) if h.job_id == job_id]
+        return bool(found) and found[0].state is JobState.CANCELLED
+
+    wait_until(collapsed, 15, "sacct to record the end of the job")
+    (text,) = [h for h in backend.read_history(since, time.time() + 5) if h.job_id == job_id]
+    assert [a.node_count for a in text.allocations] == [3, 2, 1]
+    assert text.comment == "history test"  # comments reach sacct when the job ends
+    for earlier, later in zip(text.allocations, text.allocations[1:], strict=False):
+        assert later.start == earlier.end and set(later.nodes) < set(earlier.nodes)
+    json_backend = CliBackend(slurm_conf=str(clean_queue.conf), history_format="json")
+    (from_json,) = [h for h in json_backend.read_history(since) if h.job_id == job_id]
+    assert from_json == text
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_dry_run_records_actions_and_changes_nothing(
+    clean_queue: SlurmCluster, backend: CliBackend
+) -> None:
+    job_id = sbatch(clean_queue, "-N2")
+    wait_state(backend, job_id, JobState.RUNNING)
+    dry = CliBackend(slurm_conf=str(clean_queue.conf), dry_run=True)
+    dry.shrink(job_id, 1)
+    dry.cancel(job_id)
+    assert dry.runner.dry_run_log == [
+        ("scontrol", "update", f"JobId={job_id}", "NumNodes=1"),
+        ("scancel", str(job_id)),
+    ]
+    view = job(backend, job_id)
+    assert view.state is JobState.RUNNING and len(view.nodes) == 2
+
+
+def test_unreachable_controller_is_typed(clean_queue: SlurmCluster, tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    lines = clean_queue.conf.read_text().splitlines()
+    body = [
+        "SlurmctldPort=17999" if line.startswith("SlurmctldPort=") else line
+        for line in lines
+        if not line.startswith(("JobSubmitPlugins", "MessageTimeout"))
+    ]
+    conf.write_text("\n".join([*body, "MessageTimeout=2", ""]))
+    for name in ("gres.conf", "cgroup.conf"):
+        (tmp_path / name).write_text((clean_queue.conf.parent / name).read_text())
+    dead = CliBackend(slurm_conf=str(conf), timeout_s=20, action_attempts=2, retry_wait_s=0.05)
+    with pytest.raises(SlurmUnreachable, match="squeue --json"):
+        dead.read_jobs()  # exits 0 with an empty list: must not read as "no jobs"
+    with pytest.raises(SlurmUnreachable, match="Unable to contact slurm controller"):
+        dead.read_partitions()
+    with pytest.raises(SlurmUnreachable):
+        dead.cancel(1)
+    assert dead.runner.action_calls == 2  # idempotent action retried once, then gave up

@@ -1,0 +1,161 @@
+"""SlurmRunner (timeouts, typed errors, counters, dry-run, SLURM_CONF) and backend selection.
+
+No cluster needed: the runner is exercised with real processes; Slurm's own
+messages come from outputs captured on the local cluster (the live tests check
+the same paths against real Slurm).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from structlog.testing import capture_logs
+
+from slurm_elastic.errors import ConfigError, SlurmRejected, SlurmTimeout, SlurmUnreachable
+from slurm_elastic.slurm.backend import SlurmBackend
+from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.slurm.runner import SlurmRunner, slurm_message
+from slurm_elastic.slurm.select import choose, make_backend, versions_match
+
+
+def sh(script: str) -> tuple[str, ...]:
+    return ("sh", "-c", script)
+
+
+# --------------------------------------------------------------------------- runner
+
+
+def test_missing_binary_is_unreachable() -> None:
+    runner = SlurmRunner()
+    with pytest.raises(SlurmUnreachable, match="not found"):
+        runner.read(("squeue-that-does-not-exist", "--json"))
+    assert runner.calls == 1
+
+
+def test_timeout_is_typed_and_bounded() -> None:
+    runner = SlurmRunner(timeout_s=0.3)
+    with pytest.raises(SlurmTimeout, match=r"did not finish within 0.3s"):
+        runner.read(("sleep", "5"))
+
+
+@pytest.mark.parametrize(
+    ("stderr", "kind", "message"),
+    [
+        # real stderr lines captured from 22.05 on the local cluster
+        (
+            "slurm_load_partitions error: Unable to contact slurm controller (connect failure)",
+            SlurmUnreachable,
+            "slurm_load_partitions error: Unable to contact slurm controller (connect failure)",
+        ),
+        (
+            "scontrol: error: Could not load state information for job 1: Unable to contact "
+            "slurm controller (connect failure)",
+            SlurmUnreachable,
+            "Could not load state information for job 1: Unable to contact slurm controller "
+            "(connect failure)",
+        ),
+        (
+            "Invalid job id specified for job 999999",
+            SlurmRejected,
+            "Invalid job id specified for job 999999",
+        ),
+        (
+            "Job is pending execution for job 53",
+            SlurmRejected,
+            "Job is pending execution for job 53",
+        ),
+    ],
+)
+def test_failures_are_classified_with_slurms_message(
+    stderr: str, kind: type[Exception], message: str
+) -> None:
+    runner = SlurmRunner()
+    with pytest.raises(kind) as info:
+        runner.act(sh(f"echo '{stderr}' >&2; exit 1"))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+    if isinstance(info.value, SlurmRejected):
+        assert info.value.slurm_message == message
+    assert slurm_message(f"noise\n{stderr}\n\n") == message
+
+
+def test_slurm_conf_is_passed_through_and_calls_counted() -> None:
+    runner = SlurmRunner(slurm_conf="/etc/slurm-cluster/i9/slurm.conf")
+    assert runner.read(sh('echo "$SLURM_CONF"')).stdout.strip() == (
+        "/etc/slurm-cluster/i9/slurm.conf"
+    )
+    runner.act(("true",))
+    assert (runner.calls, runner.read_calls, runner.action_calls) == (2, 1, 1)
+
+
+def test_dry_run_records_actions_but_still_reads() -> None:
+    runner = SlurmRunner(dry_run=True)
+    with capture_logs() as logs:
+        result = runner.act(("false", "would-fail"))
+    assert result.dry_run and result.returncode == 0
+    assert runner.dry_run_log == [("false", "would-fail")]
+    assert runner.action_calls == 0 and runner.calls == 0
+    assert logs[0]["event"] == "slurm.dry_run" and logs[0]["command"] == "false would-fail"
+    assert runner.read(sh("echo read")).stdout == "read\n"  # reads are never skipped
+
+
+# --------------------------------------------------------------------------- selection
+
+
+@pytest.mark.parametrize(
+    ("pyslurm", "slurm", "expected"),
+    [
+        ("22.5.1", "22.05.8", True),
+        ("22.5.0", "22.05.11", True),
+        ("25.11.2", "22.05.8", False),
+        ("23.2.0", "23.02.7", True),
+        ("unknown", "22.05.8", False),
+    ],
+)
+def test_versions_match(pyslurm: str, slurm: str, expected: bool) -> None:
+    assert versions_match(pyslurm, slurm) is expected
+
+
+def test_choose_is_a_pure_decision() -> None:
+    assert choose("cli", pyslurm_version="22.5.1", slurm_version="22.05.8") == (
+        "cli",
+        "configured",
+    )
+    assert choose("auto", pyslurm_version="22.5.1", slurm_version="22.05.8")[0] == "pyslurm"
+    kind, reason = choose("auto", pyslurm_version="25.11.2", slurm_version="22.05.8")
+    assert (kind, reason) == ("cli", "pyslurm 25.11.2 does not match Slurm 22.05.8")
+    assert choose("auto", pyslurm_version=None, slurm_version=None)[1].startswith(
+        "pyslurm is not installed"
+    )
+    with pytest.raises(ConfigError, match=r"'pyslurm' is unusable: pyslurm 25\.11\.2 does not"):
+        choose("pyslurm", pyslurm_version="25.11.2", slurm_version="22.05.8")
+    with pytest.raises(ConfigError, match="must be one of auto, cli, pyslurm"):
+        choose("rest", pyslurm_version=None, slurm_version=None)
+
+
+def test_auto_without_pyslurm_is_cli_with_one_log_line_and_no_slurm_call() -> None:
+    assert "pyslurm" not in sys.modules
+    with capture_logs() as logs:
+        backend = make_backend("auto", slurm_conf="/nonexistent/slurm.conf")
+    assert isinstance(backend, CliBackend) and isinstance(backend, SlurmBackend)
+    assert backend.runner.calls == 0  # pyslurm's absence costs no Slurm call
+    assert "pyslurm" not in sys.modules
+    selected = [e for e in logs if e["event"] == "slurm.backend_selected"]
+    assert len(selected) == 1
+    assert selected[0]["backend"] == "cli"
+    assert selected[0]["reason"] == "pyslurm is not installed or does not import"
+
+
+def test_explicit_pyslurm_without_it_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="pyslurm is not installed"):
+        make_backend("pyslurm", slurm_conf="/nonexistent/slurm.conf")
+
+
+def test_cli_options_reach_the_backend() -> None:
+    backend = make_backend("cli", dry_run=True, timeout_s=7, history_format="json")
+    assert isinstance(backend, CliBackend)
+    assert backend.runner.dry_run and backend.runner.timeout_s == 7
+    assert backend.history_format == "json"
+    with pytest.raises(ValueError, match="history_format"):
+        CliBackend(history_format="xml")
