@@ -9,7 +9,10 @@ far more cheaply:
     L(lam) = lam . b + sum_j max_k (v_jk - lam . a_jk),   lam >= 0
 
 is an upper bound on the optimum for *every* ``lam >= 0`` and equals the LP bound at its
-minimum.  We minimise it by exact line searches, one row at a time (one row: exact).
+minimum.  With one row we minimise it exactly (bisection on its slope); with several,
+a coarse line search per row starts projected subgradient steps (Polyak step towards the
+incumbent's value), which stop once the bound proves the incumbent within the requested
+gap.  Any ``lam`` gives a valid bound, so a loose one only means less fixing.
 
 Incumbent: each job's Lagrangian choice at the final ``lam`` is repaired (cheapest
 value-per-node moves down until every row fits) and then filled (best value-per-node
@@ -25,6 +28,8 @@ the optimum of the reduced model is the optimum of the full one.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,69 +99,105 @@ def _line_search(model: FlatModel, lam: FloatArray, row: int, iters: int = 60) -
     return hi
 
 
-def minimise_bound(model: FlatModel, sweeps: int = 4) -> FloatArray:
+def _coordinate_bound(model: FlatModel, iters: int) -> FloatArray:
     lam = np.zeros(model.b.size)
-    if model.b.size == 0:
-        return lam
-    for _ in range(1 if model.b.size == 1 else sweeps):
-        for row in range(model.b.size):
-            lam[row] = _line_search(model, lam, row)
+    for row in range(model.b.size):
+        lam[row] = _line_search(model, lam, row, iters)
     return lam
 
 
-class _Columns:
-    """Fast access to one candidate's row usage (CSC slices, no sparse indexing)."""
+def solve_dual(
+    model: FlatModel, rel_gap: float, deadline: float = math.inf, iters: int = 300
+) -> tuple[FloatArray, IntArray, float]:
+    """Multipliers ``lam``, the best incumbent found, and the bound ``L(lam)``.
 
-    def __init__(self, a: sp.csr_array) -> None:
-        csc = a.tocsc()
-        self.indptr, self.indices, self.data = csc.indptr, csc.indices, csc.data
-
-    def delta(self, new: int, old: int, rows: int) -> FloatArray:
-        out = np.zeros(rows)
-        lo, hi = self.indptr[new], self.indptr[new + 1]
-        out[self.indices[lo:hi]] += self.data[lo:hi]
-        lo, hi = self.indptr[old], self.indptr[old + 1]
-        out[self.indices[lo:hi]] -= self.data[lo:hi]
-        return out
+    One row: an exact line search.  Several rows: a line search per row, then Polyak
+    subgradient steps towards the incumbent's value (halving the step size whenever the
+    bound stalls), refreshing the incumbent every 25 steps, and stopping once the bound
+    proves the incumbent within the requested gap or ``deadline`` (perf_counter) passes.
+    """
+    # One row: bisect to machine precision.  Several: a coarse start for the subgradient.
+    lam = _coordinate_bound(model, 60 if model.b.size <= 1 else 10)
+    warm = incumbent(model, lam)
+    best_ub = bound(model, lam)
+    if model.b.size <= 1:
+        return lam, warm, best_ub
+    lower = float(model.value[warm].sum())
+    best_lam = lam.copy()
+    step = 1.0
+    stall = 0
+    for it in range(1, iters + 1):
+        r = reduced(model, lam)
+        pick = _segment_argmax(model, r)
+        ub = float(lam @ model.b + r[pick].sum())
+        if ub < best_ub - _TOL * max(1.0, abs(ub)):
+            best_ub, best_lam, stall = ub, lam.copy(), 0
+        else:
+            stall += 1
+            if stall >= 5:
+                step, stall = step / 2.0, 0
+        done = best_ub - lower <= rel_gap * max(abs(lower), 1e-9)
+        if done or step < 1e-6 or time.perf_counter() > deadline:
+            break
+        g = model.b - np.asarray(model.a[:, pick].sum(axis=1)).ravel()
+        g = np.where((lam <= 0) & (g > 0), 0.0, g)  # projected: lam stays >= 0
+        norm = float(g @ g)
+        if norm == 0:
+            break  # lam is optimal: the Lagrangian choice fits every row exactly
+        lam = np.maximum(0.0, lam - step * (ub - lower) / norm * g)
+        if it % 25 == 0:
+            cand = incumbent(model, best_lam)
+            if model.value[cand].sum() > lower:
+                warm, lower = cand, float(model.value[cand].sum())
+    cand = incumbent(model, best_lam)
+    if model.value[cand].sum() > lower:
+        warm = cand
+    return best_lam, warm, best_ub
 
 
 def incumbent(model: FlatModel, lam: FloatArray) -> IntArray:
     """A feasible choice (global candidate index per job) near the Lagrangian optimum."""
     pick = _segment_argmax(model, reduced(model, lam))
-    cols = _Columns(model.a)
-    n_rows = model.b.size
-    usage = np.asarray(model.a[:, pick].sum(axis=1)).ravel()
+    dense = model.a.toarray()  # rows are few (Hall sets and reservations)
+    usage = dense[:, pick].sum(axis=1)
     ids = np.arange(model.value.size)
-    # Repair: the move down with the least value lost per node freed in the full rows.
-    while np.any(usage > model.b + _TOL):
-        dense = model.a[np.flatnonzero(usage > model.b + _TOL), :].toarray()
+    # Repair: moves down with the least value lost per node freed in the over-full rows,
+    # cheapest first (one per job per pass), until every row fits.
+    over = usage > model.b + _TOL
+    while over.any():
+        full = dense[over]
         cur = pick[model.job]
-        freed = (dense[:, cur] - dense).sum(axis=0)
+        freed = (full[:, cur] - full).sum(axis=0)
         ok = (ids < cur) & (freed > _TOL)
         if not ok.any():
             break  # cannot happen: every job's first candidate is its floor, which fits
-        loss = (model.value[cur] - model.value) / np.where(ok, freed, 1.0)
-        move = int(np.argmin(np.where(ok, loss, np.inf)))
-        j = int(model.job[move])
-        usage += cols.delta(move, int(pick[j]), n_rows)
-        pick[j] = move
-    # Fill: the best value per node first, while it fits.  Moves up never use less of a
-    # row and node counts are whole, so once every row has less than one node left, stop.
+        ratio = np.where(ok, (model.value[cur] - model.value) / np.where(ok, freed, 1.0), np.inf)
+        best = _segment_argmax(model, -ratio)
+        best = best[np.isfinite(ratio[best])]
+        for move in best[np.lexsort((best, ratio[best]))]:
+            step = dense[:, move] - dense[:, pick[model.job[move]]]
+            if np.any(step[over] < 0):
+                usage += step
+                pick[model.job[move]] = move
+                over = usage > model.b + _TOL
+                if not over.any():
+                    break
+    # Fill: the best value per node first, while it fits.  Usage only grows while filling,
+    # so a move that does not fit now never will: screen those out in one pass.
     cur = pick[model.job]
     gain = model.value - model.value[cur]
-    dense_cost = np.asarray((model.a - model.a[:, cur]).sum(axis=0)).ravel()
-    up = np.flatnonzero(gain > _TOL)
-    order = up[np.lexsort((up, -gain[up] / np.maximum(dense_cost[up], _TOL)))]
-    for move in order:
-        if np.all(model.b - usage < 1.0 - _TOL):
-            break
+    delta = dense - dense[:, cur]
+    fits_now = np.all(delta <= (model.b - usage)[:, None] + _TOL, axis=0)
+    up = np.flatnonzero((gain > _TOL) & fits_now)
+    cost = np.maximum(delta[:, up].sum(axis=0), _TOL)
+    for move in up[np.lexsort((up, -gain[up] / cost))]:
         j = int(model.job[move])
         old = int(pick[j])
         if model.value[move] <= model.value[old] + _TOL:
             continue
-        delta = cols.delta(int(move), old, n_rows)
-        if np.all(usage + delta <= model.b + _TOL):
-            usage += delta
+        step = dense[:, move] - dense[:, old]
+        if np.all(usage + step <= model.b + _TOL):
+            usage += step
             pick[j] = move
     return pick
 

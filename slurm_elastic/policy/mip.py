@@ -14,10 +14,11 @@ Constraints
     at their current size) can start must start (``x[j,0] = 0``).
 
 The model is built straight into sparse arrays.  Before HiGHS sees it, ``lagrange``
-computes the LP bound from the Lagrangian dual, a near-optimal incumbent, and removes
-every candidate that provably cannot beat the incumbent (exact reduced-cost fixing);
-HiGHS (``highspy``, presolve off, warm-started with the incumbent) then solves what is
-left.  pulp was the named modelling layer; building its per-variable Python objects
+computes the LP bound from the Lagrangian dual and a near-optimal incumbent.  When the
+bound already proves the incumbent within ``PolicyOptions.mip_rel_gap`` (HiGHS's own
+stopping rule) that is the answer; otherwise every candidate that provably cannot beat
+the incumbent is removed (exact reduced-cost fixing) and HiGHS (``highspy``, presolve
+off, warm-started with the incumbent) solves what is left.  pulp was the named modelling layer; building its per-variable Python objects
 alone costs more than the latency budget at 10,000 jobs (``scripts/bench_policies.py``
 measures it; figures in the README), so ``pulp_model.py`` keeps the same model in pulp
 for comparison only.  Everything is deterministic for a given model, so the same problem
@@ -39,7 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from slurm_elastic.policy.compiled import Compiled, IntArray
-from slurm_elastic.policy.lagrange import FlatModel, fix, incumbent, minimise_bound
+from slurm_elastic.policy.lagrange import FlatModel, fix, solve_dual
 from slurm_elastic.policy.ledger import Ledger
 
 
@@ -145,16 +146,17 @@ def solve_input(data: MipInput, time_limit_s: float, rel_gap: float) -> MipResul
     model = data.model
     if model.n_jobs == 0:
         return MipResult([], True, 0.0, "empty")
-    lam = minimise_bound(model)
-    warm = incumbent(model, lam)
+    # Half the budget for the bound at most, the rest for HiGHS on what is left open.
+    lam, warm, _ = solve_dual(model, rel_gap, deadline=t0 + 0.5 * time_limit_s)
     alive_mask, upper = fix(model, lam, warm)
     per_job = np.bincount(model.job[alive_mask], minlength=model.n_jobs)
     free = np.flatnonzero(per_job > 1)
     best = float(model.value[warm].sum())
     gap = max(0.0, upper - best) / max(abs(best), 1e-9)
-    if free.size == 0 or gap <= 1e-12:
+    if free.size == 0 or gap <= rel_gap:
+        # Proven within the requested gap by the Lagrangian bound: HiGHS would stop here too.
         choice = data.local[warm].tolist()
-        return MipResult(choice, True, gap, "fixed by bounds", 0, upper)
+        return MipResult(choice, True, gap, "proven by the Lagrangian bound", int(free.size), upper)
     limit = time_limit_s - (time.perf_counter() - t0)
     h, cols = _highs(model, free, np.flatnonzero(alive_mask), warm, limit, rel_gap)
     status = h.getModelStatus()
