@@ -495,9 +495,14 @@ def _fit_chunk(part: Sequence[Prepared], recency: float, name: str) -> list[Conv
     resid = L * y_scale[:, None] - fitted
     med = _masked_median(resid, mask)
     final_scale = 1.4826 * _masked_median(np.abs(resid - med[:, None]), mask)
+    # The same as _spacing and _first_two_mean, for the whole chunk at once (n >= 3 here).
+    gaps = np.diff(K, axis=1)
+    spacing = _masked_median(gaps, mask[:, 1:] & (gaps > 0.0))
+    spacing = np.where(np.isfinite(spacing), spacing, 1.0)
+    l_first = 0.5 * (L[:, 0] + L[:, 1]) * y_scale
 
     fits = []
-    for j, (_, kk, ll, tr) in enumerate(part):
+    for j, (_, kk, _, tr) in enumerate(part):
         members = np.nonzero(in_band[j])[0]
         band = tuple(
             zip(
@@ -518,12 +523,12 @@ def _fit_chunk(part: Sequence[Prepared], recency: float, name: str) -> list[Conv
                 n_points=int(kk.size),
                 k_first=float(kk[0]),
                 k_last=float(kk[-1]),
-                l_first=_first_two_mean(ll),
+                l_first=float(l_first[j]),
                 l_last_fit=float(fitted[j, kk.size - 1]),
                 scale=float(final_scale[j]),
                 band=band,
                 family=name,
-                spacing=_spacing(kk),
+                spacing=float(spacing[j]),
             )
         )
     return fits
