@@ -7,7 +7,8 @@ Jobs are tiny (``sleep``); ``clean_queue`` leaves an empty queue and idle nodes.
 
 from __future__ import annotations
 
-import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,12 +70,13 @@ def heal_after_shrink(backend: CliBackend, clean_queue: SlurmCluster) -> Iterato
 
 
 @pytest.fixture
-def shared_dir_tmp(tmp_path: Path) -> Path:
-    # Jobs of other users write here; tmp_path's parents are root-only.
-    path = Path("/tmp") / f"slurm-elastic-backend-{os.getpid()}-{time.monotonic_ns()}"
-    path.mkdir(mode=0o777)
+def shared_dir_tmp() -> Iterator[Path]:
+    """A world-writable directory: jobs of other users write here (pytest's tmp_path has
+    root-only parents)."""
+    path = Path(tempfile.mkdtemp(prefix="slurm-elastic-backend-", dir="/tmp"))
     path.chmod(0o777)
-    return path
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- reads
@@ -93,6 +95,9 @@ def test_read_cluster_is_three_calls_whatever_the_job_count(
     assert all(j.state is JobState.PENDING for j in second.jobs if j.job_id in ids)
     assert [n.name for n in second.nodes] == list(clean_queue.nodes)
     assert {p.name for p in second.partitions} == {"batch", "shared"}
+    # The squeue -o text fast path sees the same jobs in the same states.
+    text = CliBackend(slurm_conf=str(clean_queue.conf), job_format="text").read_jobs()
+    assert {(j.job_id, j.state) for j in text} == {(j.job_id, j.state) for j in second.jobs}
 
 
 def test_probe(backend: CliBackend) -> None:

@@ -159,3 +159,24 @@ def test_cli_options_reach_the_backend() -> None:
     assert backend.history_format == "json"
     with pytest.raises(ValueError, match="history_format"):
         CliBackend(history_format="xml")
+
+
+# --------------------------------------------------------------------------- shrink planning
+
+
+def test_shrink_always_keeps_the_batch_host() -> None:
+    from slurm_elastic.slurm.cli import _keep_nodes
+    from slurm_elastic.types import JobState, JobView
+
+    def running(nodes: tuple[str, ...], batch_host: str) -> JobView:
+        return JobView(
+            job_id=1, name="x", user="u", user_id=1, account="a", partition="p", qos="q",
+            state=JobState.RUNNING, state_reason="None", node_count=len(nodes),
+            min_nodes=len(nodes), max_nodes=None, nodes=nodes, batch_host=batch_host,
+            comment="",
+        )  # fmt: skip
+
+    nodes = ("n1", "n2", "n3", "n4")
+    assert _keep_nodes(running(nodes, "n1"), 2) == ("n1", "n2")  # NumNodes=2 is enough
+    assert _keep_nodes(running(nodes, "n3"), 2) == ("n3", "n1")  # NodeList= keeps n3
+    assert _keep_nodes(running(nodes, "n4"), 1) == ("n4",)
