@@ -59,7 +59,8 @@ def test_squeue_json_running_and_pending() -> None:
     pending = jobs[2]
     assert pending.state is JobState.PENDING and pending.nodes == ()
     assert (pending.min_nodes, pending.max_nodes, pending.state_reason) == (4, 4, "Resources")
-    assert pending.start_time is None or pending.start_time > 0
+    assert pending.start_time is None and pending.end_time is None  # estimates dropped
+    assert running.end_time is None  # unlimited: Slurm says start + 1 year
 
 
 def test_squeue_json_pending_range_takes_min_from_request_not_estimate() -> None:
@@ -184,8 +185,8 @@ def test_scontrol_jobs_match_json(utc: None) -> None:
     for job_id in (1, 2, 5):
         t, j = text[job_id], from_json[job_id]
         for name in ("state", "nodes", "batch_host", "min_nodes", "max_nodes", "comment",
-                     "user", "user_id", "partition", "submit_time", "time_limit_s",
-                     "work_dir"):  # fmt: skip
+                     "user", "user_id", "partition", "submit_time", "start_time", "end_time",
+                     "time_limit_s", "work_dir", "restart_count", "gpus_per_node"):  # fmt: skip
             assert getattr(t, name) == getattr(j, name), (job_id, name)
     # A comment containing spaces, "Key=" and "|" survives the key=value split.
     assert text[5].comment == "free text JobState=FAKE | pipe"

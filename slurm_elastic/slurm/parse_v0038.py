@@ -16,7 +16,9 @@ Quirks of this generation handled here (measured on 22.05.8):
   ``max_nodes`` is the requested maximum (0 = none given).  A running job's
   ``node_count`` is its allocation.
 * Times are POSIX seconds with 0 meaning "not set"; ``time_limit`` is minutes,
-  null or >= 525600 meaning unlimited.
+  null or >= 525600 meaning unlimited.  A pending job's start/end times are the
+  scheduler's estimates and an unlimited running job's end time is start + 1 year:
+  both become None, matching what ``scontrol``/``squeue -o`` print.
 * ``het_job_id`` is 0 for ordinary jobs; a heterogeneous component carries its
   own raw ``job_id`` and the leader's id in ``het_job_id``.
 * sacct: see :mod:`slurm_elastic.slurm.history` for the resize records.
@@ -69,6 +71,13 @@ def _job(raw: Mapping[str, Any], index: int) -> JobView:
     max_nodes = cv.opt_int(get("max_nodes"), f"{where}: max_nodes")
     het_job_id = cv.opt_int(raw.get("het_job_id"), f"{where}: het_job_id") or None
     running_like = state in {JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING}
+    time_limit = cv.limit_minutes(raw.get("time_limit"), f"{where}: time_limit")
+    start = cv.epoch(raw.get("start_time"), f"{where}: start_time")
+    end = cv.epoch(raw.get("end_time"), f"{where}: end_time")
+    if state is JobState.PENDING:
+        start = end = None  # the scheduler's guesses, not facts (as in the text paths)
+    elif running_like and time_limit is None:
+        end = None  # Slurm writes start + 1 year for an unlimited job
     gpus = _gpus_per_node(raw, node_count, allocated=running_like, where=where)
     return JobView(
         job_id=job_id,
@@ -88,10 +97,10 @@ def _job(raw: Mapping[str, Any], index: int) -> JobView:
         comment=cv.as_str(get("comment"), f"{where}: comment"),
         admin_comment=cv.as_str(raw.get("admin_comment"), f"{where}: admin_comment"),
         submit_time=cv.epoch(raw.get("submit_time"), f"{where}: submit_time"),
-        start_time=cv.epoch(raw.get("start_time"), f"{where}: start_time"),
-        end_time=cv.epoch(raw.get("end_time"), f"{where}: end_time"),
+        start_time=start,
+        end_time=end,
         resize_time=cv.epoch(raw.get("resize_time"), f"{where}: resize_time"),
-        time_limit_s=cv.limit_minutes(raw.get("time_limit"), f"{where}: time_limit"),
+        time_limit_s=time_limit,
         restart_count=cv.as_int(raw.get("restart_cnt"), f"{where}: restart_cnt", default=0),
         gpus_per_node=gpus,
         het_job_id=het_job_id,
