@@ -25,9 +25,12 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.config import Config
+from slurm_elastic.daemon.api import ApiContext, ApiServer
+from slurm_elastic.daemon.auth import get_json, post_authenticated
 from slurm_elastic.daemon.controller import Controller, CycleResult
-from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
+from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import ActionStatus, Journal
+from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.types import (
@@ -183,18 +186,52 @@ def test_pending_job_starts_at_the_planned_size(live: Path) -> None:
     assert [e.kind for e in ctl.journal.actions_for(job_id)] == [ActionKind.START_AT_SIZE]
 
 
+@pytest.fixture
+def api(live: Path) -> Iterator[tuple[ApiServer, InstructionBoard]]:
+    """The daemon's real HTTP API on 127.0.0.1 (MUNGE-authenticated acks) over a board."""
+    board = InstructionBoard()
+    context = ApiContext(
+        reports=ReportStore(),
+        board=board,
+        metrics=DaemonMetrics(),
+        owner_of=lambda job_id: v.user_id if (v := jobs().get(job_id)) else None,
+        status_document=lambda: None,
+        health=lambda now: (True, "ok"),
+        clock=time.time,
+    )
+    server = ApiServer(context, "127.0.0.1", 0)
+    server.start()
+    try:
+        yield server, board
+    finally:
+        server.stop()
+
+
 @pytest.mark.slurm
-def test_shrink_after_the_agent_acknowledges(live: Path) -> None:
+def test_shrink_after_the_agent_acknowledges(live: Path, api) -> None:
+    server, board = api
     job_id = elastic_job_on(3, live)
-    ctl, board = controller(live_config(live / "state", live / "fake-agent"), targets({job_id: 1}))
+    ctl = Controller(
+        CliBackend(),
+        live_config(live / "state", live / "fake-agent"),
+        reports=ReportStore(),
+        journal=Journal.in_state_dir(live / "state"),
+        agents=board,
+        allocate=targets({job_id: 1}),
+    )
     acked = threading.Event()
+    base = f"{server.url}/v1/jobs/{job_id}"
 
     def agent() -> None:
-        """The job side: wait for the instruction, 'checkpoint', acknowledge ready."""
-        instruction = wait_for(lambda: board.pending_for(job_id), timeout_s=20, every_s=0.1)
-        assert instruction.target_nodes == 1
-        assert instruction.keep_nodes == (jobs()[job_id].batch_host,)
-        board.ack(Ack(instruction.id, job_id, AckStatus.READY, 42, "checkpointed", time.time()))
+        """The job side over HTTP: poll the instruction, 'checkpoint', ack ready (MUNGE)."""
+        instruction = wait_for(
+            lambda: get_json(f"{base}/instruction").body["instruction"], timeout_s=20, every_s=0.2
+        )
+        assert instruction["kind"] == "shrink" and instruction["target_nodes"] == 1
+        assert instruction["keep_nodes"] == [jobs()[job_id].batch_host]
+        body = {"instruction_id": instruction["id"], "status": "ready", "step": 42}
+        answer = post_authenticated(f"{base}/ack", body)
+        assert answer.status == 200, answer.body
         acked.set()
 
     thread = threading.Thread(target=agent)
