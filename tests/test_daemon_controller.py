@@ -191,3 +191,17 @@ def test_companion_of_a_parent_not_running_is_an_orphan(state: JobState) -> None
     ctl, backend, _, _ = make(snapshot([parent, comp]), {})
     ctl.run_once(1000.0)
     assert ("cancel", 31) in backend.actions()
+
+
+def test_spec_survives_the_pin_and_is_forgotten_when_the_job_ends() -> None:
+    ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 2})
+    ctl.run_once(1000.0)
+    assert backend.actions() == [("pin", (7, 2))]
+    # Slurm now reports the pinned range 2-2; the marker has no min/max of its own.
+    backend.snap = snapshot([pending(7, lo=2, hi=2)])
+    result = ctl.run_once(1010.0)
+    row = {r.job_id: r for r in result.jobs}[7]
+    assert (row.min_nodes, row.max_nodes) == (1, 4)
+    backend.snap = snapshot([])
+    ctl.run_once(1020.0)
+    assert journal.known_specs() == {}

@@ -99,10 +99,10 @@ def test_last_resize_and_specs_persist(tmp_path: Path) -> None:
     journal = Journal.in_state_dir(tmp_path)
     aid = journal.record_intent(GROW, 10.0)
     journal.mark(aid, ActionStatus.APPLIED, 12.0)
-    journal.remember_spec(1, ElasticSpec(1, 4), 10.0)
-    journal.remember_spec(1, ElasticSpec(2, 2), 11.0)  # the first one seen stays
+    journal.remember_specs({1: ElasticSpec(1, 4), 2: ElasticSpec(1, 2)}, 10.0)
+    journal.remember_specs({1: ElasticSpec(2, 2)}, 11.0)  # the first one seen stays
     again = Journal.in_state_dir(tmp_path)
     assert again.last_resize_at() == {1: 12.0}
-    assert again.known_specs() == {1: ElasticSpec(1, 4)}
-    again.forget_spec(1)
+    assert again.known_specs() == {1: ElasticSpec(1, 4), 2: ElasticSpec(1, 2)}
+    again.forget_specs([1, 2])
     assert again.known_specs() == {}

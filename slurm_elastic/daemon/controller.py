@@ -239,10 +239,10 @@ class Controller:
             lambda job: _resolve_spec(job, known),
             self.config.partitions.allows,
         )
-        for job_id, ej in cls.elastic.items():
-            if job_id not in known:
-                self.journal.remember_spec(job_id, ej.spec, now)
-        self._forget_ended(cls)
+        self.journal.remember_specs(
+            {j: ej.spec for j, ej in cls.elastic.items() if j not in known}, now
+        )
+        self._forget_ended(cls, known)
         self._note_size_changes(cls, now)
 
         records: list[ActionRecord] = []
@@ -343,15 +343,13 @@ class Controller:
         log.info("history.read", records=len(records), kept=len(self._history))
         return 1
 
-    def _forget_ended(self, cls: Classification) -> None:
+    def _forget_ended(self, cls: Classification, known: Mapping[int, ElasticSpec]) -> None:
         """Drop per-job memory of jobs that left the queue (nothing open in the journal)."""
         open_jobs = {e.job_id for e in self.journal.open_actions()}
         for job_id in self.reports.job_ids():
             if job_id not in cls.jobs and job_id not in open_jobs:
                 self.reports.forget(job_id)
-        for job_id in self.journal.known_specs():
-            if job_id not in cls.jobs and job_id not in open_jobs:
-                self.journal.forget_spec(job_id)
+        self.journal.forget_specs(j for j in known if j not in cls.jobs and j not in open_jobs)
         for job_id in self.agents.open_jobs():
             if job_id not in cls.elastic and job_id not in open_jobs:
                 self.agents.clear(job_id)

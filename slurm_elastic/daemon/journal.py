@@ -21,7 +21,7 @@ import enum
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,21 +280,29 @@ class Journal:
 
     # ------------------------------------------------------------------ specs
 
-    def remember_spec(self, job_id: int, spec: ElasticSpec, now: float) -> None:
-        """Keep the first spec seen: pinning ``NumNodes=n-n`` erases the job's node range."""
+    def remember_specs(self, specs: Mapping[int, ElasticSpec], now: float) -> None:
+        """Keep the first spec seen per job: pinning ``NumNodes=n-n`` erases the node range.
+
+        One transaction for all of them: a first cycle over a long queue costs one fsync.
+        """
+        if not specs:
+            return
         with self._tx() as db:
-            db.execute(
+            db.executemany(
                 "INSERT OR IGNORE INTO specs (job_id, min_nodes, max_nodes, step, gpus_per_node,"
                 " resize_cost_s, seen_at) VALUES (?,?,?,?,?,?,?)",
-                (
-                    job_id,
-                    spec.min_nodes,
-                    spec.max_nodes,
-                    spec.step,
-                    spec.gpus_per_node,
-                    spec.resize_cost_s,
-                    now,
-                ),
+                [
+                    (
+                        job_id,
+                        spec.min_nodes,
+                        spec.max_nodes,
+                        spec.step,
+                        spec.gpus_per_node,
+                        spec.resize_cost_s,
+                        now,
+                    )
+                    for job_id, spec in specs.items()
+                ],
             )
 
     def known_specs(self) -> dict[int, ElasticSpec]:
@@ -304,9 +312,11 @@ class Journal:
             ).fetchall()
         return {int(r[0]): ElasticSpec(r[1], r[2], r[3], r[4], r[5]) for r in rows}
 
-    def forget_spec(self, job_id: int) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM specs WHERE job_id=?", (job_id,))
+    def forget_specs(self, job_ids: Iterable[int]) -> None:
+        ids = [(job_id,) for job_id in job_ids]
+        if ids:
+            with self._tx() as db:
+                db.executemany("DELETE FROM specs WHERE job_id=?", ids)
 
     # ------------------------------------------------------------------ start-up
 
