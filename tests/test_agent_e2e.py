@@ -53,6 +53,12 @@ def assert_exactly_once(records: list[dict], samples: int, epochs: int) -> None:
         assert sorted(idx) == list(range(samples)), f"epoch {epoch}: duplicates or gaps"
 
 
+def is_subsequence(wanted: list[int], seq: list[int]) -> bool:
+    """``wanted`` in order within ``seq`` (a loaded machine may add a restart in between)."""
+    rest = iter(seq)
+    return all(any(x == w for x in rest) for w in wanted)
+
+
 def reference_weights(tmp: Path, epochs: int) -> dict[str, torch.Tensor]:
     """The same training in one process, never resized."""
     out = tmp / "reference.pt"
@@ -165,9 +171,10 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
         clean_queue.run("scancel", str(job.job_id), check=False)
 
     records = job.records()
-    assert [w for w in dict.fromkeys(r["world"] for r in records)] == [2, 1, 3]
+    worlds = [w for _, w in sorted({(r["gen"], r["world"]) for r in records})]
+    assert is_subsequence([2, 1, 3], worlds) and worlds[-1] == 3, worlds
     assert_exactly_once(records, samples=2400, epochs=3)
-    assert steps_lost(records) == [0, 0]
+    assert set(steps_lost(records)) == {0}, steps_lost(records)  # planned resizes lose nothing
     assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 3))
 
     reports = drill.reports_of(job.job_id)

@@ -19,6 +19,7 @@ from slurm_elastic.agent.node import is_loopback, node_env
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.rendezvous import (
     choose_port,
+    parse_conf,
     preferred_port,
     script_args,
     torchrun_argv,
@@ -79,11 +80,23 @@ def test_batch_host_alone_hosts_the_store_with_fast_rendezvous_settings() -> Non
     assert "--rdzv-endpoint=127.0.0.1:20042" in host and "--rdzv-id=slurm-elastic-42" in host
     conf = next(a for a in host if a.startswith("--rdzv-conf="))
     assert conf == (
-        "--rdzv-conf=is_host=1,last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3"
+        "--rdzv-conf=is_host=1,last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3"
     )
     assert "is_host=0" in next(a for a in other if a.startswith("--rdzv-conf="))
     assert "--local-addr=127.0.0.1" in host and not any("local-addr" in a for a in other)
     assert host[-3:] == ["train.py", "--epochs", "3"]
+
+
+def test_rendezvous_settings_can_be_overridden_but_not_is_host() -> None:
+    conf = parse_conf(" last_call_timeout=5 , join_timeout=60")
+    assert conf == {"last_call_timeout": "5", "join_timeout": "60"}
+    argv = torchrun_argv(info(rdzv_conf=conf), python="/py", is_host=False, local_addr=None)
+    assert "last_call_timeout=5" in next(a for a in argv if a.startswith("--rdzv-conf="))
+    for bad in ("is_host=1", "oops", "k="):
+        with pytest.raises(ValueError):
+            parse_conf(bad)
+    result = CliRunner().invoke(cli, ["run", "--rdzv-conf", "is_host=1", "--", "python", "x.py"])
+    assert result.exit_code == 2 and "is_host is set per node" in result.output
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,13 @@ from slurm_elastic.errors import SlurmElasticError
     help="Companion mode: join the rendezvous of job PARENT (run in its working directory).",
 )
 @click.option("--poll", "poll_s", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+@click.option(
+    "--rdzv-conf",
+    "rdzv_conf",
+    default="",
+    metavar="K=V,...",
+    help="Extra torch rendezvous settings (e.g. last_call_timeout=3); is_host is set per node.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     nproc_per_node: int,
@@ -40,6 +47,7 @@ def run(
     max_restarts: int,
     join: int | None,
     poll_s: float,
+    rdzv_conf: str,
     command: tuple[str, ...],
 ) -> None:
     """Run elastic torch training in this Slurm job: slurm-elastic run -- python train.py ...
@@ -50,10 +58,15 @@ def run(
     """
     from slurm_elastic.agent.launcher import RunOptions
     from slurm_elastic.agent.launcher import run as launch
+    from slurm_elastic.agent.rendezvous import parse_conf
     from slurm_elastic.daemon.log import configure_logging
 
     if join is not None and command:
         raise click.UsageError("--join takes the command from the parent's launch.json")
+    try:
+        extra_conf = parse_conf(rdzv_conf)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--rdzv-conf") from None
     configure_logging()
     options = RunOptions(
         argv=command,
@@ -63,6 +76,7 @@ def run(
         max_restarts=max_restarts,
         poll_s=poll_s,
         join=join,
+        rdzv_conf=tuple(extra_conf.items()),
     )
     try:
         code = launch(options)

@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
 from slurm_elastic.agent.rendezvous import choose_port
 from slurm_elastic.daemon.auth import api_base
 from slurm_elastic.errors import AgentError, MarkerError
-from slurm_elastic.types import JobView
+from slurm_elastic.types import JobState, JobView
 
 log = structlog.get_logger("slurm_elastic.agent")
 
@@ -53,6 +54,7 @@ class RunOptions:
     max_relaunches: int = 2
     poll_s: float = 1.0
     join: int | None = None
+    rdzv_conf: tuple[tuple[str, str], ...] = ()
 
 
 def _env_int(name: str) -> int:
@@ -106,6 +108,7 @@ def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
         api=api_base(),
         job_dir=str(job_dir(submit_dir, job_id)),
         created_at=time.time(),
+        rdzv_conf=dict(opts.rdzv_conf),
     )
 
 
@@ -140,6 +143,29 @@ def srun_argv(info: LaunchInfo, nodes: int, role: str, *, relaunch: bool) -> lis
     return [*argv, sys.executable, "-m", "slurm_elastic.agent.node", info.job_dir, role]
 
 
+def watch_parent(parent: int, step: _Step, poll_s: float) -> threading.Event:
+    """Companion side: stop this job's workers when the parent is gone.
+
+    The daemon cancels orphan companions, but a companion must not depend on it: without
+    the parent's batch host there is no rendezvous store to train with.
+    """
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(poll_s):
+            try:
+                alive = read_job(parent).state is JobState.RUNNING
+            except AgentError:  # unknown to Slurm: ended longer than MinJobAge ago
+                alive = False
+            if not alive:
+                log.warning("agent.parent_gone", parent=parent)
+                step.forward(signal.SIGTERM, None)
+                return
+
+    threading.Thread(target=loop, name="slurm-elastic-parent", daemon=True).start()
+    return done
+
+
 def launch_steps(info: LaunchInfo, own_job: int, role: str, opts: RunOptions, step: _Step) -> int:
     """Run srun until training is done; relaunch a step that died early, boundedly."""
     rc = 1
@@ -170,7 +196,11 @@ def run(opts: RunOptions) -> int:
         submit_dir = os.environ.get("SLURM_SUBMIT_DIR") or os.getcwd()
         info = LaunchInfo.load(job_dir(submit_dir, opts.join))
         log.info("agent.join", parent=info.job_id, endpoint=info.rdzv_endpoint, job=job_id)
-        return launch_steps(info, job_id, COMPANION, opts, step)
+        watcher = watch_parent(info.job_id, step, max(opts.poll_s, 2.0))
+        try:
+            return launch_steps(info, job_id, COMPANION, opts, step)
+        finally:
+            watcher.set()
     if not opts.argv:
         raise AgentError("nothing to run: give the training command after --")
     info = parent_info(opts, job_id, read_job(job_id))

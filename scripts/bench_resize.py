@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Resize latency on the real local cluster: shrink and grow vs requeue-at-new-size.
+
+One elastic job (examples/train_mlp.py under ``slurm-elastic run``) starts on 2 nodes; it
+is shrunk to 1 (graceful: instruction, checkpoint, ack, ``scontrol update NumNodes=1``)
+and grown to 3 (companion job) through the daemon's own actuation path (``agent.drill``).
+A second job starts on 2 nodes and is moved to 1 node the way stock Slurm can: requeue
+(``scontrol requeue``, ``NumNodes=1-1`` and ``StartTime=now``, the fastest requeue there
+is) and restart from its last checkpoint.
+
+Measured from the decision (the drill's clock when it is asked to resize) to the first
+training step at the new size, taken from the training's own per-step sample log.  Steps
+lost: steps the old process group ran that the new one had to redo.
+
+    python scripts/bench_resize.py [--instance 4] [--repeat 1]
+
+Last line: ``shrink_resume_s=... grow_resume_s=... requeue_resume_s=... steps_lost=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "train_mlp.py"
+TRAIN = ["--samples", "2400", "--global-batch", "48", "--micro-batch", "16", "--epochs", "4"]
+PACE = ["--sample-sleep", "0.004", "--report-every", "1", "--checkpoint-every", "20"]
+
+
+def cluster_env(instance: int) -> None:
+    line = subprocess.run(
+        ["bash", str(REPO / "scripts" / "cluster.sh"), "env", "--instance", str(instance)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    os.environ["SLURM_CONF"] = line.strip().partition("SLURM_CONF=")[2]
+
+
+def submit(work: Path, api: str) -> int:
+    from slurm_elastic.slurm.cli import CliBackend
+
+    work.mkdir(parents=True, exist_ok=True)
+    train = [str(EXAMPLE), *TRAIN, *PACE, "--sample-log", str(work / "log")]
+    script = (
+        "#!/bin/bash\n#SBATCH --nodes=1-3\n#SBATCH --comment=elastic:min=1,max=3\n"
+        f"#SBATCH --output={work}/job-%j.out\n#SBATCH --requeue\n"
+        f"slurm-elastic run -- python {' '.join(train)}\n"
+    )
+    (work / "job.sbatch").write_text(script)
+    out = subprocess.run(
+        ["sbatch", "--parsable", "--hold", f"--chdir={work}", str(work / "job.sbatch")],
+        env={**os.environ, "SLURM_ELASTIC_API": api},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    job = int(out.strip().split(";")[0])
+    CliBackend().pin_pending_size(job, 2)  # start at 2 nodes, as the daemon pins pending jobs
+    subprocess.run(["scontrol", "release", str(job)], check=True, timeout=30)
+    return job
+
+
+def wait(predicate: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise SystemExit(f"bench_resize: timed out after {timeout:.0f}s waiting for {what}")
+
+
+def steps_at(work: Path, world: int) -> int:
+    from slurm_elastic.agent.samplelog import read_records
+
+    return max((r["step"] for r in read_records(work / "log") if r["world"] == world), default=-1)
+
+
+def resumed_at(work: Path, world: int, after: float) -> float:
+    from slurm_elastic.agent.samplelog import first_time_at, read_records
+
+    found = wait(
+        lambda: first_time_at(read_records(work / "log"), world, after), 120, f"world {world}"
+    )
+    return float(found)  # type: ignore[arg-type]
+
+
+def cancel(job: int) -> None:
+    """The job and its companions (the daemon would cancel orphans; here nobody would)."""
+    from slurm_elastic.actuate.companion import companion_parent
+
+    queue = subprocess.run(
+        ["squeue", "-h", "-o", "%i|%k"], capture_output=True, text=True, timeout=30
+    ).stdout
+    ids = [str(job)]
+    for line in queue.splitlines():
+        other, _, comment = line.partition("|")
+        if companion_parent(comment) == job:
+            ids.append(other.strip())
+    subprocess.run(["scancel", *ids], check=False, timeout=30)
+    wait(
+        lambda: (
+            not subprocess.run(
+                ["squeue", "-h", "-t", "R,CG", "-o", "%i"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
+        ),
+        60,
+        "idle cluster",
+    )
+
+
+def elastic_run(root: Path) -> tuple[float, float, list[int]]:
+    """(shrink_resume_s, grow_resume_s, steps lost per resize) for one job."""
+    from slurm_elastic.agent.drill import ResizeDrill
+    from slurm_elastic.agent.samplelog import read_records, steps_lost
+    from slurm_elastic.slurm.cli import CliBackend
+
+    work = root / "elastic"
+    with ResizeDrill(CliBackend()) as drill:
+        job = submit(work, drill.url)
+        try:
+            wait(lambda: steps_at(work, 2) >= 15, 120, "training at 2 nodes")
+            shrink = drill.resize(job, 1)
+            if shrink.outcome != "applied":
+                raise SystemExit(f"bench_resize: shrink {shrink.outcome}: {shrink.detail}")
+            shrink_s = resumed_at(work, 1, shrink.decided_at) - shrink.decided_at
+            print(f"shrink 2->1: {shrink_s:.2f} s ({shrink.detail})", flush=True)
+            wait(lambda: steps_at(work, 1) >= steps_at(work, 2) + 6, 60, "steps at 1 node")
+            grow = drill.resize(job, 3)
+            grow_s = resumed_at(work, 3, grow.decided_at) - grow.decided_at
+            print(f"grow 1->3: {grow_s:.2f} s (companion {grow.companion_id})", flush=True)
+            wait(lambda: steps_at(work, 3) >= 0, 60, "a step at 3 nodes")
+        finally:
+            cancel(job)
+        return shrink_s, grow_s, steps_lost(read_records(work / "log"))
+
+
+def requeue_run(root: Path) -> tuple[float, int]:
+    """(requeue_resume_s, steps lost) for the stock-Slurm baseline, 2 -> 1 nodes."""
+    from slurm_elastic.agent.samplelog import read_records, steps_lost
+
+    work = root / "requeue"
+    job = submit(work, "http://127.0.0.1:9")  # no daemon: the job must not care
+    try:
+        wait(lambda: steps_at(work, 2) >= 15, 120, "training at 2 nodes")
+        decided = time.time()
+        for args in (
+            ["scontrol", "requeue", str(job)],
+            ["scontrol", "update", f"JobId={job}", "NumNodes=1-1"],
+            ["scontrol", "update", f"JobId={job}", "StartTime=now"],
+        ):
+            subprocess.run(args, check=True, timeout=30, capture_output=True)
+        requeue_s = resumed_at(work, 1, decided) - decided
+        print(f"requeue 2->1: {requeue_s:.2f} s", flush=True)
+    finally:
+        cancel(job)
+    return requeue_s, sum(steps_lost(read_records(work / "log")))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--instance", type=int, default=int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
+    )
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the job logs in this dir")
+    args = parser.parse_args()
+    if shutil.which("slurm-elastic") is None:
+        print("bench_resize: slurm-elastic is not on PATH (pip install -e .)", file=sys.stderr)
+        return 2
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "cluster.sh"), "up", "--instance", str(args.instance)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    cluster_env(args.instance)
+    shrinks: list[float] = []
+    grows: list[float] = []
+    requeues: list[float] = []
+    lost: list[int] = []
+    requeue_lost: list[int] = []
+    keep = contextlib.nullcontext(str(args.keep)) if args.keep else None
+    with keep or tempfile.TemporaryDirectory(prefix="bench-resize-") as tmp:
+        for i in range(args.repeat):
+            shrink_s, grow_s, lost_each = elastic_run(Path(tmp) / f"run{i}")
+            shrinks.append(shrink_s)
+            grows.append(grow_s)
+            lost += lost_each
+            requeue_s, requeue_steps = requeue_run(Path(tmp) / f"run{i}")
+            requeues.append(requeue_s)
+            requeue_lost.append(requeue_steps)
+    print(
+        f"runs={args.repeat} "
+        f"shrink_resume_s={statistics.median(shrinks):.2f} "
+        f"grow_resume_s={statistics.median(grows):.2f} "
+        f"requeue_resume_s={statistics.median(requeues):.2f} "
+        f"steps_lost={max(lost, default=0)} "
+        f"requeue_steps_lost={max(requeue_lost, default=0)} "
+        f"cores={os.cpu_count()}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
