@@ -1,0 +1,146 @@
+"""Demo set-up: the local cluster, the daemon's config file, the daemon process.
+
+Nothing here decides anything: it runs ``scripts/cluster.sh`` (the local cluster), writes
+a config the daemon validates itself, and starts and stops ``slurm-elastic daemon`` as a
+subprocess exactly as an operator would (``systemd`` aside).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurm_elastic.config import Config, load_config
+from slurm_elastic.errors import ConfigError, SlurmUnreachable
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_SH = REPO / "scripts" / "cluster.sh"
+EXAMPLE = REPO / "examples" / "train_mlp.py"
+NODES = 4
+
+
+def require_clone() -> None:
+    """The demo runs the repository's example and cluster script: it needs a clone."""
+    for path in (CLUSTER_SH, EXAMPLE):
+        if not path.is_file():
+            raise ConfigError(f"{path} not found: run the demo from a clone of the repository")
+    if shutil.which("slurm-elastic") is None:
+        raise ConfigError("slurm-elastic is not on PATH: install the package first (make setup)")
+
+
+def cluster_up(instance: int) -> str:
+    """Bring instance ``instance`` up with 4 nodes (a quick check when it is up); export
+    its ``SLURM_CONF`` to this process and its children; return cluster.sh's summary line."""
+    argv = ["bash", str(CLUSTER_SH), "up", "--nodes", str(NODES), "--instance", str(instance)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise SlurmUnreachable(f"cluster.sh up --instance {instance} failed: {tail[0]}")
+    env = subprocess.run(
+        ["bash", str(CLUSTER_SH), "env", "--instance", str(instance)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    for word in env.split():
+        if word.startswith("SLURM_CONF="):
+            os.environ["SLURM_CONF"] = word.partition("=")[2]
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else f"instance {instance} up"
+
+
+def free_port() -> int:
+    """A free loopback port for the daemon's API (other daemons may hold the default)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_config(out: Path, port: int, *, quick: bool) -> tuple[Path, Config]:
+    """The demo's daemon config: enforce, a 3 s loop, short guards so resizes happen within
+    minutes; validated by the daemon's own loader before the daemon sees it."""
+    doc: dict[str, Any] = {
+        "mode": "enforce",
+        "interval_s": 3,
+        "state_dir": str(out / "state"),
+        # History only of this run: earlier demo runs must not become priors.
+        "slurm": {"sacct_interval_s": 120, "sacct_lookback_s": 0},
+        "policy": {"name": "mip", "horizon_s": 600},
+        "guards": {
+            "cooldown_s": 15 if quick else 20,
+            "min_dwell_s": 15 if quick else 25,
+            "max_resizes_per_cycle": 2,
+            "payback_horizon_s": 300,
+            "ack_timeout_s": 30,
+            "time_limit_margin_s": 0,
+            "stale_snapshot_s": 30,
+        },
+        "model": {"default_resize_cost_s": 15},
+        "api": {"bind": "127.0.0.1", "port": port},
+        "log": {"level": "info", "json": True},
+    }
+    path = out / "daemon.yaml"
+    path.write_text(
+        "# slurm-elastic demo daemon config (written by python -m slurm_elastic.demo)\n"
+        + yaml.safe_dump(doc, sort_keys=False)
+    )
+    return path, load_config(path)
+
+
+class Daemon:
+    """``slurm-elastic daemon --config FILE`` as a child process, logging to a file."""
+
+    def __init__(self, config_path: Path, log_path: Path) -> None:
+        self.config_path = config_path
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = ["slurm-elastic", "daemon", "--config", str(self.config_path)]
+        with self.log_path.open("ab") as log:
+            # Its own session: the terminal's Ctrl-C reaches the demo, which stops it.
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+
+    def wait_ready(self, status_file: Path, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ConfigError(f"the daemon exited ({self.proc.returncode}): {self.tail()}")
+            if status_file.exists():
+                return
+            time.sleep(0.3)
+        raise ConfigError(f"the daemon published no status within {timeout_s:.0f}s: {self.tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return lines[-1] if lines else "(empty log)"
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM (the daemon finishes its cycle and exits), SIGKILL if it does not."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
