@@ -31,6 +31,8 @@ report: the daemon's worst cycle.  Best of 5 cycles, since the machine is shared
 ``select_1000_jobs_s``: the same 1,000 curves with their family re-selected (rolling-origin
 holdout) and refitted: the cost of a cycle in which every job is due for re-selection at
 once (the daemon re-selects a job only when its progress grew 25%).
+``outlook_1000_jobs_s``: ``estimate_outlook`` for the same 1,000 jobs right after that refit
+(every convergence prediction new, so none comes from the memo): the rest of the cycle.
 Last line: ``key=value`` pairs.
 """
 
@@ -60,10 +62,10 @@ from slurm_elastic.model.convergence import (  # noqa: E402
     plateau_index,
     predict_convergence,
 )
-from slurm_elastic.model.outlook import ModelBank  # noqa: E402
+from slurm_elastic.model.outlook import ModelBank, estimate_outlook  # noqa: E402
 from slurm_elastic.model.priors import site_prior  # noqa: E402
 from slurm_elastic.model.throughput import fit_throughput  # noqa: E402
-from slurm_elastic.types import ProgressReport  # noqa: E402
+from slurm_elastic.types import ElasticSpec, ProgressReport  # noqa: E402
 
 TOL = 0.05  # target mode's band (see the docstring)
 FINAL_WINDOW = 3
@@ -221,6 +223,7 @@ def refit_seconds(
     repeat: int = 5,
     by_job: bool = False,
     select: bool = False,
+    outlook: bool = False,
 ) -> float:
     """Best of ``repeat`` timed cycles (the machine is shared: the minimum is the cost)."""
     rng = np.random.default_rng(seed)
@@ -269,6 +272,21 @@ def refit_seconds(
                     global_batch=256,
                 )
             )
+        if outlook:  # refit untimed, then every job's outlook from its new fit
+            fits = bank.fit_all(priors)
+            t = time.perf_counter()
+            for j in range(jobs):
+                estimate_outlook(
+                    job_id=j,
+                    spec=ElasticSpec(min_nodes=1, max_nodes=8),
+                    current_nodes=8,
+                    fit=fits[j],
+                    prior=priors[j],
+                    now=3000.0 + 30 * r,
+                    default_resize_cost_s=60.0,
+                )
+            best = min(best, time.perf_counter() - t)
+            continue
         t = time.perf_counter()
         if by_job:  # the daemon's Estimator asks job by job
             for j in range(jobs):
@@ -362,13 +380,15 @@ def main(argv: list[str] | None = None) -> int:
     fit_s = refit_seconds(args.jobs)
     by_job_s = refit_seconds(args.jobs, by_job=True)
     select_s = refit_seconds(args.jobs, select=True)
+    outlook_s = refit_seconds(args.jobs, outlook=True)
     print(
         f"conv_median_err_25={_med(e25):.3f} conv_median_err_50={_med(e50):.3f} "
         f"conv_target_median_err_25={_med(t25):.3f} conv_target_median_err_50={_med(t50):.3f} "
         f"conv_curves={len(e50)} tput_median_err={_med(pooled):.3f} tput_p90_err={p90:.3f} "
         f"tput_points={len(pooled)} fit_1000_jobs_s={fit_s * 1000 / max(args.jobs, 1):.3f} "
         f"fit_1000_jobs_by_job_s={by_job_s * 1000 / max(args.jobs, 1):.3f} "
-        f"select_1000_jobs_s={select_s * 1000 / max(args.jobs, 1):.3f}"
+        f"select_1000_jobs_s={select_s * 1000 / max(args.jobs, 1):.3f} "
+        f"outlook_1000_jobs_s={outlook_s * 1000 / max(args.jobs, 1):.3f}"
     )
     return 0
 

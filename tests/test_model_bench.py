@@ -110,6 +110,7 @@ def test_main_prints_key_value_last_line(bench, tmp_path: Path, capsys) -> None:
         "tput_median_err",
         "fit_1000_jobs_s",
         "select_1000_jobs_s",
+        "outlook_1000_jobs_s",
     ):
         assert math.isfinite(float(keys[key]))
 

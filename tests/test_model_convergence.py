@@ -164,7 +164,8 @@ def test_window_criterion_on_each_fitted_family_matches_an_independent_solve(
     pred = predict_convergence(fit, window=5.0)
     assert pred is not None
     truth = _plateau_truth(fit.loss_at, fit.k_first, fit.l_first, 5.0)
-    assert pred.k == pytest.approx(truth, rel=1e-6)
+    assert pred.k == pytest.approx(truth, rel=1e-5)  # the solver's stated precision
+    assert pred.k >= truth * (1.0 - 1e-12)  # the upper end of its bracket: never early
     # ... and the fit is close enough to the generator that the criterion on the sampled
     # generating curve lands on the same epoch (the bench's truth vs prediction).
     idx = plateau_index(k, y, window=5.0)

@@ -32,6 +32,7 @@ Guarantees of ``estimate_outlook`` (tested):
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import deque
@@ -77,6 +78,7 @@ MAX_EXTRAPOLATION_S = 600.0  # progress assumed after the last report, at most
 # use the chosen family (one fit).  Progress, not reports: the holdout compares how the
 # families extrapolate, which changes as the observed span grows, not with one more point.
 RESELECT_GROWTH = 1.25
+PREDICTIONS_CACHED = 8192  # see _predict
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,6 +452,11 @@ def _finite_pos(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) and x >= 0.0 else None
 
 
+# The criterion is solved numerically (~0.3 ms); a job's fit (an immutable, hashable value)
+# only changes when it reports, so each cycle pays only for the jobs that were refitted.
+_predict = functools.lru_cache(maxsize=PREDICTIONS_CACHED)(predict_convergence)
+
+
 def _conv_confidence(fit: ConvergenceFit, pred: ConvergencePrediction, step: float) -> float:
     width = (pred.hi - pred.lo) / max(pred.k - min(step, pred.k) + 1.0, 1.0)
     conf = min(1.0, fit.n_points / CONV_FULL_POINTS) / (1.0 + width)
@@ -516,7 +523,7 @@ def estimate_outlook(
             work = max(frac * prior_total, floor)
         work_conf, source = (0.9 if reported else 0.4), "user"
     elif reported and fit is not None and fit.convergence is not None:
-        pred = predict_convergence(
+        pred = _predict(
             fit.convergence, target=fit.target_metric, window=fit.window, threshold=threshold
         )
         if pred is not None:
