@@ -272,3 +272,27 @@ def test_mip_matches_the_full_pulp_model_with_shared_nodes_and_reservations() ->
     assert mip.solver == "mip"
     assert mip.objective >= exact * (1 - PolicyOptions().mip_rel_gap) - 1e-6
     assert mip.objective <= exact + 1e-6 * abs(exact)
+
+
+def _report_then_hang(value: int, report) -> None:  # type: ignore[no-untyped-def]
+    report(value)
+    time.sleep(60)
+
+
+def test_a_killed_solver_still_hands_back_its_last_incumbent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert run_isolated(_report_then_hang, (41,), 0.3) == (41, False)
+    p = replace(_large(200, 80), time_limit_s=0.8)
+    expected = allocate(p, "mip").objective
+    real = allocate_mod.solve_input
+
+    def incumbent_then_hang(data, limit, gap, report):  # type: ignore[no-untyped-def]
+        report(real(data, limit, gap))
+        time.sleep(60)
+
+    monkeypatch.setattr(allocate_mod, "solve_input", incumbent_then_hang)
+    plan = allocate(p, "mip")
+    assert plan.solver == "mip" and plan.status is SolverStatus.FEASIBLE
+    assert "time limit" in plan.note
+    assert plan.objective == pytest.approx(expected)

@@ -7,6 +7,7 @@ Bad input is not a solver failure: it raises ``SolverError`` with a one-line rea
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import structlog
 
@@ -103,7 +104,9 @@ def _solve_mip(compiled: Compiled, t0: float) -> MipResult:
     budget = compiled.problem.time_limit_s - _elapsed(t0)
     args = (data, budget * _HIGHS_SHARE, compiled.options.mip_rel_gap)
     if compiled.options.isolate:
-        result: MipResult = run_isolated(solve_input, args, budget)
+        result, complete = run_isolated(solve_input, args, budget)
+        if not complete:  # killed at the deadline: the incumbent it reported before HiGHS
+            result = replace(result, optimal=False, message="killed at the time limit")
     else:
         result = solve_input(*args)
     if result.choice is None:
@@ -119,13 +122,7 @@ def _mip(compiled: Compiled, t0: float) -> Plan:
     except SolverError as exc:
         return _greedy(compiled, t0, note=f"mip failed ({exc}); greedy plan used")
     assert result.choice is not None
-    note = ""
-    if not result.optimal:
-        greedy = solve_greedy(compiled)
-        if compiled.objective(greedy) > compiled.objective(result.choice):
-            why = f"mip stopped at its time limit (gap {result.gap:.3g}); greedy plan was better"
-            return _greedy(compiled, t0, note=why)
-        note = f"mip stopped at its time limit with gap {result.gap:.3g}"
+    note = "" if result.optimal else f"mip stopped at its time limit with gap {result.gap:.3g}"
     return build_plan(
         compiled,
         result.choice,

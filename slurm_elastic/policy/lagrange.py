@@ -49,6 +49,16 @@ class FlatModel:
     job: IntArray  # (n,) owning job of each candidate
     a: sp.csr_array  # (rows, n) row usage per candidate
     b: FloatArray  # (rows,)
+    slot: IntArray  # (n,) position in a (jobs x width) grid: job * width + local index
+    width: int  # most candidates of any job
+
+    @classmethod
+    def make(cls, value: FloatArray, start: IntArray, a: sp.csr_array, b: FloatArray) -> FlatModel:
+        counts = np.diff(start)
+        job = np.repeat(np.arange(counts.size), counts)
+        width = int(counts.max()) if counts.size else 1
+        slot = job * width + (np.arange(value.size) - start[job])
+        return cls(value, start, job, a, b, slot, width)
 
     @property
     def n_jobs(self) -> int:
@@ -57,10 +67,9 @@ class FlatModel:
 
 def _segment_argmax(model: FlatModel, score: FloatArray) -> IntArray:
     """Index (global) of the first best candidate of each job."""
-    best = np.maximum.reduceat(score, model.start[:-1])
-    hit = score >= best[model.job]
-    idx = np.where(hit, np.arange(score.size), score.size)
-    return np.minimum.reduceat(idx, model.start[:-1])
+    grid = np.full(model.n_jobs * model.width, -np.inf)
+    grid[model.slot] = score
+    return model.start[:-1] + grid.reshape(model.n_jobs, model.width).argmax(axis=1)
 
 
 def reduced(model: FlatModel, lam: FloatArray) -> FloatArray:
@@ -124,6 +133,7 @@ def solve_dual(
         return lam, warm, best_ub
     lower = float(model.value[warm].sum())
     best_lam = lam.copy()
+    dense = model.a.toarray()
     step = 1.0
     stall = 0
     for it in range(1, iters + 1):
@@ -139,7 +149,7 @@ def solve_dual(
         done = best_ub - lower <= rel_gap * max(abs(lower), 1e-9)
         if done or step < 1e-6 or time.perf_counter() > deadline:
             break
-        g = model.b - np.asarray(model.a[:, pick].sum(axis=1)).ravel()
+        g = model.b - dense[:, pick].sum(axis=1)
         g = np.where((lam <= 0) & (g > 0), 0.0, g)  # projected: lam stays >= 0
         norm = float(g @ g)
         if norm == 0:
@@ -149,9 +159,10 @@ def solve_dual(
             cand = incumbent(model, best_lam)
             if model.value[cand].sum() > lower:
                 warm, lower = cand, float(model.value[cand].sum())
-    cand = incumbent(model, best_lam)
-    if model.value[cand].sum() > lower:
-        warm = cand
+    if time.perf_counter() < deadline:
+        cand = incumbent(model, best_lam)
+        if model.value[cand].sum() > lower:
+            warm = cand
     return best_lam, warm, best_ub
 
 

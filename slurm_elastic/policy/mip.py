@@ -29,14 +29,15 @@ Everything is deterministic for a given model, so the same problem gives the sam
 
 Time limit: the solve runs in a forked child (``isolate``) that is killed at the budget;
 inside it the bound gets at most half of the budget and HiGHS is asked to stop at 80%.
-With an incumbent at the time limit, the better of it and greedy is used (status
-``feasible``); with none, or on any error, greedy's plan is used (status ``fallback``)
-and ``Plan.note`` says why.
+An incumbent at the time limit (the Lagrangian one, or HiGHS's if better) is used with
+status ``feasible`` and its proven gap; with none (the child was killed) or on any
+error, greedy's plan is used (status ``fallback``) and ``Plan.note`` says why.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import highspy
@@ -92,13 +93,8 @@ def build_input(compiled: Compiled) -> MipInput:
     counts = np.bincount(job[cols], minlength=n_jobs)
     new_start = np.zeros(n_jobs + 1, dtype=np.int64)
     np.cumsum(counts, out=new_start[1:])
-    model = FlatModel(
-        value=compiled.value[cols],
-        start=new_start,
-        job=job[cols],
-        a=sp.csr_array(compiled.coef[:, cols]),
-        b=compiled.rhs,
-    )
+    a = sp.csr_array(compiled.coef[:, cols])
+    model = FlatModel.make(compiled.value[cols], new_start, a, compiled.rhs)
     return MipInput(model, local[cols])
 
 
@@ -144,8 +140,21 @@ def _highs(
     return h, cols
 
 
-def solve_input(data: MipInput, time_limit_s: float, rel_gap: float) -> MipResult:
-    """Bound, incumbent, fixing, then HiGHS on the rest (plain data in and out)."""
+def _ignore(_: MipResult) -> None:
+    return None
+
+
+def solve_input(
+    data: MipInput,
+    time_limit_s: float,
+    rel_gap: float,
+    report: Callable[[MipResult], None] = _ignore,
+) -> MipResult:
+    """Bound, incumbent, fixing, then HiGHS on the rest (plain data in and out).
+
+    ``report`` receives the Lagrangian incumbent before HiGHS starts, so a kill at the
+    deadline still leaves a plan with a proven gap.
+    """
     t0 = time.perf_counter()
     model = data.model
     if model.n_jobs == 0:
@@ -157,11 +166,14 @@ def solve_input(data: MipInput, time_limit_s: float, rel_gap: float) -> MipResul
     free = np.flatnonzero(per_job > 1)
     best = float(model.value[warm].sum())
     gap = max(0.0, upper - best) / max(abs(best), 1e-9)
+    choice = data.local[warm].tolist()
     if free.size == 0 or gap <= rel_gap:
         # Proven within the requested gap by the Lagrangian bound: HiGHS would stop here too.
-        choice = data.local[warm].tolist()
         return MipResult(choice, True, gap, "proven by the Lagrangian bound", int(free.size), upper)
+    report(MipResult(choice, False, gap, "Lagrangian incumbent", int(free.size), upper))
     limit = time_limit_s - (time.perf_counter() - t0)
+    if limit < 0.3 * time_limit_s:  # not enough left for HiGHS: the incumbent, with its gap
+        return MipResult(choice, False, gap, "time limit: Lagrangian incumbent", free.size, upper)
     h, cols = _highs(model, free, np.flatnonzero(alive_mask), warm, limit, rel_gap)
     status = h.getModelStatus()
     info = h.getInfo()
@@ -173,7 +185,12 @@ def solve_input(data: MipInput, time_limit_s: float, rel_gap: float) -> MipResul
     if float(model.value[pick].sum()) < best:
         pick = warm  # never return worse than the proven incumbent
     optimal = status == highspy.HighsModelStatus.kOptimal
-    gap = 0.0 if optimal and not np.isfinite(info.mip_gap) else float(info.mip_gap)
-    return MipResult(
-        data.local[pick].tolist(), optimal, gap, h.modelStatusToString(status), free.size, upper
-    )
+    # HiGHS's bound covers the free jobs only; the fixed ones add their (fixed) value.
+    fixed = np.ones(model.n_jobs, dtype=bool)
+    fixed[free] = False
+    highs_upper = float(model.value[warm[fixed]].sum()) - float(info.mip_dual_bound)
+    final = float(model.value[pick].sum())
+    upper = min(upper, highs_upper) if np.isfinite(highs_upper) else upper
+    gap = max(0.0, upper - final) / max(abs(final), 1e-9)
+    message = h.modelStatusToString(status)
+    return MipResult(data.local[pick].tolist(), optimal, gap, message, int(free.size), upper)
