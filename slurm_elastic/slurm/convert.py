@@ -144,7 +144,7 @@ def timestamp_text(value: str, where: str) -> float | None:
         return None
     try:
         return datetime.fromisoformat(text).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # "year 0 is out of range" and friends
         raise SlurmParseError(f"{where}: bad timestamp {short(text)}") from None
 
 
