@@ -350,17 +350,31 @@ def test_dry_run_records_actions_and_changes_nothing(
     assert view.state is JobState.RUNNING and len(view.nodes) == 2
 
 
-def test_unreachable_controller_is_typed(clean_queue: SlurmCluster, tmp_path: Path) -> None:
-    conf = tmp_path / "slurm.conf"
-    lines = clean_queue.conf.read_text().splitlines()
-    body = [
-        "SlurmctldPort=17999" if line.startswith("SlurmctldPort=") else line
-        for line in lines
+def broken_copy(cluster: SlurmCluster, where: Path, change: str) -> Path:
+    """A copy of the cluster's slurm.conf with one ``Key=value`` line replaced."""
+    where.mkdir()
+    key = change.split("=", 1)[0] + "="
+    lines = [
+        change if line.startswith(key) else line
+        for line in cluster.conf.read_text().splitlines()
         if not line.startswith(("JobSubmitPlugins", "MessageTimeout"))
     ]
-    conf.write_text("\n".join([*body, "MessageTimeout=2", ""]))
+    (where / "slurm.conf").write_text("\n".join([*lines, "MessageTimeout=2", ""]))
     for name in ("gres.conf", "cgroup.conf"):
-        (tmp_path / name).write_text((clean_queue.conf.parent / name).read_text())
+        (where / name).write_text((cluster.conf.parent / name).read_text())
+    return where / "slurm.conf"
+
+
+def test_unreachable_database_is_typed(clean_queue: SlurmCluster, tmp_path: Path) -> None:
+    conf = broken_copy(clean_queue, tmp_path / "dbd", "AccountingStoragePort=6999")
+    for history_format in ("text", "json"):
+        dead = CliBackend(slurm_conf=str(conf), history_format=history_format)
+        with pytest.raises(SlurmUnreachable, match="Problem talking to the database"):
+            dead.read_history(time.time() - 60)
+
+
+def test_unreachable_controller_is_typed(clean_queue: SlurmCluster, tmp_path: Path) -> None:
+    conf = broken_copy(clean_queue, tmp_path / "ctld", "SlurmctldPort=17999")
     dead = CliBackend(slurm_conf=str(conf), timeout_s=20, action_attempts=2, retry_wait_s=0.05)
     with pytest.raises(SlurmUnreachable, match="squeue --json"):
         dead.read_jobs()  # exits 0 with an empty list: must not read as "no jobs"

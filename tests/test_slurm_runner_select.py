@@ -56,6 +56,11 @@ def test_timeout_is_typed_and_bounded() -> None:
             "(connect failure)",
         ),
         (
+            "sacct: error: Problem talking to the database: Connection refused",
+            SlurmUnreachable,
+            "Problem talking to the database: Connection refused",
+        ),
+        (
             "Invalid job id specified for job 999999",
             SlurmRejected,
             "Invalid job id specified for job 999999",
