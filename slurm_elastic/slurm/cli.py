@@ -139,7 +139,10 @@ class CliBackend:
         return parse_text.parse_sacct_text(out)
 
     def read_job(self, job_id: int) -> JobView | None:
-        """One job via ``scontrol -o show job`` (action pre-checks only, never per cycle)."""
+        """One job via ``scontrol -o show job`` (action pre-checks only, never per cycle).
+
+        Counted in ``runner.read_calls`` like every read; a cycle's observe cost is
+        ``ClusterSnapshot.slurm_calls`` (always 3)."""
         try:
             out = self.runner.read(("scontrol", "-o", "show", "job", str(job_id))).stdout
         except SlurmRejected as exc:
