@@ -205,3 +205,15 @@ def test_spec_survives_the_pin_and_is_forgotten_when_the_job_ends() -> None:
     backend.snap = snapshot([])
     ctl.run_once(1020.0)
     assert journal.known_specs() == {}
+
+
+def test_switch_to_shadow_abandons_a_waiting_shrink() -> None:
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, journal, board = make(snap, {8: 2})
+    ctl.run_once(1000.0)
+    assert board.pending_for(8) is not None
+    ctl.reconfigure(ctl.config.model_copy(update={"mode": "shadow"}))
+    result = ctl.run_once(1010.0)
+    assert board.pending_for(8) is None and backend.actions() == []
+    assert journal.all_actions()[0].status is ActionStatus.ROLLED_BACK
+    assert {r.job_id: r.reason for r in result.jobs}[8] == "shrink 4->2 rolled_back: mode is shadow"

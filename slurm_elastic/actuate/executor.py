@@ -11,6 +11,7 @@ Graceful shrink, one small state machine per job (driven by ``start_shrink`` the
     start_shrink:  journal(waiting, instruction id, deadline = now + ack_timeout_s)
                    board.post(instruction: target, keep_nodes, deadline)
     advance_shrinks, each later cycle:
+        mode switched to shadow (SIGHUP)                 -> rolled_back (shadow never acts)
         job ended / not running / size changed under us -> rolled_back
         ack "ready"                                      -> apply
         ack "failed"                                     -> rolled_back (the job said no)
@@ -178,6 +179,8 @@ class Executor:
 
     def _advance(self, entry: JournalEntry, ej: ElasticJob | None, now: float) -> ActionRecord:
         action = entry.action
+        if not self.knobs.enforce:
+            return self._end_shrink(entry, ActionStatus.ROLLED_BACK, "mode is shadow", now)
         if ej is None or not ej.job.is_running or ej.effective_nodes != action.from_nodes:
             return self._end_shrink(entry, ActionStatus.ROLLED_BACK, "job changed or ended", now)
         ack = self.board.ack_for(entry.instruction_id or "")

@@ -245,9 +245,7 @@ class Controller:
         self._forget_ended(cls, known)
         self._note_size_changes(cls, now)
 
-        records: list[ActionRecord] = []
-        if self.knobs.enforce:
-            records += self.executor.advance_shrinks(cls.elastic, now)
+        records = self.executor.advance_shrinks(cls.elastic, now)
         in_flight = self.executor.in_flight()
         last_resize = self.journal.last_resize_at()
         frozen: dict[int, str] = {}
