@@ -217,3 +217,20 @@ def test_switch_to_shadow_abandons_a_waiting_shrink() -> None:
     assert board.pending_for(8) is None and backend.actions() == []
     assert journal.all_actions()[0].status is ActionStatus.ROLLED_BACK
     assert {r.job_id: r.reason for r in result.jobs}[8] == "shrink 4->2 rolled_back: mode is shadow"
+
+
+def test_history_is_read_at_its_cadence_and_retried_later_after_a_failure() -> None:
+    ctl, backend, _, _ = make(snapshot([]), {})
+    backend.fresh = True
+    reads = lambda: [c for c in backend.calls if c[0] == "read_history"]  # noqa: E731
+    assert ctl.run_once(1000.0).history_calls == 1
+    assert reads()[0][1] == 1000.0 - ctl.config.slurm.sacct_lookback_s
+    assert ctl.run_once(1010.0).history_calls == 0
+    assert ctl.run_once(1300.0).history_calls == 1
+    assert reads()[1][1] == 1000.0 - 300.0  # incremental, overlapping one cadence
+    backend.fail_history = True
+    assert ctl.run_once(1600.0).history_calls == 1
+    assert ctl.run_once(1610.0).history_calls == 0  # back-off, not every cycle
+    backend.fail_history = False
+    assert ctl.run_once(1661.0).history_calls == 1
+    assert reads()[-1][1] == 1000.0

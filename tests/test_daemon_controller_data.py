@@ -102,15 +102,21 @@ class RecordingBackend:
     snap: ClusterSnapshot
     calls: list[tuple[str, object]] = field(default_factory=list)
     fail_reads: bool = False
+    fail_history: bool = False
+    fresh: bool = False
     next_job_id: int = 500
 
     def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
         if self.fail_reads:
             raise SlurmUnreachable("squeue: Unable to contact slurm controller")
+        if self.fresh and now is not None:
+            return replace(self.snap, taken_at=now)  # read now, as the CLI backend does
         return self.snap
 
     def read_history(self, since: float, until: float | None = None) -> tuple[()]:
         self.calls.append(("read_history", since))
+        if self.fail_history:
+            raise SlurmUnreachable("sacct: error: Problem talking to the database")
         return ()
 
     def pin_pending_size(self, job_id: int, nodes: int) -> None:

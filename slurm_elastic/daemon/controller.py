@@ -169,6 +169,7 @@ class Controller:
         self._sizes: dict[int, int] = {}  # effective size of each running elastic job
         self._history: dict[int, JobHistory] = {}
         self._history_until: float | None = None
+        self._history_retry_at = float("-inf")
         self.last_result: CycleResult | None = None
         self.reconfigure(config)
 
@@ -321,6 +322,8 @@ class Controller:
         cadence = self.config.slurm.sacct_interval_s
         if self._history_until is not None and now - self._history_until < cadence:
             return 0
+        if now < self._history_retry_at:
+            return 0
         if self._history_until is None:
             since = now - self.config.slurm.sacct_lookback_s
         else:
@@ -329,6 +332,9 @@ class Controller:
         try:
             records = self.backend.read_history(since)
         except SlurmError as exc:
+            # slurmdbd down: try again in a minute (or at the cadence, if sooner), not on
+            # every cycle, so a hanging sacct cannot slow each cycle by its timeout.
+            self._history_retry_at = now + min(cadence, 60.0)
             log.warning("history.failed", error=str(exc))
             return 1
         for rec in records:
