@@ -173,6 +173,21 @@ def test_window_criterion_on_each_fitted_family_matches_an_independent_solve(
         assert math.ceil(pred.k) == pytest.approx(k[idx], abs=1)
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_target_on_each_fitted_family_matches_an_independent_solve(family: str) -> None:
+    k = np.arange(1, 61, dtype=float)
+    fit = fit_convergence(k, _GENERATORS[family](k), family=family)
+    target = fit.b2 + 0.3 * (fit.loss_at(60.0) - fit.b2)  # reached beyond the data
+    pred = predict_convergence(fit, target=target)
+    assert pred is not None and pred.reachable and pred.mode == "target"
+    truth = brentq(lambda x: fit.loss_at(x) - target, 60.0, 1e12, xtol=1e-9)
+    assert pred.k == pytest.approx(min(truth, 100.0 * 60.0), rel=1e-9)
+    already = predict_convergence(fit, target=float(fit.loss_at(1.0)) + 1.0)
+    assert already is not None and already.k == pytest.approx(1.0)
+    never = predict_convergence(fit, target=fit.b2 - 0.01)
+    assert never is not None and not never.reachable and never.mode == "plateau"
+
+
 def test_window_criterion_ignores_metric_offset_and_direction() -> None:
     k = np.arange(1, 41, dtype=float)
     loss = _optimus(k, 0.1, 1.0, 0.2)

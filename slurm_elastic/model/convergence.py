@@ -597,26 +597,69 @@ def _curve(fit: ConvergenceFit) -> Callable[[Array, Array, Array, Array], Array]
     return lambda k, a, c, b2: b2 + a * x(k, c, kf, kl)
 
 
+def _plateau_closed(
+    fit: ConvergenceFit, a: Array, c: Array, b2: Array, window: float, threshold: float
+) -> Array | None:
+    """The window criterion solved in closed form (Optimus, exp); None for the power law.
+
+    With ``D = l_first - b2`` and ``t = threshold``: Optimus, ``u = k + c``, holds from the
+    positive root of ``t*D*u^2 - t*(D*w + a)*u - (1 - t)*a*w``; exp, ``z = exp(-(k -
+    k_first)/tau)``, holds once ``z <= t*D / (a*(exp(w/tau) - 1 + t))``.  Without any gain
+    so far (``D <= 0``) a falling curve never meets it; a flat one (``a == 0``) always does.
+    """
+    t, w = threshold, window
+    d = fit.l_first - b2
+    pos = (d > 0.0) & (a > 0.0)
+    safe_d = np.where(pos, d, 1.0)
+    safe_a = np.where(pos, a, 1.0)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if fit.family == "optimus":
+            p = t * (safe_d * w + safe_a)
+            u = (p + np.sqrt(p * p + 4.0 * t * safe_d * (1.0 - t) * safe_a * w)) / (2 * t * safe_d)
+            k = u - c
+        elif fit.family == "exp":
+            # ln(exp(w/tau) - (1 - t)), stable for large w/tau.
+            log_den = w / c + np.log1p(-(1.0 - t) * np.exp(-w / c))
+            k = fit.k_first - c * (np.log(t * safe_d / safe_a) - log_den)
+        else:
+            return None
+    k = np.where(pos, k, np.where(a > 0.0, math.inf, -math.inf))  # never / from the start
+    return np.maximum(k, fit.k_first + w)
+
+
+def _target_closed(fit: ConvergenceFit, a: Array, c: Array, b2: Array, target_l: float) -> Array:
+    """Smallest ``k >= k_first`` where ``b2 + a*x_c(k) <= target_l``, each family inverted."""
+    gap = target_l - b2
+    pos = (gap > 0.0) & (a > 0.0)
+    ratio = np.where(pos, gap / np.where(pos, a, 1.0), 1.0)  # x at the target
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if fit.family == "optimus":
+            k = 1.0 / ratio - c
+        elif fit.family == "exp":
+            k = fit.k_first - c * np.log(ratio)
+        else:
+            k = fit.k_last * (ratio ** (-1.0 / c) - _POWER_OFFSET)
+    k = np.where(pos, k, np.where(gap >= 0.0, -math.inf, math.inf))  # flat: now or never
+    return np.maximum(np.where(np.isnan(k), math.inf, k), fit.k_first)
+
+
 def _plateau_k(
     fit: ConvergenceFit, a: Array, c: Array, b2: Array, window: float, threshold: float
 ) -> Array:
     """Smallest ``k >= k_first + window`` meeting the window criterion, per parameter triple.
 
-    Every family is falling and convex, so the window's gain shrinks while the gain so far
-    grows: the criterion holds from one point on.
+    Closed form where there is one; else numerically: every family is falling and convex,
+    so the window's gain shrinks while the gain so far grows, and the criterion holds from
+    one point on.
     """
+    closed = _plateau_closed(fit, a, c, b2, window, threshold)
+    if closed is not None:
+        return closed[:, 0]
     f = _curve(fit)
     return _first_k(
         (fit.k_first + window) * _SEARCH[None, :],
         lambda k: plateau_reached(f(k - window, a, c, b2), f(k, a, c, b2), fit.l_first, threshold),
     )
-
-
-def _target_k(fit: ConvergenceFit, a: Array, c: Array, b2: Array, target_l: float) -> Array:
-    """Smallest ``k >= k_first`` where the curve reaches ``target_l``, per parameter triple."""
-    f = _curve(fit)
-    grid = np.concatenate([[fit.k_first], (fit.k_first + fit.spacing) * _SEARCH])[None, :]
-    return _first_k(grid, lambda k: f(k, a, c, b2) <= target_l)
 
 
 def predict_convergence(
@@ -645,7 +688,7 @@ def predict_convergence(
     target_l: float | None = None
     if target is not None and math.isfinite(target):
         target_l = float(fit.transform.to_loss(target))
-    ks = _target_k(fit, a, c, b2, target_l) if target_l is not None else None
+    ks = _target_closed(fit, a, c, b2, target_l)[:, 0] if target_l is not None else None
     # Reachable: the fitted curve gets there (a falling curve approaches b2, never passes).
     reachable = ks is None or fit.b2 < target_l or bool(np.isfinite(ks[0]))
     if ks is None or not reachable:
