@@ -23,21 +23,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
 from slurm_elastic.actuate.diff import companion_cleanup, diff
 from slurm_elastic.actuate.executor import ActionRecord, Executor
 from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
-from slurm_elastic.actuate.state import Classification, ElasticJob, classify
+from slurm_elastic.actuate.state import Classification, classify
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.problem import build_problem
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.daemon.result import CycleResult, JobStatusRow, status_rows
 from slurm_elastic.errors import SlurmElasticError, SlurmError
 from slurm_elastic.marker import resolve_spec
 from slurm_elastic.slurm.backend import SlurmBackend
@@ -56,96 +55,11 @@ from slurm_elastic.types import (
     SolverStatus,
 )
 
+__all__ = ["Controller", "CycleResult", "JobStatusRow", "keep_current_plan"]
+
 log = structlog.get_logger("slurm_elastic.controller")
 
 Allocate = Callable[[AllocationProblem, str], Plan]
-
-
-@dataclass(frozen=True, slots=True)
-class JobStatusRow:
-    """One line of ``slurm-elastic status``."""
-
-    job_id: int
-    partition: str
-    name: str
-    user: str
-    state: str
-    nodes: int
-    min_nodes: int | None
-    max_nodes: int | None
-    target: int | None
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "partition": self.partition,
-            "name": self.name,
-            "user": self.user,
-            "state": self.state,
-            "nodes": self.nodes,
-            "min": self.min_nodes,
-            "max": self.max_nodes,
-            "target": self.target,
-            "reason": self.reason,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class CycleResult:
-    now: float
-    ok: bool
-    error: str | None
-    duration_s: float
-    slurm_calls: int  # Slurm read calls of this cycle's snapshot
-    history_calls: int  # sacct reads this cycle (0 on most cycles)
-    snapshot_age_s: float | None
-    mode: str
-    plan: Plan | None = None
-    actions: tuple[ActionRecord, ...] = ()
-    jobs: tuple[JobStatusRow, ...] = ()
-    explanations: Mapping[int, Explanation] = field(default_factory=dict)
-
-    @property
-    def applied(self) -> tuple[ActionRecord, ...]:
-        return tuple(r for r in self.actions if r.outcome == "applied")
-
-    def to_json(self) -> dict[str, Any]:
-        plan = self.plan
-        return {
-            "now": self.now,
-            "ok": self.ok,
-            "error": self.error,
-            "duration_s": self.duration_s,
-            "slurm_calls": self.slurm_calls,
-            "history_calls": self.history_calls,
-            "snapshot_age_s": self.snapshot_age_s,
-            "mode": self.mode,
-            "plan": None
-            if plan is None
-            else {
-                "solver": plan.solver,
-                "status": str(plan.status),
-                "objective": plan.objective,
-                "gap": plan.gap,
-                "solve_s": plan.solve_s,
-                "note": plan.note,
-                "decisions": [
-                    {
-                        "job_id": d.job_id,
-                        "current_nodes": d.current_nodes,
-                        "target_nodes": d.target_nodes,
-                        "predicted_gain": d.explanation.predicted_gain,
-                        "resize_cost": d.explanation.resize_cost,
-                        "rule": d.explanation.rule,
-                        "detail": d.explanation.detail,
-                    }
-                    for d in plan.decisions
-                ],
-            },
-            "actions": [r.to_json() for r in self.actions],
-            "jobs": [row.to_json() for row in self.jobs],
-        }
 
 
 class Controller:
@@ -420,69 +334,6 @@ def keep_current_plan(problem: AllocationProblem, note: str) -> Plan:
         objective=0.0,
         note=note,
     )
-
-
-def status_rows(
-    cls: Classification,
-    plan: Plan,
-    frozen: Mapping[int, str],
-    records: list[ActionRecord],
-) -> tuple[JobStatusRow, ...]:
-    by_job: dict[int, str] = {}
-    for rec in records:
-        # The last word on a job wins: an applied action over an earlier blocked one.
-        by_job[rec.action.job_id] = _record_reason(rec)
-    rows: list[JobStatusRow] = []
-    for job_id, job in sorted(cls.jobs.items()):
-        ej = cls.elastic.get(job_id)
-        if ej is None:
-            reason = by_job.get(job_id) or cls.not_elastic.get(job_id, "not elastic")
-            rows.append(_row(job, job.node_count, None, None, None, reason))
-            continue
-        target = plan.target(job_id)
-        reason = by_job.get(job_id) or frozen.get(job_id) or _plan_reason(ej, target)
-        nodes = ej.effective_nodes if job.is_running else job.node_count
-        rows.append(_row(job, nodes, ej.spec.min_nodes, ej.spec.max_nodes, target, reason))
-    return tuple(rows)
-
-
-def _row(
-    job: JobView, nodes: int, lo: int | None, hi: int | None, target: int | None, reason: str
-) -> JobStatusRow:
-    return JobStatusRow(
-        job.job_id,
-        job.partition,
-        job.name,
-        job.user,
-        job.state.value,
-        nodes,
-        lo,
-        hi,
-        target,
-        reason,
-    )
-
-
-def _record_reason(rec: ActionRecord) -> str:
-    a = rec.action
-    change = f"{a.kind.value} {a.from_nodes}->{a.to_nodes}"
-    if rec.outcome == "blocked":
-        return f"blocked: {rec.detail}"
-    if rec.outcome == "shadow":
-        return f"shadow: would {change}"
-    if rec.outcome == "deferred":
-        return f"deferred: {change} (max resizes per cycle)"
-    if rec.outcome == "waiting" or (a.kind is ActionKind.GROW and rec.outcome == "applied"):
-        return rec.detail  # "shrinking: awaiting ack", "grow: companion 123 pending"
-    return f"{change} {rec.outcome}: {rec.detail}"
-
-
-def _plan_reason(ej: ElasticJob, target: int | None) -> str:
-    if target is None:
-        return "not planned"
-    if ej.job.is_pending:
-        return "pending: no room at min size" if target == 0 else f"pending: start at {target}"
-    return "at target" if target == ej.effective_nodes else f"target {target}"
 
 
 # --------------------------------------------------------------------------- adapters
