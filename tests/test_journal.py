@@ -106,3 +106,18 @@ def test_last_resize_and_specs_persist(tmp_path: Path) -> None:
     assert again.known_specs() == {1: ElasticSpec(1, 4), 2: ElasticSpec(1, 2)}
     again.forget_specs([1, 2])
     assert again.known_specs() == {}
+
+
+def test_prune_keeps_open_rows_and_recent_history() -> None:
+    journal = Journal()
+    old_done = journal.record_intent(GROW, 10.0)
+    journal.mark(old_done, ActionStatus.APPLIED, 11.0)
+    old_open = journal.record_intent(GROW, 10.0)
+    recent = journal.record_intent(GROW, 500.0)
+    journal.mark(recent, ActionStatus.FAILED, 501.0)
+    journal.link_companion(1, 9, 1, old_done, 10.0)
+    journal.end_companion(9, 12.0)
+    journal.link_companion(1, 10, 1, None, 10.0)  # still active
+    assert journal.prune(before=100.0) == 2
+    assert [e.id for e in journal.all_actions()] == [old_open, recent]
+    assert [c.companion_id for c in journal.companions(active_only=False)] == [10]

@@ -120,6 +120,8 @@ class Controller:
         done_here: frozenset[int] = frozenset()
         if not self._reconciled:
             report = self.journal.reconcile(self.backend, snapshot, act=self.knobs.enforce)
+            # Bounded: closed rows older than the accounting look-back serve nothing.
+            self.journal.prune(now - self.config.slurm.sacct_lookback_s)
             done_here = frozenset(report.cancelled)  # this snapshot predates their cancel
             self._reconciled = True
         history_calls = self._refresh_history(now)

@@ -250,6 +250,23 @@ class Journal:
             ).fetchall()
         return tuple(_entry(row) for row in rows)
 
+    def prune(self, before: float) -> int:
+        """Delete closed actions and ended companion links last touched before ``before``.
+
+        Open rows are never pruned: they are what reconcile needs.  Returns rows deleted.
+        """
+        with self._tx() as db:
+            gone = db.execute(
+                "DELETE FROM actions WHERE status NOT IN ('intent','waiting') AND updated_at < ?",
+                (before,),
+            ).rowcount
+            gone += db.execute(
+                "DELETE FROM companions WHERE ended_at IS NOT NULL AND ended_at < ?", (before,)
+            ).rowcount
+        if gone:
+            log.info("journal.pruned", rows=gone, before=before)
+        return gone
+
     # ------------------------------------------------------------------ companions
 
     def link_companion(
