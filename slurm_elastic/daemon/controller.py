@@ -91,8 +91,7 @@ class Controller:
         """Take a new config (SIGHUP) between cycles."""
         self.config = config
         self.knobs = GuardKnobs.from_config(config)
-        if hasattr(self, "estimator"):
-            self.estimator.default_resize_cost_s = config.model.default_resize_cost_s
+        self.estimator.default_resize_cost_s = config.model.default_resize_cost_s
         self.executor = Executor(
             self.backend,
             self.journal,
