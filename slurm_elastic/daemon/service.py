@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import os
 import pwd
 import select
@@ -148,13 +147,10 @@ class SnapshotTap:
 
 
 def make_backend(config: Config, *, dry_run: bool = False) -> SlurmBackend:
-    if config.slurm.backend == "pyslurm" and (
-        importlib.util.find_spec("slurm_elastic.slurm.pyslurm_backend") is None
-    ):
-        raise ConfigError("slurm.backend: pyslurm backend is not available in this install")
-    from slurm_elastic.slurm.cli import CliBackend  # the default that every test exercises
+    """The configured backend (``slurm.backend``: auto | cli | pyslurm), via the one selector."""
+    from slurm_elastic.slurm.select import make_backend as select_backend
 
-    return CliBackend(timeout_s=config.slurm.timeout_s, dry_run=dry_run)
+    return select_backend(config.slurm.backend, dry_run=dry_run, timeout_s=config.slurm.timeout_s)
 
 
 def content_of(result: CycleResult, reports: ReportStore) -> CycleContent:
