@@ -215,3 +215,36 @@ def test_running_job_never_pinned_and_pending_never_resized() -> None:
     pj = elastic(pending(2))
     assert block_reason(Action(ActionKind.GROW, 2, 0, 2), pj, KNOBS, 0.0) == "not running"
     assert JobState.PENDING.is_active
+
+
+@given(
+    parent_nodes=st.integers(1, 4),
+    companion_sizes=st.lists(st.integers(1, 3), max_size=3),
+    data=st.data(),
+)
+def test_shrink_layout_properties(parent_nodes: int, companion_sizes: list[int], data) -> None:
+    names = iter(f"n{i}" for i in range(1, 20))
+    parent = job(1, nodes=tuple(next(names) for _ in range(parent_nodes)))
+    comps = [
+        job(10 + k, nodes=tuple(next(names) for _ in range(size)), comment=companion_comment(1))
+        for k, size in enumerate(companion_sizes)
+    ]
+    ej = classify(snapshot([parent, *comps]), lambda j: ElasticSpec(1, 16)).elastic[1]
+    target = data.draw(st.integers(1, ej.effective_nodes))
+    layout = shrink_layout(ej, target)
+    kept = [c for c in comps if c.job_id not in layout.cancel_companions]
+    # Newest companions go first, and only whole companions are cancelled.
+    assert list(layout.cancel_companions) == sorted(layout.cancel_companions, reverse=True)
+    assert kept == comps[: len(kept)]
+    if layout.parent_nodes >= 1:
+        # Feasible: exactly the target, the batch host kept, the parent trimmed at its tail.
+        assert len(layout.keep_nodes) == target
+        assert parent.batch_host in layout.keep_nodes
+        assert layout.keep_nodes[: layout.parent_nodes] == parent.nodes[: layout.parent_nodes]
+    else:
+        # Kept companions alone exceed the target: the guard refuses it.
+        action = Action(
+            ActionKind.SHRINK, 1, ej.effective_nodes, target,
+            extra=(("parent_nodes", str(layout.parent_nodes)),),
+        )  # fmt: skip
+        assert block_reason(action, ej, KNOBS, 0.0) == "would remove the batch host"
