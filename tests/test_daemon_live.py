@@ -168,22 +168,29 @@ def cycle(ctl: Controller) -> CycleResult:
 
 
 @pytest.mark.slurm
-def test_pending_job_starts_at_the_planned_size(live: Path) -> None:
+def test_pending_jobs_start_at_the_planned_sizes(live: Path) -> None:
+    """Two elastic jobs wait while one node is busy; the real MIP sizes both to fit the
+    three free nodes, and Slurm starts each at exactly its planned size."""
     rigid = sbatch("-N1", "--wrap", "sleep 600", cwd=live)
     wait_for(lambda: running(rigid))
-    # Held, so that Slurm cannot start it before the controller has pinned it.
-    job_id = sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+    # Held, so that Slurm cannot start them before the controller has pinned them.
+    ids = [
+        sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+        for _ in range(2)
+    ]
     ctl, _ = controller(live_config(live / "state", live / "fake-agent"))
     result = cycle(ctl)
-    assert result.plan is not None
-    planned = result.plan.target(job_id)
-    assert planned is not None and 1 <= planned <= 3  # 3 nodes are free
-    view = jobs()[job_id]
-    assert (view.min_nodes, view.max_nodes) == (planned, planned)
-    scontrol("release", str(job_id))
-    started = wait_for(lambda: running(job_id), timeout_s=40)
-    assert started.node_count == planned
-    assert [e.kind for e in ctl.journal.actions_for(job_id)] == [ActionKind.START_AT_SIZE]
+    assert result.plan is not None and result.plan.solver == "mip"
+    planned = {j: result.plan.target(j) or 0 for j in ids}
+    assert all(n >= 1 for n in planned.values()) and sum(planned.values()) <= 3
+    views = jobs()
+    for j in ids:
+        assert (views[j].min_nodes, views[j].max_nodes) == (planned[j], planned[j])
+    scontrol("release", *map(str, ids))
+    for j in ids:
+        started = wait_for(lambda j=j: running(j), timeout_s=40)
+        assert started.node_count == planned[j]
+        assert [e.kind for e in ctl.journal.actions_for(j)] == [ActionKind.START_AT_SIZE]
 
 
 @pytest.fixture
