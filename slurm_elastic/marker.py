@@ -43,7 +43,7 @@ Companion jobs (submitted by the daemon to grow a job) carry the token
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurm_elastic.errors import MarkerError
 from slurm_elastic.types import ElasticSpec
@@ -284,17 +284,7 @@ def complete_marker(comment: str, min_nodes: int | None, max_nodes: int | None) 
         return comment
     if marker.min_nodes is not None and marker.max_nodes is not None:
         return comment
-    full = format_marker(
-        MarkerToken(
-            version=marker.version,
-            explicit_version=marker.explicit_version,
-            min_nodes=spec.min_nodes,
-            max_nodes=spec.max_nodes,
-            step=marker.step,
-            gpus_per_node=marker.gpus_per_node,
-            cost_s=marker.cost_s,
-        )
-    )
+    full = format_marker(replace(marker, min_nodes=spec.min_nodes, max_nodes=spec.max_nodes))
     for match in _TOKEN.finditer(comment):
         if _is_marker_token(match.group()):
             return comment[: match.start()] + full + comment[match.end() :]
