@@ -121,3 +121,20 @@ def test_prune_keeps_open_rows_and_recent_history() -> None:
     assert journal.prune(before=100.0) == 2
     assert [e.id for e in journal.all_actions()] == [old_open, recent]
     assert [c.companion_id for c in journal.companions(active_only=False)] == [10]
+
+
+def test_shrink_dropping_a_companion_is_done_only_when_the_companion_is_gone() -> None:
+    journal = Journal()
+    extra = (("parent_nodes", "2"), ("cancel_companions", "9"), ("keep_nodes", "n1,n2"))
+    aid = journal.record_intent(
+        Action(ActionKind.SHRINK, 1, 3, 2, extra=extra), 1.0, status=ActionStatus.WAITING
+    )
+    parent = job(1, nodes=("n1", "n2"))
+    comp = job(9, nodes=("n3",), comment=companion_comment(1))
+    backend = RecordingBackend(snapshot([parent, comp]))
+    assert journal.reconcile(backend, backend.snap).rolled_back == [aid]  # type: ignore[arg-type]
+    aid = journal.record_intent(
+        Action(ActionKind.SHRINK, 1, 3, 2, extra=extra), 2.0, status=ActionStatus.WAITING
+    )
+    backend.snap = snapshot([parent])
+    assert journal.reconcile(backend, backend.snap).completed == [aid]  # type: ignore[arg-type]

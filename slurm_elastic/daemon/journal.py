@@ -388,8 +388,13 @@ class Journal:
                     continue
                 why = "no companion was submitted"
             elif entry.kind is ActionKind.SHRINK and job is not None:
-                done = job.is_running and job.node_count == int(
-                    dict(entry.action.extra).get("parent_nodes", entry.action.to_nodes)
+                extra = dict(entry.action.extra)
+                dropped = [int(c) for c in extra.get("cancel_companions", "").split(",") if c]
+                parent_nodes = int(extra.get("parent_nodes", entry.action.to_nodes))
+                done = (
+                    job.is_running
+                    and job.node_count == parent_nodes
+                    and not any(c in active for c in dropped)
                 )
                 why = "shrink not applied before restart"
             elif entry.kind is ActionKind.CANCEL_COMPANION:
