@@ -178,7 +178,9 @@ def launch_steps(info: LaunchInfo, own_job: int, role: str, opts: RunOptions, st
         argv = srun_argv(info, len(view.nodes), role, relaunch=attempt > 0)
         log.info("agent.srun", attempt=attempt, nodes=list(view.nodes), role=role)
         rc = step.run(argv, env)
-        if read_json(Path(info.job_dir) / DONE) is not None:
+        # done.json: Slurm counts the tasks it killed on removed nodes in srun's status,
+        # so a finished training can end with a non-zero one.
+        if rc == 0 or read_json(Path(info.job_dir) / DONE) is not None:
             log.info("agent.done", srun_rc=rc)
             return 0
         if step.stopping:
