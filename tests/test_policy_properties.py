@@ -11,7 +11,14 @@ from slurm_elastic.policy import POLICIES, PolicyOptions, allocate
 from slurm_elastic.policy.compiled import compile_problem
 from slurm_elastic.policy.pulp_model import solve_pulp
 from slurm_elastic.types import AllocationProblem, SolverStatus
-from tests.test_policy_support import brute_force, fits, instances, same_plan, targets
+from tests.test_policy_support import (
+    brute_force,
+    fits,
+    instances,
+    reservations_hold,
+    same_plan,
+    targets,
+)
 
 # No child process per example: isolation has its own tests, and forking hundreds of
 # times would dominate the run time on this shared machine.
@@ -95,3 +102,10 @@ def test_pulp_formulation_agrees_with_mip(p: AllocationProblem) -> None:
     assert compiled.feasible(choice)
     mip = allocate(p, "mip", options=INLINE)
     assert math.isclose(compiled.objective(choice), mip.objective, rel_tol=2e-3, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["mip", "greedy", "dp"])
+@FAST
+@given(p=instances(one_pool=True, max_jobs=5))
+def test_elastic_jobs_never_jump_a_pending_rigid_job(policy: str, p: AllocationProblem) -> None:
+    assert reservations_hold(p, targets(allocate(p, policy, options=INLINE)))

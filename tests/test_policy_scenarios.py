@@ -296,3 +296,18 @@ def test_a_killed_solver_still_hands_back_its_last_incumbent(
     assert plan.solver == "mip" and plan.status is SolverStatus.FEASIBLE
     assert "time limit" in plan.note
     assert plan.objective == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("policy", ["mip", "greedy", "dp"])
+def test_every_pending_rigid_job_keeps_its_place_not_only_the_last(policy: str) -> None:
+    # R1 (3 nodes) is ahead of E (min 2), which is ahead of R2 (1 node).  E would fit
+    # before R2 but not before R1: it must wait.
+    p = problem(
+        [elastic(1, cur=0, sizes=(2, 3), submit=2.0)],
+        pools(batch=4),
+        (
+            RigidDemand(91, "batch", 3, running=False, submit_time=1.0),
+            RigidDemand(92, "batch", 1, running=False, submit_time=3.0),
+        ),
+    )
+    assert targets(allocate(p, policy)) == {1: 0}

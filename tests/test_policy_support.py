@@ -207,7 +207,7 @@ def instances(
             )
         )
     rigid = []
-    for i in range(draw(st.integers(0, 3))):
+    for i in range(draw(st.integers(0, 4))):
         running = not pending_rigid or draw(st.booleans())
         rigid.append(
             RigidDemand(
@@ -235,3 +235,24 @@ def instances(
 
 def _pending(d: ElasticDemand) -> ElasticDemand:
     return elastic(d.job_id, d.partition, 0, d.allowed_sizes, submit=d.submit_time)
+
+
+def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
+    """The FIFO reservation rule written out naively (one partition, every pending rigid job)."""
+    cap = sum(pool.nodes for pool in p.pools)
+    rigid_running = sum(r.nodes for r in p.rigid if r.running)
+    running = [d for d in p.elastic if d.current_nodes > 0]
+    pending = [d for d in p.elastic if d.current_nodes == 0]
+    queue = sorted((r for r in p.rigid if not r.running), key=lambda r: (r.submit_time, r.job_id))
+    for k, r in enumerate(queue):
+        key = (r.submit_time, r.job_id)
+        older = [d for d in pending if (d.submit_time, d.job_id) < key]
+        younger = [d for d in pending if (d.submit_time, d.job_id) > key]
+        free = cap - rigid_running - sum(d.current_nodes for d in running)
+        free -= sum(d.min_nodes for d in older) + sum(q.nodes for q in queue[: k + 1])
+        claims = sum(sizes[d.job_id] - d.current_nodes for d in running)
+        claims += sum(sizes[d.job_id] - d.min_nodes for d in older if sizes[d.job_id] > 0)
+        claims += sum(sizes[d.job_id] for d in younger)
+        if claims > max(0, free):
+            return False
+    return True

@@ -42,6 +42,8 @@ only the last of each run is kept, and rows after the first one that is 0 are im
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -182,18 +184,20 @@ def _reservations(
     pending = sorted(
         (fifo_key(e.submit_time, e.job_id), e.min_nodes) for e in elastic_in if not e.is_running
     )
+    keys = [k for k, _ in pending]
+    older_min = list(itertools.accumulate((m for _, m in pending), initial=0))
     rows: list[RowSpec] = []
     reserved = 0
     for k, r in enumerate(pending_rigid):
         key = fifo_key(r.submit_time, r.job_id)
         reserved += r.nodes
-        older_min = sum(m for pk, m in pending if pk < key)
-        rhs = max(0.0, float(free_of_rigid - running_cur - older_min - reserved))
+        at = bisect.bisect_left(keys, key)  # pending elastic jobs older than R
+        rhs = max(0.0, float(free_of_rigid - running_cur - older_min[at] - reserved))
         nxt = pending_rigid[k + 1] if k + 1 < len(pending_rigid) else None
         if nxt is not None and rhs > 0:
             nkey = fifo_key(nxt.submit_time, nxt.job_id)
-            if not any(key < pk < nkey for pk, _ in pending):
-                continue  # same left side as the next row, whose right side is smaller
+            if bisect.bisect_left(keys, nkey) == at:
+                continue  # no pending elastic job between R and the next: same left side
         rows.append(RowSpec(f"{RESERVATION}:{name}:job{r.job_id}", RESERVATION, rhs, classes, key))
         if rhs == 0:
             break

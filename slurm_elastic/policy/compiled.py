@@ -295,15 +295,19 @@ def _row_coefficients(
     running = np.array([d.is_running for d in demands], dtype=bool)[job]
     cur = np.array([d.current_nodes for d in demands], dtype=float)[job]
     mins = np.array([d.min_nodes for d in demands], dtype=float)[job]
-    keys = [fifo_key(d.submit_time, d.job_id) for d in demands]
+    submit = np.array([d.submit_time for d in demands], dtype=float)
+    ids = np.array([d.job_id for d in demands], dtype=np.int64)
+    distinct = sorted(set(classes), key=sorted)
+    class_ix = np.array([distinct.index(c) for c in classes], dtype=np.int64)
     coef = np.zeros((len(specs), sizes.size))
     member = np.zeros((len(specs), len(demands)), dtype=bool)
     for i, spec in enumerate(specs):
-        member[i] = [c in spec.classes for c in classes]
-        if spec.kind == CAPACITY:
+        member[i] = np.array([c in spec.classes for c in distinct], dtype=bool)[class_ix]
+        if spec.kind == CAPACITY or spec.cutoff is None:
             row = s
         else:
-            older = np.array([k < spec.cutoff for k in keys], dtype=bool)[job]
+            at, by = spec.cutoff
+            older = ((submit < at) | ((submit == at) & (ids < by)))[job]  # FIFO key < cutoff
             row = np.where(running, s - cur, np.where(older, np.where(sizes > 0, s - mins, 0.0), s))
         coef[i] = np.where(member[i][job], row, 0.0)
     return coef, member

@@ -166,51 +166,59 @@ def solve_dual(
     return best_lam, warm, best_ub
 
 
+def _prefix_that_fits(steps: FloatArray, room: FloatArray) -> int:
+    """How many of ``steps`` (columns, in order) can be applied before a row overflows."""
+    over = np.any(np.cumsum(steps, axis=1) > room[:, None] + _TOL, axis=0)
+    return int(np.argmax(over)) if over.any() else steps.shape[1]
+
+
 def incumbent(model: FlatModel, lam: FloatArray) -> IntArray:
-    """A feasible choice (global candidate index per job) near the Lagrangian optimum."""
+    """A feasible choice (global candidate index per job) near the Lagrangian optimum.
+
+    Repair: moves down (which never use more of any row) with the least value lost per
+    node freed in the over-full rows, cheapest first, until every row fits.  Fill: moves
+    up with the most value per node, best first, while they fit.  Both work in vectorised
+    rounds of at most one move per job.
+    """
     pick = _segment_argmax(model, reduced(model, lam))
     dense = model.a.toarray()  # rows are few (Hall sets and reservations)
     usage = dense[:, pick].sum(axis=1)
     ids = np.arange(model.value.size)
-    # Repair: moves down with the least value lost per node freed in the over-full rows,
-    # cheapest first (one per job per pass), until every row fits.
     over = usage > model.b + _TOL
     while over.any():
-        full = dense[over]
         cur = pick[model.job]
-        freed = (full[:, cur] - full).sum(axis=0)
+        freed = (dense[over][:, cur] - dense[over]).sum(axis=0)
         ok = (ids < cur) & (freed > _TOL)
         if not ok.any():
             break  # cannot happen: every job's first candidate is its floor, which fits
         ratio = np.where(ok, (model.value[cur] - model.value) / np.where(ok, freed, 1.0), np.inf)
         best = _segment_argmax(model, -ratio)
         best = best[np.isfinite(ratio[best])]
-        for move in best[np.lexsort((best, ratio[best]))]:
-            step = dense[:, move] - dense[:, pick[model.job[move]]]
-            if np.any(step[over] < 0):
-                usage += step
-                pick[model.job[move]] = move
-                over = usage > model.b + _TOL
-                if not over.any():
-                    break
-    # Fill: the best value per node first, while it fits.  Usage only grows while filling,
-    # so a move that does not fit now never will: screen those out in one pass.
-    cur = pick[model.job]
-    gain = model.value - model.value[cur]
-    delta = dense - dense[:, cur]
-    fits_now = np.all(delta <= (model.b - usage)[:, None] + _TOL, axis=0)
-    up = np.flatnonzero((gain > _TOL) & fits_now)
-    cost = np.maximum(delta[:, up].sum(axis=0), _TOL)
-    for move in up[np.lexsort((up, -gain[up] / cost))]:
-        j = int(model.job[move])
-        old = int(pick[j])
-        if model.value[move] <= model.value[old] + _TOL:
-            continue
-        step = dense[:, move] - dense[:, old]
-        if np.all(usage + step <= model.b + _TOL):
-            usage += step
-            pick[j] = move
-    return pick
+        moves = best[np.lexsort((best, ratio[best]))]
+        steps = dense[:, moves] - dense[:, pick[model.job[moves]]]
+        # apply the shortest prefix that clears every over-full row (or all of them)
+        cleared = np.all(
+            np.cumsum(steps[over], axis=1) <= (model.b - usage)[over, None] + _TOL, axis=0
+        )
+        n = int(np.argmax(cleared)) + 1 if cleared.any() else moves.size
+        usage += steps[:, :n].sum(axis=1)
+        pick[model.job[moves[:n]]] = moves[:n]
+        over = usage > model.b + _TOL
+    while True:
+        cur = pick[model.job]
+        gain = model.value - model.value[cur]
+        delta = dense - dense[:, cur]
+        room = model.b - usage
+        fits = (gain > _TOL) & np.all(delta <= room[:, None] + _TOL, axis=0)
+        if not fits.any():
+            return pick
+        ratio = np.where(fits, gain / np.maximum(delta.sum(axis=0), _TOL), -np.inf)
+        best = _segment_argmax(model, ratio)
+        best = best[fits[best]]
+        moves = best[np.lexsort((best, -ratio[best]))]
+        n = max(1, _prefix_that_fits(delta[:, moves], room))
+        usage += delta[:, moves[:n]].sum(axis=1)
+        pick[model.job[moves[:n]]] = moves[:n]
 
 
 def fix(model: FlatModel, lam: FloatArray, keep: IntArray) -> tuple[FloatArray, float]:
