@@ -291,6 +291,22 @@ nodes_ok() {
     ! grep -qvE ' (idle|mix|alloc|comp)$' <<<"$states"
 }
 
+# Wait for nodes_ok; a slurmd that has died (after a 3 s grace for it to daemonize) fails
+# at once with its log instead of after the whole timeout.
+wait_nodes() { # seconds
+    local deadline=$((SECONDS + $1)) grace=$((SECONDS + 3)) i
+    until nodes_ok >/dev/null 2>&1; do
+        if ((SECONDS >= grace)); then
+            for i in $(seq "$NODES"); do
+                pid_alive "$RUN_DIR/slurmd-n$i.pid" || fail_daemon "slurmd n$i (instance $INSTANCE)" \
+                    "$LOG_DIR/slurmd-n$i.log" "exited during start-up"
+            done
+        fi
+        ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
+}
+
 slurmds_alive() {
     local i
     for i in $(seq "$NODES"); do
@@ -365,10 +381,10 @@ start_instance() {
         SLURM_CONF=$CONF slurmd -f "$CONF" -N "n$i" >>"$LOG_DIR/slurmd-n$i.log" 2>&1 9>&- ||
             fail_daemon "slurmd n$i (instance $INSTANCE)" "$LOG_DIR/slurmd-n$i.log" "did not start"
     done
-    if ! wait_for 8 nodes_ok; then
+    if ! wait_nodes 8; then
         # Nodes left down/drained by an earlier unclean stop: resume them once, then judge.
         SLURM_CONF=$CONF scontrol update NodeName="n[1-$NODES]" State=RESUME >/dev/null 2>&1 || true
-        if ! wait_for "$WAIT_S" nodes_ok; then
+        if ! wait_nodes "$WAIT_S"; then
             local bad
             bad=$(node_states 2>&1 | grep -vE ' (idle|mix|alloc|comp)$' | head -n 1 | cut -d' ' -f1)
             fail_daemon "slurmd ${bad:-?} (instance $INSTANCE)" "$LOG_DIR/slurmd-${bad:-n1}.log" \

@@ -112,20 +112,28 @@ def test_bad_arguments_give_one_clear_line(args: list[str], message: str) -> Non
     assert proc.stderr.strip() == f"cluster.sh: {message}" or message in proc.stderr
 
 
-def test_failed_daemon_is_named_with_its_log(slurm_cluster: SlurmCluster) -> None:
-    """Instance 7's slurmctld port is taken: the error names the daemon and shows why."""
+@pytest.mark.parametrize(
+    ("port", "daemon"), [(17700, "slurmctld (instance 7)"), (17701, "slurmd n1 (instance 7)")]
+)
+def test_failed_daemon_is_named_with_its_log(
+    slurm_cluster: SlurmCluster, port: int, daemon: str
+) -> None:
+    """A port of instance 7 is taken: the error names the daemon and shows why, quickly."""
     blocker = socket.socket()
     blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        blocker.bind(("127.0.0.1", 17700))
+        blocker.bind(("127.0.0.1", port))
     except OSError:
-        pytest.skip("port 17700 (instance 7) is in use")
+        pytest.skip(f"port {port} (instance 7) is in use")
     blocker.listen()
+    t0 = time.monotonic()
     try:
-        proc = cluster_sh("up", "--instance", "7", "--nodes", "1", CLUSTER_WAIT_S="2")
+        proc = cluster_sh("up", "--instance", "7", "--nodes", "1", CLUSTER_WAIT_S="20")
     finally:
+        elapsed = time.monotonic() - t0
         blocker.close()
         cluster_sh("down", "--instance", "7")
     assert proc.returncode == 1
-    assert "cluster.sh: slurmctld (instance 7)" in proc.stderr
+    assert f"cluster.sh: {daemon} " in proc.stderr
     assert "Address already in use" in proc.stderr
+    assert elapsed < 15, "a dead daemon must fail the bring-up without waiting the full timeout"
