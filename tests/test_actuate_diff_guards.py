@@ -161,6 +161,17 @@ def test_never_below_min_above_max_or_without_flag() -> None:
     assert block_reason(Action(ActionKind.GROW, 1, 2, 3), None, KNOBS, 0.0) == "not elastic"
 
 
+def test_graceful_shrink_needs_an_agent_unless_hard_shrink() -> None:
+    ej = elastic(job(1, nodes=("n1", "n2")))
+    action = Action(ActionKind.SHRINK, 1, 2, 1, extra=(("parent_nodes", "1"),))
+    assert block_reason(action, ej, KNOBS, 0.0, agent_seen=True) is None
+    assert block_reason(action, ej, KNOBS, 0.0, agent_seen=False) == (
+        "no agent has reported (hard_shrink off)"
+    )
+    hard = replace(KNOBS, hard_shrink=True)
+    assert block_reason(action, ej, hard, 0.0, agent_seen=False) is None
+
+
 def test_never_the_batch_host() -> None:
     j = replace(job(1, nodes=("n1", "n2", "n3")), batch_host="n3")
     action = Action(ActionKind.SHRINK, 1, 3, 2, extra=(("parent_nodes", "2"),))

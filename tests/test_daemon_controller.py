@@ -21,14 +21,20 @@ from slurm_elastic.types import (
     ClusterSnapshot,
     JobState,
     Plan,
+    ProgressReport,
     SolverStatus,
 )
 from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot, targets
 
 
 def make(
-    snap: ClusterSnapshot, plan: dict[int, int], mode: str = "enforce", **guards: object
+    snap: ClusterSnapshot,
+    plan: dict[int, int],
+    mode: str = "enforce",
+    agents: tuple[int, ...] = (),
+    **guards: object,
 ) -> tuple[Controller, RecordingBackend, Journal, InstructionBoard]:
+    """A controller over ``snap``; ``agents``: jobs whose agent has already reported."""
     backend = RecordingBackend(snap)
     config = Config.model_validate(
         {"mode": mode, "guards": {"min_dwell_s": 0, "cooldown_s": 100, **guards}}
@@ -43,6 +49,8 @@ def make(
         agents=board,
         allocate=targets(plan),
     )
+    for job_id in agents:
+        ctl.reports.add(ProgressReport(job_id=job_id, time=900.0, step=10, nodes=1))
     return ctl, backend, journal, board
 
 
@@ -59,7 +67,7 @@ def test_pending_job_is_pinned_to_the_planned_size() -> None:
 
 def test_shadow_mode_changes_nothing() -> None:
     snap = snapshot([pending(7), job(8, nodes=("n1", "n2", "n3"))])
-    ctl, backend, journal, board = make(snap, {7: 1, 8: 2}, mode="shadow")
+    ctl, backend, journal, board = make(snap, {7: 1, 8: 2}, mode="shadow", agents=(8,))
     result = ctl.run_once(1000.0)
     assert backend.actions() == []
     assert journal.all_actions() == () and board.open_jobs() == ()
@@ -96,7 +104,7 @@ def test_stale_snapshot_takes_no_action() -> None:
 
 def test_graceful_shrink_waits_for_the_ack() -> None:
     snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
-    ctl, backend, journal, board = make(snap, {8: 2})
+    ctl, backend, journal, board = make(snap, {8: 2}, agents=(8,))
     first = ctl.run_once(1000.0)
     instruction = board.pending_for(8)
     assert instruction is not None and instruction.keep_nodes == ("n1", "n2")
@@ -113,7 +121,7 @@ def test_graceful_shrink_waits_for_the_ack() -> None:
 
 def test_shrink_without_ack_is_rolled_back_unless_hard_shrink() -> None:
     snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
-    ctl, backend, journal, _ = make(snap, {8: 2}, ack_timeout_s=30)
+    ctl, backend, journal, _ = make(snap, {8: 2}, agents=(8,), ack_timeout_s=30)
     ctl.run_once(1000.0)
     ctl.run_once(1031.0)
     assert backend.actions() == []
@@ -123,6 +131,16 @@ def test_shrink_without_ack_is_rolled_back_unless_hard_shrink() -> None:
     ctl.run_once(1000.0)
     ctl.run_once(1031.0)
     assert backend.actions() == [("shrink", (8, 2))]
+
+
+def test_no_graceful_shrink_for_a_job_whose_agent_never_reported() -> None:
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, journal, board = make(snap, {8: 2})
+    result = ctl.run_once(1000.0)
+    assert board.pending_for(8) is None and journal.all_actions() == ()
+    assert backend.actions() == []
+    reason = {r.job_id: r.reason for r in result.jobs}[8]
+    assert reason == "blocked: no agent has reported (hard_shrink off)"
 
 
 def test_cooldown_freezes_a_job_after_a_resize() -> None:
@@ -209,7 +227,7 @@ def test_spec_survives_the_pin_and_is_forgotten_when_the_job_ends() -> None:
 
 def test_switch_to_shadow_abandons_a_waiting_shrink() -> None:
     snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
-    ctl, backend, journal, board = make(snap, {8: 2})
+    ctl, backend, journal, board = make(snap, {8: 2}, agents=(8,))
     ctl.run_once(1000.0)
     assert board.pending_for(8) is not None
     ctl.reconfigure(ctl.config.model_copy(update={"mode": "shadow"}))

@@ -194,12 +194,11 @@ def test_pending_jobs_start_at_the_planned_sizes(live: Path) -> None:
 
 
 @pytest.fixture
-def api(live: Path) -> Iterator[tuple[ApiServer, InstructionBoard]]:
-    """The daemon's real HTTP API on 127.0.0.1 (MUNGE-authenticated acks) over a board."""
-    board = InstructionBoard()
+def api(live: Path) -> Iterator[tuple[ApiServer, ApiContext]]:
+    """The daemon's real HTTP API on 127.0.0.1 (MUNGE-authenticated reports and acks)."""
     context = ApiContext(
         reports=ReportStore(),
-        board=board,
+        board=InstructionBoard(),
         metrics=DaemonMetrics(),
         owner_of=lambda job_id: v.user_id if (v := jobs().get(job_id)) else None,
         status_document=lambda: None,
@@ -209,25 +208,29 @@ def api(live: Path) -> Iterator[tuple[ApiServer, InstructionBoard]]:
     server = ApiServer(context, "127.0.0.1", 0)
     server.start()
     try:
-        yield server, board
+        yield server, context
     finally:
         server.stop()
 
 
 @pytest.mark.slurm
 def test_shrink_after_the_agent_acknowledges(live: Path, api) -> None:
-    server, board = api
+    server, context = api
     job_id = elastic_job_on(3, live)
     ctl = Controller(
         CliBackend(),
         live_config(live / "state", live / "fake-agent"),
-        reports=ReportStore(),
+        reports=context.reports,
         journal=Journal.in_state_dir(live / "state"),
-        agents=board,
+        agents=context.board,
         allocate=targets({job_id: 1}),
     )
     acked = threading.Event()
     base = f"{server.url}/v1/jobs/{job_id}"
+    # The agent reports progress first: only a job with an agent is shrunk gracefully.
+    report = {"step": 40, "nodes": 3, "loss": 1.5, "samples_per_s": 300.0, "global_batch": 64}
+    answer = post_authenticated(f"{base}/report", report)
+    assert answer.status in (200, 202) and answer.body["accepted"], answer.body
 
     def agent() -> None:
         """The job side over HTTP: poll the instruction, 'checkpoint', ack ready (MUNGE)."""

@@ -100,8 +100,15 @@ def block_reason(
     knobs: GuardKnobs,
     now: float,
     outlook: Outlook | None = None,
+    *,
+    agent_seen: bool = True,
 ) -> str | None:
-    """Why ``action`` must not be applied, or None.  ``ej`` is None for non-elastic jobs."""
+    """Why ``action`` must not be applied, or None.  ``ej`` is None for non-elastic jobs.
+
+    ``agent_seen``: the job's agent has reported at least once.  A graceful shrink of a
+    job without one would only wait out ``ack_timeout_s`` and roll back, so it is not
+    even started unless ``hard_shrink`` allows shrinking without an ack.
+    """
     if action.kind is ActionKind.CANCEL_COMPANION:
         return None  # diff only proposes these for jobs carrying the companion comment
     if ej is None:
@@ -116,6 +123,8 @@ def block_reason(
     if not ej.job.is_running:
         return "not running"
     if action.kind is ActionKind.SHRINK:
+        if not agent_seen and not knobs.hard_shrink:
+            return "no agent has reported (hard_shrink off)"
         return _batch_host_reason(action, ej.job) or _time_limit_reason(
             action, ej.job, knobs, now, outlook
         )

@@ -300,7 +300,14 @@ class Controller:
         if action.kind is ActionKind.GROW and self.config.grow.method == "off":
             return "grow disabled (grow.method: off)"
         ej = cls.elastic.get(action.job_id)
-        return block_reason(action, ej, self.knobs, now, outlooks.get(action.job_id))
+        return block_reason(
+            action,
+            ej,
+            self.knobs,
+            now,
+            outlooks.get(action.job_id),
+            agent_seen=self.reports.latest(action.job_id) is not None,
+        )
 
     def _failed(
         self, now: float, started: float, error: str, age: float | None, calls: int
