@@ -7,9 +7,11 @@ cluster up with scripts/cluster.sh when it is not already running.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -23,3 +25,11 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared is not beside this checkout")
     return SHARED
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """Entry points (daemon, simulate) configure structlog globally; undo it after each test
+    so that ``structlog.testing.capture_logs`` sees every event in the tests that follow."""
+    yield
+    structlog.reset_defaults()

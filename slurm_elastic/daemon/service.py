@@ -210,7 +210,6 @@ class Service:
         self.metrics = DaemonMetrics()
         self.reports = ReportStore()
         self.board = InstructionBoard()
-        self.tap = SnapshotTap(backend if backend is not None else make_backend(config))
         self.state_dir = Path(config.state_dir)
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -218,6 +217,8 @@ class Service:
             raise ConfigError(
                 f"state_dir: cannot create {self.state_dir}: {exc.strerror}"
             ) from None
+        # After the cheap local checks, so a start-up error stays one line.
+        self.tap = SnapshotTap(backend if backend is not None else make_backend(config))
         self.journal = Journal.in_state_dir(self.state_dir)
         self.controller = Controller(
             self.tap, config, reports=self.reports, journal=self.journal, agents=self.board
