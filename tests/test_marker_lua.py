@@ -1,10 +1,9 @@
 """etc/job_submit.lua agrees with slurm_elastic.marker on every input.
 
-The shipped plugin runs here in a stand-alone Lua interpreter with a minimal ``slurm``
-table (what job_submit_lua.so provides: NO_VAL, SUCCESS, ERROR, log_user, log_info).
-Debian's plugin embeds Lua 5.1; the script uses only Lua 5.1 and runs here under lua5.3
-(installed by scripts/install-deps.sh).  tests/test_marker_submit.py checks the real
-plugin inside slurmctld.
+The shipped plugin runs here in a stand-alone Lua 5.1 interpreter (the version Debian's
+job_submit_lua.so embeds; installed by scripts/install-deps.sh) with a minimal ``slurm``
+table: what the plugin provides (NO_VAL, SUCCESS, ERROR, log_user, log_info).
+tests/test_marker_submit.py checks the real plugin inside slurmctld.
 """
 
 from __future__ import annotations
@@ -54,11 +53,11 @@ Case = tuple[str, int | None, int | None]
 
 
 def _lua() -> str:
-    exe = shutil.which("lua5.3") or shutil.which("lua5.1") or shutil.which("lua")
+    exe = shutil.which("lua5.1")
     if exe is None:
         if in_ci():
-            pytest.fail("no Lua interpreter: scripts/install-deps.sh installs lua5.3")
-        pytest.skip("no Lua interpreter (install lua5.3)")
+            pytest.fail("no lua5.1 interpreter: scripts/install-deps.sh installs it")
+        pytest.skip("no lua5.1 interpreter (apt-get install lua5.1)")
     return exe
 
 
