@@ -252,3 +252,24 @@ def test_history_is_read_at_its_cadence_and_retried_later_after_a_failure() -> N
     backend.fail_history = False
     assert ctl.run_once(1661.0).history_calls == 1
     assert reads()[-1][1] == 1000.0
+
+
+def test_refused_grow_is_recorded_failed_and_cools_down() -> None:
+    from slurm_elastic.errors import SlurmRejected
+
+    snap = snapshot([job(8, nodes=("n1", "n2"))])
+    ctl, backend, journal, _ = make(snap, {8: 4})
+
+    def refuse(script: str, **kw: object) -> int:
+        raise SlurmRejected("sbatch refused", slurm_message="Invalid account or account/partition")
+
+    backend.submit = refuse  # type: ignore[method-assign]
+    result = ctl.run_once(1000.0)
+    (rec,) = result.actions
+    assert rec.outcome == "failed" and "sbatch refused" in rec.detail
+    assert journal.all_actions()[0].status is ActionStatus.FAILED
+    assert journal.companions() == ()
+    again = ctl.run_once(1010.0)  # cooldown_s=100 in these tests: not retried at once
+    assert again.actions == () and {r.job_id: r.reason for r in again.jobs}[8].startswith(
+        "cooldown"
+    )
