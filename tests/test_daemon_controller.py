@@ -14,7 +14,7 @@ from slurm_elastic.daemon.controller import Controller, keep_current_plan
 from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
 from slurm_elastic.daemon.journal import ActionStatus, Journal
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.errors import SolverError
+from slurm_elastic.errors import SlurmRejected, SolverError
 from slurm_elastic.types import (
     ActionKind,
     AllocationProblem,
@@ -255,8 +255,6 @@ def test_history_is_read_at_its_cadence_and_retried_later_after_a_failure() -> N
 
 
 def test_refused_grow_is_recorded_failed_and_cools_down() -> None:
-    from slurm_elastic.errors import SlurmRejected
-
     snap = snapshot([job(8, nodes=("n1", "n2"))])
     ctl, backend, journal, _ = make(snap, {8: 4})
 
