@@ -14,7 +14,10 @@ lost: steps the old process group ran that the new one had to redo.
 
     python scripts/bench_resize.py [--instance 4] [--repeat 1]
 
-Last line: ``shrink_resume_s=... grow_resume_s=... requeue_resume_s=... steps_lost=...``.
+Last line: ``shrink_resume_s=... grow_resume_s=... requeue_resume_s=... steps_lost=...``
+(medians over ``--repeat`` runs; ``steps_lost`` is the worst single resize; ``load_avg``, the
+5-minute load average at the end, says how contended the machine was: every resize starts
+fresh Python + torch processes, which is CPU-bound).
 """
 
 from __future__ import annotations
@@ -213,7 +216,8 @@ def main() -> int:
         f"requeue_resume_s={statistics.median(requeues):.2f} "
         f"steps_lost={max(lost, default=0)} "
         f"requeue_steps_lost={max(requeue_lost, default=0)} "
-        f"cores={os.cpu_count()}"
+        f"cores={os.cpu_count()} "
+        f"load_avg={os.getloadavg()[1]:.1f}"
     )
     return 0
 
