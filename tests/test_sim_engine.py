@@ -92,9 +92,12 @@ def test_static_policy_through_the_controller_reproduces_fifo_backfill(
 
 
 def test_mip_starts_the_blocked_job_smaller(hand_trace: Path, traces: Path) -> None:
-    """j2 (min 2 nodes) need not wait for 4: the daemon pins it to what fits."""
+    """j2 (min 2 nodes) need not wait for 4: the daemon pins it to what fits.
+
+    Jobs here last seconds, so the daemon cycles on its live 10 s interval."""
     wl = _workload(hand_trace, traces, 4, elastic_fraction=1.0)
-    out = simulate(wl, _spec(4), SimSettings(policy="mip"), driver_factory=ControllerDriver)
+    settings = SimSettings(policy="mip", interval_s=10.0)
+    out = simulate(wl, _spec(4), settings, driver_factory=ControllerDriver)
     assert _times(out)["j2"][0] < EXPECTED["j2"][0]
     static_jct = sum(
         end - submit

@@ -76,18 +76,19 @@ def _quiet_logs() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N jobs of the trace.")
 @click.option(
+    "--interval-s",
+    type=click.FloatRange(min=1),
+    help="Control-cycle grid in sim time [default: 60].",
+)
+@click.option(
     "--refresh-s",
     type=click.FloatRange(min=1),
-    default=1800.0,
-    show_default=True,
-    help="Run an idle controller at least this often while elastic jobs run.",
+    help="Run an idle controller at least this often while elastic jobs run [default: 1800].",
 )
 @click.option(
     "--report-every-s",
     type=click.FloatRange(min=1),
-    default=600.0,
-    show_default=True,
-    help="How often a simulated job reports progress.",
+    help="How often a simulated job reports progress [default: 1800].",
 )
 @click.option(
     "--profiles",
@@ -127,8 +128,9 @@ def _run(
     restart_s: float,
     seed: int,
     limit: int | None,
-    refresh_s: float,
-    report_every_s: float,
+    interval_s: float | None,
+    refresh_s: float | None,
+    report_every_s: float | None,
     profiles_dir: Path | None,
     out_dir: Path,
 ) -> None:
@@ -164,12 +166,17 @@ def _run(
     )
     if nodes is None:
         nodes = study.default_nodes(trace, cfg, traces_dir)
+    cadences = {
+        "interval_s": interval_s,
+        "refresh_s": refresh_s,
+        "report_every_s": report_every_s,
+    }
     st = study.Study(
         trace=trace,
         trace_path=source,
         traces_dir=traces_dir,
         workload_cfg=cfg,
-        settings=SimSettings(refresh_s=refresh_s, report_every_s=report_every_s),
+        settings=SimSettings(**{k: v for k, v in cadences.items() if v is not None}),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
     )

@@ -100,8 +100,6 @@ class SimJob:
 class Driver(Protocol):
     """What drives elastic jobs at control cycles (the daemon's Controller, in the sim)."""
 
-    interval_s: float
-
     def cycle(self, now: float) -> None: ...
 
     def acknowledge(self, job_id: int, now: float) -> None: ...

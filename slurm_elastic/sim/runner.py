@@ -42,9 +42,14 @@ POLICIES = ("static", "greedy", "dp", "mip")
 @dataclass(frozen=True, slots=True)
 class SimSettings:
     policy: str = "mip"
-    interval_s: float | None = None  # control-cycle grid; None: the daemon config's interval
-    refresh_s: float = 1800.0  # re-run an idle controller this often while elastic jobs run
-    report_every_s: float = 600.0  # a job's agent reports at most this often (and after a resize)
+    # Sim-time cadences.  The daemon cycles every 10 s on a live cluster; replaying months
+    # of trace, the simulator runs the same cycle on a 60 s grid, only when something
+    # happened (or ``refresh_s`` passed), and jobs report every ``report_every_s`` and
+    # after each resize.  These bound the simulator's cost; they are not policy knobs.
+    interval_s: float = 60.0
+    refresh_s: float = 1800.0
+    report_every_s: float = 1800.0
+    sacct_interval_s: float = 3600.0  # the daemon's incremental history read
     report_total_steps: bool = True  # jobs declare their step budget (ElasticFlow-style)
 
 
@@ -81,7 +86,7 @@ def simulate(
     cluster = Cluster(spec, workload.jobs)
     backend = SimBackend(cluster)
     driver = driver_factory(backend, cluster, settings) if driver_factory else None
-    interval = settings.interval_s or (driver.interval_s if driver is not None else 10.0)
+    interval = settings.interval_s
     by_id = {s.sim_id: s for s in workload.jobs}
     for s in workload.jobs:
         cluster.push(ORIGIN + s.submit_s, _ARRIVE, s.sim_id)
@@ -215,10 +220,16 @@ class ControllerDriver:
         from slurm_elastic.daemon.journal import Journal
         from slurm_elastic.daemon.reports import ReportStore
 
-        config = Config.model_validate({"mode": "enforce", "policy": {"name": settings.policy}})
+        config = Config.model_validate(
+            {
+                "mode": "enforce",
+                "policy": {"name": settings.policy},
+                "interval_s": settings.interval_s,
+                "slurm": {"sacct_interval_s": settings.sacct_interval_s},
+            }
+        )
         self.cluster = cluster
         self.settings = settings
-        self.interval_s = config.interval_s
         self.reports = ReportStore()
         self.board = InstructionBoard()
         self.controller = Controller(

@@ -1,0 +1,145 @@
+"""Benchmark of the trace-driven simulator: the four policies on two real traces, and the
+wall time of simulating 10,000 jobs with the mip policy.
+
+    python scripts/bench_sim.py [--traces DIR] [--out DIR] [--only cluster06|philly|10k]
+
+Prints, per trace, the side-by-side table (the same figures as ``slurm-elastic simulate``
+with default settings) and each policy's wall time and per-cycle controller cost; then
+the acceptance ratios; the last line is ``key=value`` pairs.  The 10,000-job run tiles
+``itp_elasticflow/raw/cluster06.csv`` in time (copy k shifted by k × the trace's span, so
+the offered load is the trace's own) on the cluster06 default cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import structlog
+
+from slurm_elastic.sim import study
+from slurm_elastic.sim.runner import POLICIES, SimSettings
+from slurm_elastic.sim.traces import Trace, read_trace
+from slurm_elastic.sim.workload import WorkloadConfig
+
+TRACES = {
+    "cluster06": "itp_elasticflow/raw/cluster06.csv",
+    "philly": "philly/philly_jobs_2017-11-01_to_2017-11-07.csv",
+}
+TILED_JOBS = 10_000
+
+
+def tiled(trace: Trace, count: int) -> Trace:
+    span = trace.jobs[-1].submit_s - trace.jobs[0].submit_s + 1.0
+    jobs = []
+    k = 0
+    while len(jobs) < count:
+        for j in trace.jobs:
+            if len(jobs) == count:
+                break
+            jobs.append(replace(j, job_id=f"{j.job_id}#{k}", submit_s=j.submit_s + k * span))
+        k += 1
+    return Trace(name=f"{trace.name}x{k}", format=trace.format, jobs=tuple(jobs))
+
+
+def make_study(trace: Trace, path: str, traces_dir: Path, nodes: int | None = None) -> study.Study:
+    cfg = WorkloadConfig()
+    return study.Study(
+        trace=trace,
+        trace_path=path,
+        traces_dir=traces_dir,
+        workload_cfg=cfg,
+        settings=SimSettings(),
+        nodes=nodes or study.default_nodes(trace, cfg, traces_dir),
+        gpus_per_node=cfg.gpus_per_node,
+    )
+
+
+def compare(name: str, st: study.Study, out: Path) -> dict[str, dict[str, float]]:
+    workload = st.workload()
+    outcomes = {}
+    for policy in POLICIES:
+        t0 = time.perf_counter()
+        outcomes[policy] = study.run_policy(st, policy, workload)
+        print(f"  {name} {policy}: {time.perf_counter() - t0:.1f} s wall", flush=True)
+    doc = study.results_document(st, workload, outcomes)
+    stats = study.run_stats(outcomes)
+    (out / name).mkdir(parents=True, exist_ok=True)
+    (out / name / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / name / "runs.json").write_text(json.dumps(stats, indent=2) + "\n")
+    from slurm_elastic.sim.plots import write_plots
+
+    write_plots(outcomes, out / name, title=name)
+    print(f"\n{name}: {len(workload.jobs)} jobs, {st.nodes} GPUs (1 GPU per node)")
+    header = f"{'metric':<14}" + "".join(f"{p:>14}" for p in POLICIES)
+    print(header)
+    for row in study.table_rows(doc, POLICIES):
+        print(f"{row[0]:<14}" + "".join(f"{v:>14}" for v in row[1:]))
+    print(f"{'wall_s':<14}" + "".join(f"{stats[p]['wall_s']:>14.1f}" for p in POLICIES))
+    print(f"{'cycles':<14}" + "".join(f"{stats[p]['cycles']:>14}" for p in POLICIES))
+    print(f"{'ms_per_cycle':<14}" + "".join(f"{stats[p]['cycle_ms']:>14.2f}" for p in POLICIES))
+    print(
+        f"{'fallbacks':<14}"
+        + "".join(f"{stats[p].get('fallback_cycles', 0):>14}" for p in POLICIES)
+    )
+    return doc["policies"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--traces", type=Path, default=Path(__file__).resolve().parents[2] / "shared/traces"
+    )
+    ap.add_argument("--out", type=Path, default=Path("results/sim"))
+    ap.add_argument("--only", choices=["cluster06", "philly", "10k"], action="append")
+    args = ap.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    only = set(args.only or ["cluster06", "philly", "10k"])
+    figures: dict[str, str] = {}
+    for name, rel in TRACES.items():
+        if name not in only:
+            continue
+        trace = read_trace(args.traces / rel)
+        res = compare(name, make_study(trace, rel, args.traces), args.out)
+        mip, static, greedy = res["mip"], res["static"], res["greedy"]
+        r1 = mip["avg_jct_s"] / static["avg_jct_s"]
+        r2 = mip["avg_jct_s"] / greedy["avg_jct_s"]
+        r3 = mip["avg_queue_s"] / greedy["avg_queue_s"] if greedy["avg_queue_s"] else float("nan")
+        print(
+            f"{name}: mip/static avg_jct {r1:.3f} (goal <= 0.5), mip/greedy avg_jct {r2:.3f} "
+            f"(goal <= 0.75), mip/greedy avg_queue {r3:.3f} (goal <= 0.68)\n",
+            flush=True,
+        )
+        figures |= {
+            f"{name}_mip_over_static_jct": f"{r1:.3f}",
+            f"{name}_mip_over_greedy_jct": f"{r2:.3f}",
+            f"{name}_mip_over_greedy_queue": f"{r3:.3f}",
+        }
+    if "10k" in only:
+        base = read_trace(args.traces / TRACES["cluster06"])
+        st = make_study(tiled(base, TILED_JOBS), "cluster06 tiled", args.traces)
+        workload = st.workload()
+        t0 = time.perf_counter()
+        outcome = study.run_policy(st, "mip", workload)
+        wall = time.perf_counter() - t0
+        stats = study.run_stats({"mip": outcome})["mip"]
+        print(
+            f"10k: {len(workload.jobs)} jobs, mip, {st.nodes} GPUs: {wall:.1f} s wall "
+            f"(goal <= 120 s), {stats['cycles']} cycles, {stats['cycle_ms']:.2f} ms/cycle"
+        )
+        figures |= {"jobs_10k": str(len(workload.jobs)), "wall_10k_mip_s": f"{wall:.1f}"}
+        figures |= {
+            "cycles_10k": str(stats["cycles"]),
+            "ms_per_cycle_10k": f"{stats['cycle_ms']:.2f}",
+        }
+    print(" ".join(f"{k}={v}" for k, v in figures.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
