@@ -3,12 +3,14 @@
 
 One elastic job (examples/train_mlp.py under ``slurm-elastic run``) starts on 2 nodes; it
 is shrunk to 1 (graceful: instruction, checkpoint, ack, ``scontrol update NumNodes=1``)
-and grown to 3 (companion job) through the daemon's own actuation path (``agent.drill``).
+and grown to 3 (companion job) by the daemon's control cycle running every 0.5 s with the
+target size given instead of the policy's (``agent.drill``).
 A second job starts on 2 nodes and is moved to 1 node the way stock Slurm can: requeue
 (``scontrol requeue``, ``NumNodes=1-1`` and ``StartTime=now``, the fastest requeue there
 is) and restart from its last checkpoint.
 
-Measured from the decision (the drill's clock when it is asked to resize) to the first
+Measured from the decision (when the target is set; the daemon's next cycle acts on it,
+so a daemon with ``interval_s: 10`` adds up to 10 s more) to the first
 training step at the new size, taken from the training's own per-step sample log.  Steps
 lost: steps the old process group ran that the new one had to redo.
 
@@ -126,6 +128,9 @@ def cancel(job: int) -> None:
         60,
         "idle cluster",
     )
+    # Slurm 22.05 on an exclusive partition stops placing jobs on nodes a shrunk job gave
+    # back until slurmctld re-reads its configuration (found by the controller's tests).
+    subprocess.run(["scontrol", "reconfigure"], check=False, timeout=60, capture_output=True)
 
 
 def elastic_run(root: Path) -> tuple[float, float, list[int]]:
@@ -135,7 +140,7 @@ def elastic_run(root: Path) -> tuple[float, float, list[int]]:
     from slurm_elastic.slurm.cli import CliBackend
 
     work = root / "elastic"
-    with ResizeDrill(CliBackend()) as drill:
+    with ResizeDrill(CliBackend(), root / "daemon-state") as drill:
         job = submit(work, drill.url)
         try:
             wait(lambda: steps_at(work, 2) >= 15, 120, "training at 2 nodes")

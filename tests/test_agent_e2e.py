@@ -1,10 +1,10 @@
 """End to end on the real local cluster with real torch processes (torchrun, gloo, CPU).
 
-The resizes go through the daemon's own actuation path (``agent.drill``: ``actuate.diff``,
-the guard rails' hard limits, ``actuate.executor.Executor`` with its journal, the
-``InstructionBoard`` behind the daemon's HTTP API with MUNGE, and the Slurm CLI backend);
-only the choice of size is scripted instead of coming from the policy, so that the test
-is deterministic.  The training is ``examples/train_mlp.py`` under ``slurm-elastic run``.
+The resizes are made by the daemon itself (``agent.drill``: the real ``Controller`` cycle
+every 0.5 s -- observe, classify, estimate from the job's reports, guard rails, diff, the
+executor with its journal -- behind the daemon's HTTP API with MUNGE); only the policy is
+replaced by the test's target size, as in the controller's own live tests, so that the
+test is deterministic.  The training is ``examples/train_mlp.py`` under ``slurm-elastic run``.
 
 Checks: the job starts on 2 nodes, is shrunk to 1 (instruction, checkpoint, ack,
 ``scontrol update``) and grown to 3 (companion job), and finishes; every epoch saw every
@@ -144,16 +144,19 @@ def at_world(world: int, min_step: int = 0) -> Callable[[list[dict]], bool]:
 
 
 @pytest.fixture
-def drill(clean_queue: SlurmCluster) -> Iterator[ResizeDrill]:
-    with ResizeDrill(CliBackend(), ack_timeout_s=60.0) as d:
+def drill(clean_queue: SlurmCluster, tmp_path: Path) -> Iterator[ResizeDrill]:
+    with ResizeDrill(CliBackend(), tmp_path / "daemon-state", ack_timeout_s=60.0) as d:
         yield d
+    for job_id in clean_queue.active_job_ids():
+        clean_queue.run("scancel", str(job_id), check=False)
+    # Slurm 22.05 on an exclusive partition stops placing jobs on nodes a shrunk job gave
+    # back until slurmctld re-reads its configuration (found by the controller's tests).
+    clean_queue.run("scontrol", "reconfigure", check=False)
 
 
 def test_shrink_to_1_then_grow_to_3_trains_exactly(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:
-    from slurm_elastic.model.outlook import ModelBank
-
     job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=3)
     try:
         job.wait_records(at_world(2, min_step=15), "training at 2 nodes")
@@ -166,6 +169,14 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
         grow = drill.resize(job.job_id, 3)
         assert grow.outcome == "applied" and grow.companion_id, grow.detail
         job.wait_records(at_world(3), "training at 3 nodes after the grow")
+        # While the job runs: the daemon holds its reports and its fitted models (it forgets
+        # both when the job ends).
+        wait_until(
+            lambda: {r.nodes for r in drill.reports_of(job.job_id)} >= {1, 2, 3}, 30, "reports"
+        )
+        reports = drill.reports_of(job.job_id)
+        wait_until(lambda: job.job_id in drill.controller.estimator.bank, 10, "the job's model")
+        fit = drill.controller.estimator.bank.fit(job.job_id)
         assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
     finally:
         clean_queue.run("scancel", str(job.job_id), check=False)
@@ -177,14 +188,9 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
     assert set(steps_lost(records)) == {0}, steps_lost(records)  # planned resizes lose nothing
     assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 3))
 
-    reports = drill.reports_of(job.job_id)
-    assert {r.nodes for r in reports} >= {2, 1, 3}, [r.nodes for r in reports]
     assert all(r.global_batch == 48 and r.loss is not None for r in reports)
-    bank = ModelBank()
-    for report in reports:
-        bank.update(report)
-    fit = bank.fit(job.job_id)
-    assert fit is not None and fit.n_reports == len(reports)
+    assert [r.step for r in reports] == sorted(r.step for r in reports)
+    assert fit is not None and fit.n_reports >= 3
     assert fit.convergence is not None, "the loss reports did not fit a convergence curve"
     assert fit.throughput is not None, "the rate reports did not fit a throughput model"
 

@@ -1,37 +1,42 @@
-"""Resize drills: move a running elastic job to a chosen size through the daemon's own path.
+"""Resize drills: the daemon, with the target size of chosen jobs given by the caller.
 
-Everything after the decision is the daemon's code: the decision becomes actions through
-``actuate.diff``, is checked by the guard rails' hard limits (min/max, batch host), and is
-applied by ``actuate.executor.Executor`` with a journal, the ``InstructionBoard`` served
-by the daemon's HTTP API (MUNGE-authenticated acks and reports), and the Slurm CLI backend:
-graceful shrink = instruction -> ack -> ``scontrol update NumNodes``, grow = companion job.
-Only the *choice* of size is the caller's instead of the policy's, which makes the drill
-useful to operators ("does my job survive a resize?"), to the end-to-end tests and to the
-resize benchmark.  It never touches a job that is not marked elastic (``classify``).
+``ResizeDrill`` runs the daemon's own control cycle (``daemon.controller.Controller``: one
+batched Slurm read, classify, estimate from the jobs' progress reports, guard rails, diff,
+the executor with its journal) in a background thread every ``interval_s``, behind the
+daemon's HTTP API (MUNGE-authenticated reports and acks, the instruction board).  Only the
+*policy* is replaced: jobs named in ``targets`` go to that size, every other job keeps its
+own — the same pattern as the controller's live tests.  A graceful shrink is therefore the
+daemon's instruction -> the job's ack -> ``scontrol update NumNodes``, and a grow is the
+daemon's companion job running ``slurm-elastic run --join``.
+
+Useful to operators ("does my job survive a resize?"), to the end-to-end tests and to
+``scripts/bench_resize.py``.  The daemon never touches a job that is not marked elastic,
+and neither does a drill.  Guard rails that only time or measure (cooldown, dwell,
+payback) are off, because the caller decides when.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 
-from slurm_elastic.actuate.diff import diff
-from slurm_elastic.actuate.executor import ActionRecord, Executor
-from slurm_elastic.actuate.guards import GuardKnobs, block_reason
-from slurm_elastic.actuate.state import Classification, classify
+from slurm_elastic.config import Config
 from slurm_elastic.daemon.api import ApiContext, ApiServer
+from slurm_elastic.daemon.controller import Controller, CycleResult
 from slurm_elastic.daemon.instructions import InstructionBoard
-from slurm_elastic.daemon.journal import Journal
+from slurm_elastic.daemon.journal import Journal, JournalEntry
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.daemon.service import SnapshotTap
 from slurm_elastic.errors import AgentError
-from slurm_elastic.marker import resolve_spec
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
-    ClusterSnapshot,
+    AllocationProblem,
     Decision,
     Explanation,
     Plan,
@@ -45,41 +50,68 @@ log = structlog.get_logger("slurm_elastic.agent")
 @dataclass(frozen=True, slots=True)
 class DrillResult:
     job_id: int
-    from_nodes: int
     to_nodes: int
-    decided_at: float  # when the resize was decided (the clock the benchmark starts)
-    outcome: str  # "applied" | "rolled_back" | "failed"
+    decided_at: float  # when the target was set (the clock the benchmark starts)
+    outcome: str  # the journal status: "applied" | "rolled_back" | "failed"
     detail: str
     companion_id: int | None = None
+
+
+def drill_config(state_dir: Path, interval_s: float, ack_timeout_s: float, agent: str) -> Config:
+    return Config.model_validate(
+        {
+            "mode": "enforce",
+            "interval_s": interval_s,
+            "state_dir": str(state_dir),
+            "slurm": {"sacct_interval_s": 3600, "sacct_lookback_s": 3600},
+            "guards": {
+                "cooldown_s": 0,
+                "min_dwell_s": 0,
+                "payback_horizon_s": 0,
+                "ack_timeout_s": ack_timeout_s,
+            },
+            "grow": {"agent_command": agent},
+        }
+    )
 
 
 class ResizeDrill:
     def __init__(
         self,
         backend: SlurmBackend,
+        state_dir: Path,
         *,
         port: int = 0,
+        interval_s: float = 0.5,
         ack_timeout_s: float = 60.0,
         agent_command: str = "slurm-elastic run",
-        poll_s: float = 0.25,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.backend = backend
         self.clock = clock
-        self.poll_s = poll_s
+        self.interval_s = interval_s
+        self.config = drill_config(state_dir, interval_s, ack_timeout_s, agent_command)
         self.reports = ReportStore()
         self.board = InstructionBoard()
-        self.journal = Journal(":memory:")
-        self.knobs = GuardKnobs(enforce=True, ack_timeout_s=ack_timeout_s)
-        self.executor = Executor(
-            backend, self.journal, self.board, self.knobs, agent_command=agent_command
+        self.journal = Journal.in_state_dir(state_dir)
+        self._tap = SnapshotTap(backend)
+        self._lock = threading.Lock()
+        self._targets: dict[int, int] = {}
+        self.controller = Controller(
+            self._tap,
+            self.config,
+            reports=self.reports,
+            journal=self.journal,
+            agents=self.board,
+            allocate=self._allocate,
         )
-        self._latest: ClusterSnapshot | None = None
+        self.last: CycleResult | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="slurm-elastic-drill", daemon=True)
         context = ApiContext(
             reports=self.reports,
             board=self.board,
             metrics=DaemonMetrics(),
-            owner_of=self._owner_of,
+            owner_of=self._tap.owner_of,
             status_document=lambda: None,
             health=lambda _now: (True, "drill"),
             clock=clock,
@@ -92,70 +124,73 @@ class ResizeDrill:
 
     def __enter__(self) -> ResizeDrill:
         self.api.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
         self.api.stop()
+        self.journal.close()
 
     def reports_of(self, job_id: int) -> tuple[ProgressReport, ...]:
         return self.reports.history(job_id)
 
-    # ------------------------------------------------------------------ observe
+    # ------------------------------------------------------------------ the daemon
 
-    def classify(self) -> Classification:
-        snapshot = self.backend.read_cluster(self.clock())
-        self._latest = snapshot
-        return classify(
-            snapshot, lambda job: resolve_spec(job.comment, job.min_nodes, job.max_nodes)
+    def _allocate(self, problem: AllocationProblem, _policy: str) -> Plan:
+        with self._lock:
+            wanted = dict(self._targets)
+        decisions = tuple(
+            Decision(
+                d.job_id,
+                d.current_nodes,
+                d.current_nodes if d.frozen else wanted.get(d.job_id, d.current_nodes),
+                Explanation(0.0, 0.0, "drill"),
+            )
+            for d in problem.elastic
         )
+        return Plan(decisions, "drill", SolverStatus.OPTIMAL, 0.0)
 
-    def _owner_of(self, job_id: int) -> int | None:
-        for attempt in range(2):
-            snapshot = self._latest
-            if attempt or snapshot is None:
-                snapshot = self._latest = self.backend.read_cluster(self.clock())
-            for job in snapshot.jobs:
-                if job.job_id == job_id:
-                    return job.user_id
-        return None
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.last = self.controller.run_once(self.clock())
+            except Exception as exc:  # a drill must keep cycling, as the daemon does
+                log.exception("drill.cycle_failed", error=str(exc))
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
-    # ------------------------------------------------------------------ act
+    # ------------------------------------------------------------------ the caller
 
     def resize(self, job_id: int, target: int, *, timeout_s: float = 120.0) -> DrillResult:
-        """Shrink (graceful, waits for the ack and the update) or grow (submits a companion)."""
-        decided_at = self.clock()
-        cls = self.classify()
-        ej = cls.elastic.get(job_id)
-        if ej is None:
-            raise AgentError(f"job {job_id} is not a running elastic job")
-        decision = Decision(job_id, ej.effective_nodes, target, Explanation(0.0, 0.0, "drill"))
-        plan = Plan((decision,), "drill", SolverStatus.OPTIMAL, 0.0)
-        actions = [a for a in diff(plan, cls, {}) if a.job_id == job_id]
-        if not actions:
-            raise AgentError(f"job {job_id} already has {ej.effective_nodes} nodes")
-        action = actions[0]
-        why = block_reason(action, ej, self.knobs, decided_at)
-        if why is not None:
-            raise AgentError(f"resize of job {job_id} to {target} nodes refused: {why}")
-        log.info("drill.resize", job_id=job_id, from_nodes=ej.effective_nodes, to_nodes=target)
-        record = self.executor.apply(action, cls.elastic, decided_at)
-        deadline = decided_at + timeout_s
-        while record.outcome == "waiting" and self.clock() < deadline:
-            time.sleep(self.poll_s)
-            records = self.executor.advance_shrinks(self.classify().elastic, self.clock())
-            record = next((r for r in records if r.action.job_id == job_id), record)
-        return self._result(record, decided_at)
+        """Set the job's target and wait for the daemon's resulting action to end.
 
-    def _result(self, record: ActionRecord, decided_at: float) -> DrillResult:
-        companion = None
-        if record.outcome == "applied" and record.detail.startswith("grow: companion "):
-            companion = int(record.detail.split()[2])
-        return DrillResult(
-            job_id=record.action.job_id,
-            from_nodes=record.action.from_nodes,
-            to_nodes=record.action.to_nodes,
-            decided_at=decided_at,
-            outcome=record.outcome,
-            detail=record.detail,
-            companion_id=companion,
-        )
+        A shrink ends when Slurm applied it (after the job's ack) or was rolled back; a grow
+        ends when the companion job is submitted (it then starts and joins on its own).
+        """
+        before = max((e.id for e in self.journal.actions_for(job_id)), default=0)
+        decided_at = self.clock()
+        with self._lock:
+            self._targets[job_id] = target
+        log.info("drill.target", job_id=job_id, target=target)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            entry = self._settled(job_id, before)
+            if entry is not None:
+                return DrillResult(
+                    job_id=job_id,
+                    to_nodes=target,
+                    decided_at=decided_at,
+                    outcome=str(entry.status),
+                    detail=entry.detail,
+                    companion_id=entry.companion_id,
+                )
+            time.sleep(0.1)
+        raise AgentError(f"the daemon did not resize job {job_id} within {timeout_s:g} s")
+
+    def _settled(self, job_id: int, after: int) -> JournalEntry | None:
+        for entry in self.journal.actions_for(job_id):
+            if entry.id > after and not entry.status.is_open:
+                return entry
+        return None
