@@ -16,6 +16,11 @@ cluster is filled in submit order with running jobs at their requested size up t
 the rest is pending.  Times are wall-clock ``allocate()`` calls (compile, solve, plan and
 explanations included), one call per instance per policy after one untimed warm-up.
 
+Also: pulp's model-building time (the named modelling layer, measured to justify not
+using it on the decision path), and a variant with two partitions sharing 40% of the
+nodes plus pending rigid jobs (several coupled rows; no DP reference there).  The load
+average is printed because the development machine is shared.
+
 Last line: ``key=value`` figures.  Run: ``python scripts/bench_policies.py [--quick]``.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,7 +208,11 @@ def main() -> None:
     jobs = load_jobs(args.traces, fits)
     instances = {100: 30, 1_000: 20, 10_000: 8} if not args.quick else {100: 5, 1_000: 5, 10_000: 2}
     limits = {100: 1.0, 1_000: 1.0, 10_000: 2.0}
-    print(f"profiles={len(fits)} trace_jobs={len(jobs)} gpus_per_node={GPUS_PER_NODE}")
+    load_start = os.getloadavg()[0]
+    print(
+        f"profiles={len(fits)} trace_jobs={len(jobs)} gpus_per_node={GPUS_PER_NODE} "
+        f"cpus={os.cpu_count()} load_avg_1m={load_start:.2f}"
+    )
     figures: dict[str, float] = {}
     for n_jobs, gpus in SCALES:
         times: dict[str, list[float]] = {p: [] for p in POLICIES}
@@ -280,6 +290,8 @@ def main() -> None:
         "mip_gap_10000",
         "mip_vs_greedy_objective_1000",
     ]
+    figures["load_avg_1m_start"] = load_start
+    figures["load_avg_1m_end"] = os.getloadavg()[0]
     rest = sorted(k for k in figures if k not in keys)
     print(" ".join(f"{k}={figures[k]:.4g}" for k in keys + rest))
 
