@@ -1,7 +1,10 @@
 """``allocate(problem, policy)``: one entry point, the fallback chain, and timing.
 
-mip -> (timeout or error) greedy -> (error) no change;  dp -> (not applicable) greedy.
+mip -> (time limit with an incumbent) that incumbent, status ``feasible``;
+    -> (time limit without one, or any error) greedy, status ``fallback`` -> (error) no change.
+dp -> (more than one row) greedy, status ``fallback``.
 Bad input is not a solver failure: it raises ``SolverError`` with a one-line reason.
+Log events: ``policy.decided`` (debug, every call), ``policy.fallback``, ``policy.no_change``.
 """
 
 from __future__ import annotations
