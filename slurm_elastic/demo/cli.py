@@ -91,7 +91,8 @@ def _finish(runner: Any, record: Any, opts: Any) -> dict[str, Any]:
     summary = build_summary(
         record, runner.config, history, actions, quick=opts.quick, instance=opts.instance
     )
-    add_simulation(summary, runner.config, harness.NODES)
+    if not record.stop_reason.startswith("interrupted"):
+        add_simulation(summary, runner.config, harness.NODES)
     (runner.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     plot_timeline(summary, record.tracks, runner.out / "timeline.png")
     return summary

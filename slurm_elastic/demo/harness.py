@@ -74,7 +74,7 @@ def write_config(out: Path, port: int, *, quick: bool) -> tuple[Path, Config]:
         "state_dir": str(out / "state"),
         # History only of this run: earlier demo runs must not become priors.
         "slurm": {"sacct_interval_s": 120, "sacct_lookback_s": 0},
-        "policy": {"name": "mip", "horizon_s": 600},
+        "policy": {"name": "mip"},
         "guards": {
             "cooldown_s": 15 if quick else 20,
             "min_dwell_s": 15 if quick else 25,
@@ -99,9 +99,10 @@ def write_config(out: Path, port: int, *, quick: bool) -> tuple[Path, Config]:
 class Daemon:
     """``slurm-elastic daemon --config FILE`` as a child process, logging to a file."""
 
-    def __init__(self, config_path: Path, log_path: Path) -> None:
+    def __init__(self, config_path: Path, log_path: Path, cwd: Path) -> None:
         self.config_path = config_path
         self.log_path = log_path
+        self.cwd = cwd  # companion jobs it submits get this as $SLURM_SUBMIT_DIR
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -109,7 +110,12 @@ class Daemon:
         with self.log_path.open("ab") as log:
             # Its own session: the terminal's Ctrl-C reaches the demo, which stops it.
             self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+                argv,
+                cwd=self.cwd,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
 
     def wait_ready(self, status_file: Path, timeout_s: float = 60.0) -> None:

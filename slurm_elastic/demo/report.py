@@ -48,6 +48,8 @@ def build_summary(
         h = history.get(job_id)
         end = (h.end_time if h and h.end_time else None) or tr.end_t
         start = (h.start_time if h and h.start_time else None) or tr.start_t
+        # sacct's times share one clock (whole seconds); ours only when sacct has none.
+        submit = (h.submit_time if h and h.submit_time else None) or tr.submit_t
         events = []
         for e in tr.events:
             kind = e.kind
@@ -66,10 +68,12 @@ def build_summary(
                 "kind": "elastic" if spec.elastic else "rigid",
                 "nodes": [spec.min_nodes, spec.max_nodes],
                 "role": spec.role,
-                "submit_s": _rel(tr.submit_t, t0),
+                "submit_s": _rel(submit, t0),
                 "start_s": _rel(start, t0),
                 "end_s": _rel(end, t0),
-                "completion_s": None if end is None else round(end - tr.submit_t, 1),
+                "completion_s": round(end - submit, 1)
+                if end is not None and state == "COMPLETED"
+                else None,
                 "state": state,
                 "completed": state == "COMPLETED",
                 "sizes": [[_rel(t, t0), n] for t, n in tr.sizes],
@@ -224,7 +228,7 @@ def _size_step(job: dict[str, Any], e: dict[str, Any]) -> str:
 
 
 def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
+    return "-" if value is None else f"{value:.0f}".replace("-0", "0")
 
 
 # --------------------------------------------------------------------------- plot
@@ -260,7 +264,7 @@ def plot_timeline(summary: dict[str, Any], tracks: Mapping[int, JobTrack], path:
         for ev in job["events"]:
             if ev["kind"] in marks:
                 shape, label = marks[ev["kind"]]
-                text = f"{label} {ev['to']}" if ev["from"] == 0 else f"{ev['from']}->{ev['to']}"
+                text = f"@{ev['to']}" if ev["from"] == 0 else f"{ev['from']}->{ev['to']}"
                 lanes.plot(
                     ev["t_s"],
                     base + 0.95,

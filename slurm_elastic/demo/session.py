@@ -11,6 +11,7 @@ cluster is left up for ``make test`` or another demo (``make cluster-down`` stop
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -30,7 +31,7 @@ from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.types import ClusterSnapshot, JobState
 
 Echo = Callable[[str], None]
-RECONFIGURE_AFTER_S = 12.0  # a job left pending on idle nodes this long: Slurm's shrink quirk
+RECONFIGURE_AFTER_S = 25.0  # pending on idle nodes this long (> 2 sched_interval): the quirk
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ class Demo:
         self.record = RunRecord(started_at=time.time())
         self.daemon: harness.Daemon | None = None
         self.config_path = self.out / "daemon.yaml"
+        self.submit_dir = self.out / "jobs"
         self._last_table: list[str] = []
         self._log: list[str] = []
         self._pending_since: dict[int, float] = {}
@@ -148,7 +150,8 @@ class Demo:
         port = harness.free_port()
         self.config_path, self.config = harness.write_config(self.out, port, quick=self.opts.quick)
         self.api = f"http://127.0.0.1:{port}"
-        self.daemon = harness.Daemon(self.config_path, self.out / "daemon.log")
+        self.submit_dir.mkdir(parents=True, exist_ok=True)
+        self.daemon = harness.Daemon(self.config_path, self.out / "daemon.log", self.submit_dir)
         self.daemon.start()
         self.daemon.wait_ready(self.out / "state" / "status.json")
         g = self.config.guards
@@ -210,8 +213,12 @@ class Demo:
             batch_script(job, python=sys.executable, example=harness.EXAMPLE, work_dir=work)
         )
         env = {**_environ(), "SLURM_ELASTIC_API": self.api}
+        # Submitted from the one directory the daemon also runs in: the launcher keeps its
+        # launch.json under $SLURM_SUBMIT_DIR, and a companion job (submitted by the daemon)
+        # looks for its parent's there.
         done = subprocess.run(
             ["sbatch", "--parsable", f"--chdir={work}", str(script)],
+            cwd=self.submit_dir,
             capture_output=True,
             text=True,
             timeout=30,
@@ -343,8 +350,6 @@ def _companion_of(comment: str) -> int | None:
 
 
 def _environ() -> dict[str, str]:
-    import os
-
     return dict(os.environ)
 
 

@@ -51,80 +51,68 @@ class DemoJob:
         return epochs * -(-samples // batch)
 
 
-def _train(samples: int, epochs: int, sleep: float, micro: int, seed: int) -> tuple[str, ...]:
-    return (
-        "--samples",
-        str(samples),
-        "--epochs",
-        str(epochs),
-        "--global-batch",
-        "48",
-        "--micro-batch",
-        str(micro),
-        "--sample-sleep",
-        str(sleep),
-        "--seed",
-        str(seed),
-        "--report-every",
-        "2",
-        "--checkpoint-every",
-        "25",
-    )
+def _mlp(
+    name: str,
+    arrive_s: float,
+    nodes: tuple[int, int],
+    *,
+    samples: int,
+    epochs: int,
+    sleep: float,
+    micro: int,
+    seed: int,
+    role: str,
+) -> DemoJob:
+    """An elastic job training the example MLP (global batch 48, fixed by accumulation)."""
+    args = {
+        "--samples": samples,
+        "--epochs": epochs,
+        "--global-batch": 48,
+        "--micro-batch": micro,
+        "--sample-sleep": sleep,
+        "--seed": seed,
+        "--report-every": 2,
+        "--checkpoint-every": 25,
+    }
+    train = tuple(item for key, value in args.items() for item in (key, str(value)))
+    return DemoJob(name, arrive_s, nodes[0], nodes[1], True, train, role=role)
 
+
+def _sleep(name: str, arrive_s: float, nodes: int, sleep_s: float, role: str) -> DemoJob:
+    return DemoJob(name, arrive_s, nodes, nodes, False, sleep_s=sleep_s, role=role)
+
+
+_WIDE = "elastic, scales well; started at the size that is free"
+_NARROW = "elastic; arrives to a full cluster (start-at-size + shrink)"
+_FREES = "rigid; its end frees a node (grow)"
 
 # Full demo, about 5-6 minutes on the shared 2-core machine.
 FULL: tuple[DemoJob, ...] = (
-    DemoJob("sleep-a", 0, 1, 1, False, sleep_s=100, role="rigid; its end frees a node (grow)"),
-    DemoJob(
-        "mlp-wide",
-        3,
-        1,
-        3,
-        True,
-        _train(4800, 11, 0.010, 16, 1),
-        role="elastic, scales well; started at the size that is free",
+    _sleep("sleep-a", 0, 1, 100, _FREES),
+    _mlp("mlp-wide", 3, (1, 3), samples=4800, epochs=8, sleep=0.010, micro=16, seed=1, role=_WIDE),
+    _mlp(
+        "mlp-narrow", 40, (1, 3), samples=4800, epochs=6, sleep=0.006, micro=8, seed=2, role=_NARROW
     ),
-    DemoJob(
-        "mlp-narrow",
-        40,
-        1,
-        3,
-        True,
-        _train(4800, 8, 0.006, 8, 2),
-        role="elastic; arrives to a full cluster (start-at-size + shrink)",
-    ),
-    DemoJob(
+    _mlp(
         "mlp-small",
         150,
-        1,
-        2,
-        True,
-        _train(2400, 6, 0.008, 16, 3),
+        (1, 2),
+        samples=2400,
+        epochs=5,
+        sleep=0.008,
+        micro=16,
+        seed=3,
         role="elastic 1-2; arrives to a full cluster again",
     ),
-    DemoJob("sleep-b", 170, 2, 2, False, sleep_s=45, role="rigid; waits its FIFO turn"),
+    _sleep("sleep-b", 170, 2, 45, "rigid; waits its FIFO turn"),
 )
 
 # --quick (the smoke test): the same story, shorter.
 QUICK: tuple[DemoJob, ...] = (
-    DemoJob("sleep-a", 0, 1, 1, False, sleep_s=50, role="rigid; its end frees a node (grow)"),
-    DemoJob(
-        "mlp-wide",
-        2,
-        1,
-        3,
-        True,
-        _train(2400, 10, 0.010, 16, 1),
-        role="elastic, scales well; started at the size that is free",
-    ),
-    DemoJob(
-        "mlp-narrow",
-        20,
-        1,
-        3,
-        True,
-        _train(2400, 6, 0.006, 8, 2),
-        role="elastic; arrives to a full cluster (start-at-size + shrink)",
+    _sleep("sleep-a", 0, 1, 50, _FREES),
+    _mlp("mlp-wide", 2, (1, 3), samples=2400, epochs=10, sleep=0.010, micro=16, seed=1, role=_WIDE),
+    _mlp(
+        "mlp-narrow", 20, (1, 3), samples=2400, epochs=6, sleep=0.006, micro=8, seed=2, role=_NARROW
     ),
 )
 
