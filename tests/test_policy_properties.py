@@ -109,3 +109,13 @@ def test_pulp_formulation_agrees_with_mip(p: AllocationProblem) -> None:
 @given(p=instances(one_pool=True, max_jobs=5))
 def test_elastic_jobs_never_jump_a_pending_rigid_job(policy: str, p: AllocationProblem) -> None:
     assert reservations_hold(p, targets(allocate(p, policy, options=INLINE)))
+
+
+@FAST
+@given(p=instances(one_pool=True, max_jobs=5))
+def test_dp_and_mip_agree_whenever_one_row_binds(p: AllocationProblem) -> None:
+    """Also when the one row is a FIFO reservation (size differences as weights)."""
+    dp = allocate(p, "dp", options=INLINE)
+    if dp.solver == "dp":
+        mip = allocate(p, "mip", options=INLINE)
+        assert math.isclose(dp.objective, mip.objective, rel_tol=2e-3, abs_tol=1e-6)
