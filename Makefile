@@ -44,7 +44,7 @@ test-unit: setup
 	$(PYTHON) -m pytest -q -m "not slurm" tests
 
 demo: cluster-up
-	$(PYTHON) -m slurm_elastic.demo
+	$(PYTHON) -m slurm_elastic.demo --instance $(INSTANCE)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo-out sim-out

@@ -36,7 +36,9 @@ def build_summary(
     quick: bool,
     instance: int,
 ) -> dict[str, Any]:
-    t0 = record.started_at
+    # Times count from the first submission as sacct recorded it (whole seconds).
+    submits = [h.submit_time for h in history.values() if h.submit_time]
+    t0 = min([record.started_at, *submits])
     pinned = {
         (a["job_id"], a["to_nodes"])
         for a in journal
@@ -102,7 +104,7 @@ def build_summary(
         "version": 1,
         "quick": quick,
         "instance": instance,
-        "started_at": t0,
+        "started_at": t0,  # the first submission (POSIX s)
         "duration_s": round(record.finished_at - t0, 1),
         "stop_reason": record.stop_reason,
         "cluster": record.cluster_line,
