@@ -165,3 +165,11 @@ def test_same_seed_same_result_other_seed_other_workload(traces: Path) -> None:
     a = _contended(traces, seed=7, elastic_fraction=0.5)
     b = _contended(traces, seed=8, elastic_fraction=0.5)
     assert [j.elastic for j in a.jobs] != [j.elastic for j in b.jobs]
+
+
+def test_sim_backend_implements_the_backend_protocol(hand_trace: Path, traces: Path) -> None:
+    from slurm_elastic.sim.backend import SimBackend
+    from slurm_elastic.slurm.backend import SlurmBackend
+
+    cluster = Cluster(_spec(4), _workload(hand_trace, traces, 4).jobs)
+    assert isinstance(SimBackend(cluster), SlurmBackend)

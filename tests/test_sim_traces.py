@@ -157,3 +157,16 @@ def test_job_larger_than_cluster_is_rejected(traces: Path) -> None:
     )
     assert len(wl.rejected) == sum(1 for j in trace.jobs if j.gpus > 32) > 0
     assert all(j.max_nodes <= 32 for j in wl.jobs)
+
+
+def test_from_history_on_real_sacct_sample(shared_dir: Path) -> None:
+    """Real sacct JSON (a job resized 4 -> 2 nodes) through the backend's own parser."""
+    from slurm_elastic.slurm import parse_json
+
+    sample = shared_dir / "slurm-samples" / "sacct-resized-job.json"
+    history = parse_json.sacct(sample.read_text())
+    trace = from_history(history, gpus_per_node=4)
+    by_id = {j.job_id: j for j in trace.jobs}
+    assert by_id["18"].gpus == 16  # first allocation: 4 nodes x 4 GPUs, not the later 2
+    assert by_id["18"].duration_s == 65.0
+    assert by_id["19"].submit_s == 0.0 and by_id["19"].gpus == 8

@@ -193,6 +193,11 @@ class SimBackend:
     def cancel(self, job_id: int) -> None:
         self.cluster.cancel(job_id)
 
+    def reconfigure(self) -> None:
+        """No-op: the simulated scheduler has no configuration to re-read and no node leak
+        after a shrink to clear (``probe`` does not report Slurm 22.05's, so the daemon's
+        default ``reconfigure_after_shrink: auto`` never calls this)."""
+
     def submit(
         self,
         script: str,
