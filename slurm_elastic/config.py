@@ -42,6 +42,9 @@ class SlurmSection(_Section):
     timeout_s: float = Field(20.0, gt=0)
     sacct_interval_s: float = Field(300.0, gt=0)
     sacct_lookback_s: float = Field(2_592_000.0, ge=0)
+    # ``scontrol reconfigure`` once a job the daemon shrank has ended (Slurm 22.05 node leak,
+    # see ``slurm.cli.leaks_nodes_after_shrink``): auto = when the probed version has it.
+    reconfigure_after_shrink: Literal["auto", "always", "never"] = "auto"
 
 
 class PolicySection(_Section):

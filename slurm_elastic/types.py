@@ -209,6 +209,9 @@ class Capabilities:
     json_plugin: str | None  # e.g. "openapi/v0.0.38", None when --json is unavailable
     permit_job_expansion: bool
     multiple_slurmd: bool = False
+    # Slurm 22.05: a node freed by a shrink can stop taking exclusive jobs once the shrunk
+    # job has ended, until ``scontrol reconfigure`` (see ``slurm.cli.leaks_nodes_after_shrink``).
+    leaks_nodes_after_shrink: bool = False
 
 
 # --------------------------------------------------------------------------- elastic flag
@@ -395,6 +398,7 @@ class ActionKind(enum.StrEnum):
     SHRINK = "shrink"  # instruct, await ack, NumNodes=n
     GROW = "grow"  # submit a companion job
     CANCEL_COMPANION = "cancel_companion"  # orphan or no longer wanted
+    RECONFIGURE = "reconfigure"  # scontrol reconfigure after a shrunk job ended (Slurm quirk)
 
 
 @dataclass(frozen=True, slots=True)

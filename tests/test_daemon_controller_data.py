@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from slurm_elastic.errors import SlurmUnreachable
+from slurm_elastic.errors import SlurmRejected, SlurmUnreachable
 from slurm_elastic.types import (
     AllocationProblem,
+    Capabilities,
     ClusterSnapshot,
     Decision,
     Explanation,
@@ -105,6 +106,9 @@ class RecordingBackend:
     fail_history: bool = False
     fresh: bool = False
     next_job_id: int = 500
+    leaks: bool = True  # probe: the Slurm 22.05 node leak after a shrink
+    fail_probe: bool = False
+    refuse_reconfigure: bool = False
 
     def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
         if self.fail_reads:
@@ -128,13 +132,27 @@ class RecordingBackend:
     def cancel(self, job_id: int) -> None:
         self.calls.append(("cancel", job_id))
 
+    def probe(self) -> Capabilities:
+        self.calls.append(("probe", None))
+        if self.fail_probe:
+            raise SlurmUnreachable("scontrol: Unable to contact slurm controller")
+        return Capabilities("22.05.8", "openapi/v0.0.38", False, True, self.leaks)
+
+    def reconfigure(self) -> None:
+        self.calls.append(("reconfigure", None))
+        if self.refuse_reconfigure:
+            raise SlurmRejected(
+                "scontrol reconfigure rejected: Access/permission denied",
+                slurm_message="Access/permission denied",
+            )
+
     def submit(self, script: str, **kw: object) -> int:
         self.next_job_id += 1
         self.calls.append(("submit", kw))
         return self.next_job_id
 
     def actions(self) -> list[tuple[str, object]]:
-        return [c for c in self.calls if c[0] != "read_history"]
+        return [c for c in self.calls if c[0] not in ("read_history", "probe")]
 
 
 def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]:

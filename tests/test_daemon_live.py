@@ -42,6 +42,7 @@ from tests.test_daemon_controller_data import targets
 
 REPO = Path(__file__).resolve().parent.parent
 COMPANION = "slurm-elastic:companion-of="
+BLOCK = "slurm-elastic-test-block"  # a reservation that keeps jobs off nodes for a while
 
 
 # --------------------------------------------------------------------------- helpers
@@ -152,6 +153,12 @@ def live(slurm_cluster, clean_queue, tmp_path: Path) -> Iterator[Path]:
     wait_for(lambda: idle_nodes() == len(CliBackend().read_nodes()), timeout_s=60)
     yield tmp_path
     subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30, check=False)
+    subprocess.run(
+        ["scontrol", "delete", f"ReservationName={BLOCK}"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     # Slurm 22.05.8 on an OverSubscribe=EXCLUSIVE partition: once a job shrunk with
     # NumNodes has ended, and another job used the nodes it gave back, slurmctld no longer
     # starts exclusive jobs there ("Resources") until it re-reads its configuration.
@@ -167,30 +174,51 @@ def cycle(ctl: Controller) -> CycleResult:
 # --------------------------------------------------------------------------- tests
 
 
+def reserve_for_nobody(nodes: tuple[str, ...]) -> None:
+    """Keep our jobs off ``nodes`` until the reservation is deleted.
+
+    Slurm then leaves them pending (Reason=Resources, so still eligible) while the daemon,
+    which does not model reservations, counts the nodes as free: the controller acts
+    before Slurm.  (A held job would not do: the daemon plans nothing for held jobs.)
+    """
+    scontrol(
+        "create",
+        "reservation",
+        f"ReservationName={BLOCK}",
+        "StartTime=now",
+        "Duration=30",
+        f"Nodes={','.join(nodes)}",
+        "Users=nobody",
+    )
+
+
 @pytest.mark.slurm
 def test_pending_jobs_start_at_the_planned_sizes(live: Path) -> None:
     """Two elastic jobs wait while one node is busy; the real MIP sizes both to fit the
-    three free nodes, and Slurm starts each at exactly its planned size."""
+    three free nodes, and Slurm starts each at exactly its planned size.  A held elastic
+    job gets nothing and is not touched."""
     rigid = sbatch("-N1", "--wrap", "sleep 600", cwd=live)
-    wait_for(lambda: running(rigid))
-    # Held, so that Slurm cannot start them before the controller has pinned them.
-    ids = [
-        sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
-        for _ in range(2)
-    ]
+    busy = wait_for(lambda: running(rigid)).nodes
+    reserve_for_nobody(tuple(n.name for n in CliBackend().read_nodes() if n.name not in busy))
+    ids = [sbatch("-N1-4", "--comment=elastic", "--wrap", "sleep 600", cwd=live) for _ in range(2)]
+    held = sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
     ctl, _ = controller(live_config(live / "state", live / "fake-agent"))
     result = cycle(ctl)
     assert result.plan is not None and result.plan.solver == "mip"
     planned = {j: result.plan.target(j) or 0 for j in ids}
-    assert all(n >= 1 for n in planned.values()) and sum(planned.values()) <= 3
+    assert all(n >= 1 for n in planned.values()) and sum(planned.values()) == 3
     views = jobs()
     for j in ids:
+        assert views[j].is_pending, "Slurm started a job before the controller pinned it"
         assert (views[j].min_nodes, views[j].max_nodes) == (planned[j], planned[j])
-    scontrol("release", *map(str, ids))
+    assert (views[held].min_nodes, views[held].max_nodes) == (1, 4)
+    assert {r.job_id: r.reason for r in result.jobs}[held] == "held"
+    scontrol("delete", f"ReservationName={BLOCK}")
     for j in ids:
         started = wait_for(lambda j=j: running(j), timeout_s=40)
         assert started.node_count == planned[j]
         assert [e.kind for e in ctl.journal.actions_for(j)] == [ActionKind.START_AT_SIZE]
+    assert ctl.journal.actions_for(held) == ()
 
 
 @pytest.fixture
@@ -279,10 +307,18 @@ def test_grow_by_companion_that_ends_with_its_parent(live: Path) -> None:
     assert kinds == [ActionKind.CANCEL_COMPANION]
 
 
+def occupy_every_node(cwd: Path) -> int:
+    """A rigid job on every node: later jobs wait (Reason=Resources, still eligible)."""
+    blocker = sbatch(f"-N{len(CliBackend().read_nodes())}", "--wrap", "sleep 600", cwd=cwd)
+    wait_for(lambda: running(blocker))
+    return blocker
+
+
 @pytest.mark.slurm
 def test_unmarked_job_untouched_and_shadow_changes_nothing(live: Path) -> None:
-    plain = sbatch("-N1-4", "--hold", "--wrap", "sleep 600", cwd=live)
-    marked = sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+    occupy_every_node(live)  # the fixed plan pins; Slurm must not start the jobs meanwhile
+    plain = sbatch("-N1-4", "--wrap", "sleep 600", cwd=live)
+    marked = sbatch("-N1-4", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
     config = live_config(live / "state", live / "fake-agent", mode="shadow")
     ctl, _ = controller(config, targets({plain: 2, marked: 2}))
     result = cycle(ctl)
@@ -342,10 +378,73 @@ def test_sigkill_mid_grow_then_restart(live: Path) -> None:
     wait_for(lambda: all(ending(j.job_id) for j in companions_of(parent)))
 
 
+def shrink_reuse_and_end(live: Path, setting: str) -> tuple[Controller, int]:
+    """Slurm 22.05.8's node leak, driven through the daemon.
+
+    The controller hard-shrinks a 4-node job to 2 (``NumNodes=2``: n1, n2 stay), a rigid
+    job takes the 2 freed nodes, the shrunk job ends (one daemon cycle sees it), then the
+    rigid job ends.  Returns the controller and the shrunk job's id.
+    """
+    big = elastic_job_on(4, live)
+    guards = {"cooldown_s": 0, "min_dwell_s": 0, "payback_horizon_s": 0}
+    config = live_config(
+        live / "state",
+        live / "fake-agent",
+        guards={**guards, "hard_shrink": True, "ack_timeout_s": 1},
+        slurm={"sacct_interval_s": 3600, "reconfigure_after_shrink": setting},
+    )
+    ctl, _ = controller(config, targets({big: 2}))
+    cycle(ctl)  # instruct (no agent answers)
+    time.sleep(1.2)
+    cycle(ctl)  # the deadline passed: hard shrink
+    wait_for(lambda: (v := running(big)) is not None and v.node_count == 2)
+    other = sbatch("-N2", "--wrap", "sleep 600", cwd=live)
+    assert set(wait_for(lambda: running(other)).nodes).isdisjoint(jobs()[big].nodes)
+    subprocess.run(["scancel", str(big)], check=True, timeout=30)
+    wait_for(lambda: big not in jobs())
+    cycle(ctl)
+    subprocess.run(["scancel", str(other)], check=True, timeout=30)
+    wait_for(lambda: other not in jobs())
+    cycle(ctl)
+    return ctl, big
+
+
+def whole_cluster_job_starts(cwd: Path, timeout_s: float = 30.0) -> bool:
+    """An exclusive job on every node (the batch partition is OverSubscribe=EXCLUSIVE)."""
+    whole = sbatch(f"-N{len(CliBackend().read_nodes())}", "--wrap", "sleep 600", cwd=cwd)
+    try:
+        wait_for(lambda: running(whole), timeout_s=timeout_s)
+    except AssertionError:
+        return False
+    return True
+
+
+@pytest.mark.slurm
+def test_reconfigure_after_a_shrunk_job_ends_keeps_nodes_usable(live: Path) -> None:
+    ctl, big = shrink_reuse_and_end(live, "auto")  # auto: the probe says 22.05
+    (entry,) = [e for e in ctl.journal.all_actions() if e.kind is ActionKind.RECONFIGURE]
+    assert entry.job_id == big and entry.status is ActionStatus.APPLIED
+    assert whole_cluster_job_starts(live)
+    cycle(ctl)
+    assert len([e for e in ctl.journal.all_actions() if e.kind is ActionKind.RECONFIGURE]) == 1
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_without_the_reconfigure_the_node_leaks(live: Path) -> None:
+    """The same scenario with ``reconfigure_after_shrink: never`` leaves a freed node idle
+    but unschedulable: the whole-cluster job stays pending (3 of 3 runs on 22.05.8).  The
+    fixture's closing ``scontrol reconfigure`` heals the cluster for the next test."""
+    ctl, _ = shrink_reuse_and_end(live, "never")
+    assert not [e for e in ctl.journal.all_actions() if e.kind is ActionKind.RECONFIGURE]
+    assert not whole_cluster_job_starts(live, timeout_s=20)
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_slurmctld_down_30s_no_action_then_recovery(live: Path, slurm_cluster) -> None:
-    job_id = sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+    occupy_every_node(live)  # the job stays pending (and eligible) until the pin is checked
+    job_id = sbatch("-N1-4", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
     config = live_config(live / "state", live / "fake-agent", slurm={"timeout_s": 5})
     ctl, _ = controller(config, targets({job_id: 2}))
     conf = Path(os.environ["SLURM_CONF"])

@@ -106,6 +106,16 @@ def test_probe(backend: CliBackend) -> None:
     assert caps.json_plugin == "openapi/v0.0.38"
     assert caps.multiple_slurmd is True
     assert caps.permit_job_expansion is False
+    assert caps.leaks_nodes_after_shrink is True  # 22.05: reconfigure after a shrunk job ends
+
+
+def test_reconfigure(backend: CliBackend, clean_queue: SlurmCluster) -> None:
+    before = backend.runner.action_calls
+    backend.reconfigure()
+    assert backend.runner.action_calls == before + 1
+    # slurmctld re-read its configuration and still schedules.
+    job_id = sbatch(clean_queue, "-N1", "-p", "shared")
+    wait_state(backend, job_id, JobState.RUNNING)
 
 
 def test_hetjob_components_read_with_raw_ids(
@@ -345,9 +355,11 @@ def test_dry_run_records_actions_and_changes_nothing(
     dry = CliBackend(slurm_conf=str(clean_queue.conf), dry_run=True)
     dry.shrink(job_id, 1)
     dry.cancel(job_id)
+    dry.reconfigure()
     assert dry.runner.dry_run_log == [
         ("scontrol", "update", f"JobId={job_id}", "NumNodes=1"),
         ("scancel", str(job_id)),
+        ("scontrol", "reconfigure"),
     ]
     view = job(backend, job_id)
     assert view.state is JobState.RUNNING and len(view.nodes) == 2
@@ -386,3 +398,6 @@ def test_unreachable_controller_is_typed(clean_queue: SlurmCluster, tmp_path: Pa
     with pytest.raises(SlurmUnreachable):
         dead.cancel(1)
     assert dead.runner.action_calls == 2  # idempotent action retried once, then gave up
+    with pytest.raises(SlurmUnreachable, match="scontrol reconfigure"):
+        dead.reconfigure()
+    assert dead.runner.action_calls == 4

@@ -88,6 +88,9 @@ def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) 
                     reason=rule,
                     extra=(
                         ("parent_nodes", str(layout.parent_nodes)),
+                        # The parent's own size before: parent_nodes below it means a
+                        # NumNodes= shrink (after which Slurm 22.05 may leak a node).
+                        ("parent_from", str(ej.job.node_count)),
                         ("cancel_companions", ",".join(map(str, layout.cancel_companions))),
                         ("keep_nodes", ",".join(layout.keep_nodes)),
                     ),

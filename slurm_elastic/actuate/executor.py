@@ -26,7 +26,7 @@ Graceful shrink, one small state machine per job (driven by ``start_shrink`` the
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -223,6 +223,34 @@ class Executor:
         self.board.clear(entry.job_id)
         log.info("shrink.ended", job_id=entry.job_id, status=str(status), detail=detail)
         return self._done(entry.action, str(status), detail, entry.id)
+
+    # ------------------------------------------------------------------ Slurm quirks
+
+    def reconfigure_after_shrink(self, ended: Iterable[int], now: float) -> list[ActionRecord]:
+        """One ``scontrol reconfigure`` for jobs we shrank that have now ended.
+
+        Slurm 22.05 can leave a node the shrink freed idle but unschedulable once the
+        shrunk job has ended (``slurm.cli.leaks_nodes_after_shrink``); reconfiguring after
+        the ending prevents it.  Each ending gets its own journal row; endings seen in the
+        same cycle share one call, since one reconfigure covers the whole cluster.  A
+        refusal is recorded ``failed`` and not repeated (the next ending tries again).
+        """
+        jobs = sorted(set(ended))
+        if not jobs:
+            return []
+        why = "Slurm 22.05 node leak after a shrink"
+        actions = [Action(ActionKind.RECONFIGURE, job_id, 0, 0, reason=why) for job_id in jobs]
+        pending = [(a, self.journal.record_intent(a, now)) for a in actions]  # journal first
+        try:
+            self.backend.reconfigure()
+        except SlurmError as exc:
+            for _, action_id in pending:
+                self.journal.mark(action_id, ActionStatus.FAILED, now, detail=str(exc))
+            return [self._done(a, "failed", str(exc), i) for a, i in pending]
+        detail = f"scontrol reconfigure: shrunk job {','.join(map(str, jobs))} ended"
+        for _, action_id in pending:
+            self.journal.mark(action_id, ActionStatus.APPLIED, now, detail=detail)
+        return [self._done(a, "applied", detail, i) for a, i in pending]
 
     def in_flight(self) -> dict[int, str]:
         """Jobs with an open action (a shrink awaiting its ack), with a status reason."""

@@ -21,6 +21,7 @@ One cycle:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 
@@ -34,7 +35,7 @@ from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
-from slurm_elastic.daemon.problem import build_problem
+from slurm_elastic.daemon.problem import build_problem, not_eligible
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, status_rows
 from slurm_elastic.errors import SlurmElasticError, SlurmError
@@ -44,6 +45,7 @@ from slurm_elastic.types import (
     Action,
     ActionKind,
     AllocationProblem,
+    Capabilities,
     ClusterSnapshot,
     Decision,
     ElasticSpec,
@@ -85,6 +87,7 @@ class Controller:
         self._history_until: float | None = None
         self._history_retry_at = float("-inf")
         self.last_result: CycleResult | None = None
+        self._capabilities: Capabilities | None = None  # probed on first need, then kept
         self.reconfigure(config)
 
     def reconfigure(self, config: Config) -> None:
@@ -162,6 +165,7 @@ class Controller:
         self._note_size_changes(cls, now)
 
         records = self.executor.advance_shrinks(cls.elastic, now)
+        records += self._reconfigure_after_shrinks(cls, now)
         in_flight = self.executor.in_flight()
         last_resize = self.journal.last_resize_at()
         frozen: dict[int, str] = {}
@@ -169,6 +173,10 @@ class Controller:
             if rec.outcome != "waiting":
                 # This snapshot predates what was just done to the job: leave it alone.
                 frozen[rec.action.job_id] = f"shrink {rec.outcome} this cycle"
+        # Held / dependency / begin-time jobs get no capacity (build_problem leaves them
+        # out); as "frozen" they are not acted on and their REASON says why.
+        for job_id, why in not_eligible(cls).items():
+            frozen.setdefault(job_id, why)
         for job_id, ej in cls.elastic.items():
             if job_id in frozen:
                 continue
@@ -273,6 +281,27 @@ class Controller:
             if job_id not in cls.elastic and job_id not in open_jobs:
                 self.agents.clear(job_id)
         self.estimator.forget(j for j in self.estimator.known_jobs() if j not in cls.jobs)
+
+    def _reconfigure_after_shrinks(self, cls: Classification, now: float) -> list[ActionRecord]:
+        """``scontrol reconfigure`` once per ending of a job we shrank (enforce mode only),
+        when ``slurm.reconfigure_after_shrink`` says the Slurm in use needs it."""
+        setting = self.config.slurm.reconfigure_after_shrink
+        if not self.knobs.enforce or setting == "never":
+            return []
+        ended = self.journal.shrunk_jobs() - self.journal.reconfigured_jobs() - set(cls.jobs)
+        if not ended or (setting == "auto" and not self._leaks_nodes_after_shrink()):
+            return []
+        return self.executor.reconfigure_after_shrink(ended, now)
+
+    def _leaks_nodes_after_shrink(self) -> bool:
+        if self._capabilities is None:
+            try:
+                self._capabilities = self.backend.probe()
+            except SlurmError as exc:
+                log.warning("probe.failed", error=str(exc))  # asked again at the next need
+                return False
+            log.info("probe.done", **dataclasses.asdict(self._capabilities))
+        return self._capabilities.leaks_nodes_after_shrink
 
     def _note_size_changes(self, cls: Classification, now: float) -> None:
         """Tell the model when a job's size changed (our shrink, a companion starting,

@@ -240,6 +240,29 @@ class Journal:
             ).fetchall()
         return {int(job): float(at) for job, at in rows}
 
+    def shrunk_jobs(self) -> set[int]:
+        """Jobs whose own allocation a daemon shrink cut (``NumNodes=``, applied).
+
+        A shrink that only cancelled companions does not count.  Rows written before the
+        shrink recorded ``parent_from`` count, to be safe.
+        """
+        shrunk: set[int] = set()
+        for entry in self._select("WHERE kind='shrink' AND status='applied'", ()):
+            extra = dict(entry.action.extra)
+            before = int(extra.get("parent_from", entry.action.from_nodes))
+            if int(extra.get("parent_nodes", entry.action.to_nodes)) < before:
+                shrunk.add(entry.job_id)
+        return shrunk
+
+    def reconfigured_jobs(self) -> set[int]:
+        """Jobs whose ending already had its ``scontrol reconfigure`` tried (applied or failed)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT job_id FROM actions"
+                " WHERE kind='reconfigure' AND status IN ('applied','failed')"
+            ).fetchall()
+        return {int(r[0]) for r in rows}
+
     def _select(self, where: str, args: tuple[object, ...]) -> tuple[JournalEntry, ...]:
         with self._lock:
             rows = self._db.execute(
@@ -350,6 +373,7 @@ class Journal:
           the instruction's deadline lets a waiting agent resume on its own.
         * cancel_companion: applied when the companion is gone, else rolled back (the
           orphan sweep below or the next cycle cancels it again).
+        * reconfigure: rolled back (not observable in Slurm); the next cycle repeats it.
 
         With ``act=False`` (shadow mode) the journal is updated but Slurm is not touched.
         """
@@ -400,6 +424,10 @@ class Journal:
             elif entry.kind is ActionKind.CANCEL_COMPANION:
                 done = job is None
                 why = "companion still active"
+            elif entry.kind is ActionKind.RECONFIGURE:
+                # Slurm keeps no trace of a reconfigure: roll back, so the next cycle
+                # issues it again (it is idempotent).
+                why = "reconfigure not confirmed before restart"
             if done:
                 self.mark(entry.id, ActionStatus.APPLIED, now, detail="reconciled")
                 report.completed.append(entry.id)

@@ -8,7 +8,11 @@
   are not rigid: their nodes are already counted in the parent's effective size, and
   counting them twice would make the solver see less capacity than there is;
 * node pools: usable nodes of UP partitions, grouped by the exact set of partitions
-  each node belongs to.
+  each node belongs to;
+* pending jobs that Slurm will not start whatever the free nodes — held, waiting on a
+  dependency, a begin time or a reservation that has not started (``not_eligible_reason``)
+  — are left out: an elastic one gets no capacity this cycle (its REASON says why), a
+  rigid one reserves nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +31,35 @@ from slurm_elastic.types import (
     Outlook,
     RigidDemand,
 )
+
+# squeue's state_reason for pending jobs that cannot start now, as Slurm 22.05 spells it
+# (tests/fixtures/slurm/22.05/squeue-held-dependency.json), with the REASON shown.  Limits
+# (QOS*/Assoc*Limit) are not here: a smaller size may be what lets such a job start.
+NOT_ELIGIBLE_REASONS: Mapping[str, str] = {
+    "JobHeldUser": "held",  # sbatch --hold, scontrol uhold (priority 0)
+    "JobHeldAdmin": "held",  # scontrol hold by an operator (priority 0)
+    "JobHoldMaxRequeue": "held",  # requeued too often, held by Slurm
+    "Dependency": "dependency",
+    "DependencyNeverSatisfied": "dependency never satisfied",
+    "BeginTime": "begin time",  # --begin in the future, or just requeued
+    "Reservation": "reservation not started",
+}
+
+
+def not_eligible_reason(job: JobView) -> str | None:
+    """Why Slurm will not start this pending job now whatever the free nodes, or None."""
+    if job.state not in (JobState.PENDING, JobState.REQUEUED):
+        return None
+    return NOT_ELIGIBLE_REASONS.get(job.state_reason)
+
+
+def not_eligible(classification: Classification) -> dict[int, str]:
+    """Elastic jobs that get no capacity this cycle, with the reason."""
+    return {
+        job_id: why
+        for job_id, ej in classification.elastic.items()
+        if (why := not_eligible_reason(ej.job)) is not None
+    }
 
 
 def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
@@ -77,11 +110,12 @@ def elastic_demand(
 def rigid_demands(
     classification: Classification, elastic_ids: frozenset[int]
 ) -> tuple[RigidDemand, ...]:
-    """Every active job that is not an elastic demand and not a folded-in companion."""
+    """Every active job that is not an elastic demand and not a folded-in companion,
+    except pending jobs Slurm cannot start now (they reserve nothing)."""
     folded = {c.job_id for ej in classification.elastic.values() for c in ej.running_companions}
     rigid: list[RigidDemand] = []
     for job_id, job in sorted(classification.jobs.items()):
-        if job_id in elastic_ids or job_id in folded:
+        if job_id in elastic_ids or job_id in folded or not_eligible_reason(job):
             continue
         pending = job.state in (JobState.PENDING, JobState.REQUEUED)
         rigid.append(
@@ -106,9 +140,16 @@ def build_problem(
     horizon_s: float,
     time_limit_s: float,
 ) -> AllocationProblem:
-    """An elastic job without an outlook (the model failed on it) is held rigid at its size."""
+    """An elastic job without an outlook (the model failed on it) is held rigid at its size.
+
+    A pending elastic job Slurm cannot start now (``not_eligible``) is neither elastic nor
+    rigid: it has no size to keep and must not have nodes set aside for it.
+    """
     elastic: list[ElasticDemand] = []
+    waiting = not_eligible(classification)
     for job_id, ej in sorted(classification.elastic.items()):
+        if job_id in waiting:
+            continue
         outlook = outlooks.get(job_id)
         if outlook is not None:
             elastic.append(elastic_demand(ej, outlook, job_id in frozen))

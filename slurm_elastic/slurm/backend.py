@@ -66,6 +66,14 @@ class SlurmBackend(Protocol):
 
     def cancel(self, job_id: int) -> None: ...
 
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure``: slurmctld re-reads its configuration.
+
+        The daemon calls it only to work around a Slurm version quirk
+        (``Capabilities.leaks_nodes_after_shrink``, described in ``slurm.cli``).
+        """
+        ...
+
     def submit(
         self,
         script: str,

@@ -10,7 +10,7 @@ Reads (fixed cost whatever the job count; see ``scripts/bench_slurm_read.py``):
   ``--json`` on 22.05, which costs ~0.36 s even for one job).
 
 Actions go through ``SlurmRunner.act`` (dry-run aware).  Only idempotent ones
-(pin, shrink, admin comment, cancel) are retried, and only when Slurm was
+(pin, shrink, admin comment, cancel, reconfigure) are retried, and only when Slurm was
 unreachable (nothing was applied then); signal, requeue and submit are never
 repeated automatically because a second try could act twice.
 
@@ -62,6 +62,20 @@ _SACCT_TEXT = (
     "-o", ",".join(parse_text.SACCT_FIELDS),
 )  # fmt: skip
 _SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all", "-o", parse_text.SQUEUE_FORMAT)
+
+
+# Slurm versions with the node leak after a shrink.  Measured on 22.05.8 (the local
+# cluster, OverSubscribe=EXCLUSIVE partition): job A shrunk with ``scontrol update
+# NumNodes=``, job B started on the nodes A gave back, A ended, then B ended: one of B's
+# nodes no longer takes exclusive jobs (Reason=Resources, slurmctld debug "Requested nodes
+# are busy") although sinfo shows it idle, until ``scontrol reconfigure``; a reconfigure
+# after A ended (B still running) prevents it.  Other versions are not assumed affected.
+SHRINK_LEAK_VERSIONS = ("22.05.",)
+
+
+def leaks_nodes_after_shrink(version: str) -> bool:
+    """Whether Slurm ``version`` ("22.05.8") has the node leak described above."""
+    return version.startswith(SHRINK_LEAK_VERSIONS)
 
 
 def _slurm_time(epoch_s: float) -> str:
@@ -171,6 +185,7 @@ class CliBackend:
             json_plugin=plugin,
             permit_job_expansion="permit_job_expansion" in scheduler.split(","),
             multiple_slurmd=config.get("MULTIPLE_SLURMD", "").lower() == "yes",
+            leaks_nodes_after_shrink=leaks_nodes_after_shrink(match.group(1)),
         )
 
     # ------------------------------------------------------------------ actions
@@ -233,6 +248,15 @@ class CliBackend:
         _positive(job_id, "job id")
         self._idempotent(lambda: self.runner.act(("scancel", str(job_id))))
         log.info("slurm.cancel", job_id=job_id)
+
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure`` (root or SlurmUser only; refused otherwise).
+
+        Idempotent, so retried when slurmctld was unreachable; the daemon issues it after a
+        job it shrank has ended, on versions in ``SHRINK_LEAK_VERSIONS``.
+        """
+        self._idempotent(lambda: self.runner.act(("scontrol", "reconfigure")))
+        log.info("slurm.reconfigure")
 
     def submit(
         self,
