@@ -1,4 +1,9 @@
-"""The job directory ``$SLURM_SUBMIT_DIR/.slurm-elastic/job-<id>/`` and the files in it.
+"""The job directory ``<WorkDir>/.slurm-elastic/job-<id>/`` and the files in it.
+
+``WorkDir`` is the parent job's working directory as Slurm records it: the submit directory
+(``$SLURM_SUBMIT_DIR``) unless the job was submitted with ``--chdir``.  Slurm's record, not
+the environment, because a companion job is submitted by the daemon from elsewhere: its own
+``$SLURM_SUBMIT_DIR`` is the daemon's, while the parent's ``WorkDir`` is what both agree on.
 
 It is the only channel between the launcher (batch host), the workers on every node, and
 companion jobs, so it must live on a file system every node sees (the submit directory
@@ -32,8 +37,8 @@ DONE = "done.json"
 CHECKPOINTS = "checkpoints"
 
 
-def job_dir(submit_dir: str | Path, job_id: int) -> Path:
-    return Path(submit_dir) / ".slurm-elastic" / f"job-{job_id}"
+def job_dir(work_dir: str | Path, job_id: int) -> Path:
+    return Path(work_dir) / ".slurm-elastic" / f"job-{job_id}"
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
@@ -87,8 +87,12 @@ def resolve_sizes(view: JobView, opts: RunOptions) -> tuple[int, int]:
     return low, high
 
 
+def work_dir_of(view: JobView) -> str:
+    """Where the job directory lives: the job's WorkDir per Slurm (see ``agent.jobdir``)."""
+    return view.work_dir or os.environ.get("SLURM_SUBMIT_DIR") or os.getcwd()
+
+
 def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
-    submit_dir = os.environ.get("SLURM_SUBMIT_DIR") or os.getcwd()
     low, high = resolve_sizes(view, opts)
     batch_host = view.batch_host or os.environ.get("SLURMD_NODENAME", "")
     if not batch_host:
@@ -106,7 +110,7 @@ def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
         batch_host=batch_host,
         max_restarts=opts.max_restarts,
         api=api_base(),
-        job_dir=str(job_dir(submit_dir, job_id)),
+        job_dir=str(job_dir(work_dir_of(view), job_id)),
         created_at=time.time(),
         rdzv_conf=dict(opts.rdzv_conf),
     )
@@ -166,6 +170,24 @@ def watch_parent(parent: int, step: _Step, poll_s: float) -> threading.Event:
     return done
 
 
+def fresh_rendezvous(info: LaunchInfo, attempt: int) -> LaunchInfo:
+    """A relaunched step needs a new rendezvous: the old store's port may still be held by a
+    dying agent (EADDRINUSE), and its state belongs to the dead group.  Companions read the
+    new endpoint from launch.json."""
+    fresh = replace(
+        info,
+        rdzv_port=choose_port(info.job_id + attempt, info.rdzv_host),
+        rdzv_id=f"slurm-elastic-{info.job_id}-{attempt}",
+    )
+    fresh.save()
+    return fresh
+
+
+def reload(info: LaunchInfo) -> LaunchInfo:
+    """A companion's relaunch joins whatever rendezvous the parent runs now."""
+    return LaunchInfo.load(Path(info.job_dir))
+
+
 def launch_steps(info: LaunchInfo, own_job: int, role: str, opts: RunOptions, step: _Step) -> int:
     """Run srun until training is done; relaunch a step that died early, boundedly."""
     rc = 1
@@ -174,6 +196,8 @@ def launch_steps(info: LaunchInfo, own_job: int, role: str, opts: RunOptions, st
         if attempt and (role == PARENT and view.node_count < info.min_nodes):
             log.error("agent.below_min", nodes=view.node_count, min_nodes=info.min_nodes)
             break
+        if attempt:
+            info = fresh_rendezvous(info, attempt) if role == PARENT else reload(info)
         env = srun_env(os.environ, view.nodes)
         argv = srun_argv(info, len(view.nodes), role, relaunch=attempt > 0)
         log.info("agent.srun", attempt=attempt, nodes=list(view.nodes), role=role)
@@ -195,8 +219,11 @@ def run(opts: RunOptions) -> int:
     signal.signal(signal.SIGTERM, step.forward)
     signal.signal(signal.SIGINT, step.forward)
     if opts.join is not None:
-        submit_dir = os.environ.get("SLURM_SUBMIT_DIR") or os.getcwd()
-        info = LaunchInfo.load(job_dir(submit_dir, opts.join))
+        try:
+            parent = read_job(opts.join)
+        except AgentError as exc:
+            raise AgentError(f"cannot join job {opts.join}: {exc}") from None
+        info = LaunchInfo.load(job_dir(work_dir_of(parent), opts.join))
         log.info("agent.join", parent=info.job_id, endpoint=info.rdzv_endpoint, job=job_id)
         watcher = watch_parent(info.job_id, step, max(opts.poll_s, 2.0))
         try:
