@@ -67,7 +67,7 @@ def test_quick_demo_shows_start_at_size_shrink_grow(clean_queue: SlurmCluster, t
     for job in summary["jobs"]:
         assert job["state"] == "COMPLETED" and job["completion_s"] > 0
         if job["kind"] == "elastic":
-            assert job["last_step"] == job["total_steps"], job  # trained to the end
+            assert job["done_steps"] == job["total_steps"], job  # trained to the end
             assert job["steps_per_s"], f"{job['name']}: no speed measured"
     sim = summary["simulated"]
     assert sim["label"].startswith("SIMULATED")

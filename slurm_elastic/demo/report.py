@@ -9,6 +9,7 @@ place that shows it says so.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
@@ -83,6 +84,7 @@ def build_summary(
                 "companions": sorted(tr.companions),
                 "total_steps": spec.total_steps,
                 "last_step": progress[-1][1] if progress else None,
+                "done_steps": done_steps(record.out / "jobs" / spec.name / f"slurm-{job_id}.out"),
                 "steps_per_s": {str(n): round(r, 3) for n, r in rates.items()},
                 "startup_s": startup_s(progress, tr.sizes, rates),
             }
@@ -168,6 +170,18 @@ def startup_s(
     if rate is None or t < start:
         return None
     return round(max(0.0, t - start - step / rate), 1)
+
+
+_DONE = re.compile(r"^done: steps=(\d+) ", re.MULTILINE)
+
+
+def done_steps(output: Path) -> int | None:
+    """The steps the example says it trained when it finished (rank 0's last line)."""
+    try:
+        found = _DONE.findall(output.read_text(errors="replace"))
+    except OSError:
+        return None
+    return int(found[-1]) if found else None
 
 
 def _rel(t: float | None, t0: float) -> float | None:

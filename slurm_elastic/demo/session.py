@@ -59,6 +59,7 @@ class RunRecord:
     """Everything the report needs, gathered while the demo runs."""
 
     started_at: float
+    out: Path = Path("demo-out")
     finished_at: float = 0.0
     stop_reason: str = ""
     cluster_line: str = ""
@@ -78,7 +79,7 @@ class Demo:
         self.backend = CliBackend(timeout_s=20)
         self.observer = Observer()
         self.stop_reason = ""
-        self.record = RunRecord(started_at=time.time())
+        self.record = RunRecord(started_at=time.time(), out=self.out)
         self.daemon: harness.Daemon | None = None
         self.config_path = self.out / "daemon.yaml"
         self.submit_dir = self.out / "jobs"
@@ -213,9 +214,9 @@ class Demo:
             batch_script(job, python=sys.executable, example=harness.EXAMPLE, work_dir=work)
         )
         env = {**_environ(), "SLURM_ELASTIC_API": self.api}
-        # Submitted from the one directory the daemon also runs in: the launcher keeps its
-        # launch.json under $SLURM_SUBMIT_DIR, and a companion job (submitted by the daemon)
-        # looks for its parent's there.
+        # Submitted from demo-out/jobs, where the daemon runs too: whether the launcher keeps
+        # launch.json under the job's WorkDir (--chdir) or its $SLURM_SUBMIT_DIR, a companion
+        # job (submitted by the daemon) finds its parent's in the same place.
         done = subprocess.run(
             ["sbatch", "--parsable", f"--chdir={work}", str(script)],
             cwd=self.submit_dir,
