@@ -1,0 +1,149 @@
+"""The launcher's follower against the daemon's real HTTP API and instruction board.
+
+No jobs run: a thread stands in for the workers (it answers ``hold`` with ``held.json``) and
+the node count is a function.  Acks are MUNGE-signed, so munged must run (it comes up with
+the local cluster, hence the ``slurm`` mark).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.agent.follower import ControlWriter, Follower
+from slurm_elastic.agent.jobdir import Control, ControlReader, write_json
+from slurm_elastic.daemon.api import ApiContext, ApiServer
+from slurm_elastic.daemon.instructions import (
+    AckStatus,
+    Instruction,
+    InstructionBoard,
+    InstructionKind,
+)
+from slurm_elastic.daemon.metrics import DaemonMetrics
+from slurm_elastic.daemon.reports import ReportStore
+
+pytestmark = [pytest.mark.slurm]
+JOB = 4242
+
+
+@pytest.fixture
+def daemon(slurm_cluster: object) -> Iterator[tuple[ApiServer, InstructionBoard]]:
+    board = InstructionBoard()
+    context = ApiContext(
+        reports=ReportStore(),
+        board=board,
+        metrics=DaemonMetrics(),
+        owner_of=lambda job: os.geteuid() if job == JOB else None,
+        status_document=lambda: None,
+        health=lambda _now: (True, "test"),
+        clock=time.time,
+    )
+    server = ApiServer(context, "127.0.0.1", 0)
+    server.start()
+    yield server, board
+    server.stop()
+
+
+def post(board: InstructionBoard, target: int, keep: tuple[str, ...] = ("n1",)) -> Instruction:
+    instruction = Instruction(
+        id=f"i-{time.monotonic_ns()}",
+        job_id=JOB,
+        kind=InstructionKind.SHRINK,
+        target_nodes=target,
+        keep_nodes=keep,
+        deadline=time.time() + 10,
+        issued_at=time.time(),
+    )
+    board.post(instruction)
+    return instruction
+
+
+def follower(tmp_path: Path, url: str, sizes: list[int]) -> Follower:
+    return Follower(
+        job_id=JOB,
+        job_dir=tmp_path,
+        api=url,
+        min_nodes=1,
+        batch_host="n1",
+        control=ControlWriter(tmp_path),
+        node_count=lambda: sizes[0],
+        poll_s=0.1,
+        hold_timeout_s=1.0,
+        applied_grace_s=1.0,
+    )
+
+
+def fake_workers(tmp_path: Path, step: int) -> threading.Thread:
+    """Answer the first hold like rank 0 does: held.json with the request's seq."""
+
+    def run() -> None:
+        reader = ControlReader(tmp_path)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            control = reader.read()
+            if control is not None and control.action == "hold":
+                write_json(tmp_path / "held.json", {"seq": control.seq, "step": step})
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_hold_ack_ready_then_restart_once_slurm_shrank(tmp_path: Path, daemon) -> None:
+    server, board = daemon
+    sizes = [2]
+    instruction = post(board, 1)
+    fake_workers(tmp_path, step=77)
+    f = follower(tmp_path, server.url, sizes)
+
+    def shrink_after_ack() -> None:  # the daemon's next cycle: scontrol update NumNodes=1
+        while board.ack_for(instruction.id) is None:
+            time.sleep(0.02)
+        sizes[0] = 1
+
+    threading.Thread(target=shrink_after_ack, daemon=True).start()
+    f.poll_once()
+    ack = board.ack_for(instruction.id)
+    assert ack is not None and ack.status is AckStatus.READY and ack.step == 77
+    assert ControlReader(tmp_path).read() == Control(1, "resume", restart=True)
+    f.poll_once()  # the same instruction again: already answered, nothing new
+    assert ControlReader(tmp_path).read().seq == 1
+
+
+def test_refusals_and_silent_workers_answer_failed(tmp_path: Path, daemon) -> None:
+    server, board = daemon
+    f = follower(tmp_path, server.url, [2])
+    refused = post(board, 1, keep=("n2",))
+    f.poll_once()
+    ack = board.ack_for(refused.id)
+    assert ack.status is AckStatus.FAILED and "batch host n1" in ack.detail
+    assert ControlReader(tmp_path).read() is None  # nothing asked of the workers
+
+    silent = post(board, 1)
+    f.poll_once()  # nobody writes held.json: the hold times out
+    ack = board.ack_for(silent.id)
+    assert ack.status is AckStatus.FAILED and "did not reach a checkpoint" in ack.detail
+    assert ControlReader(tmp_path).read() == Control(1, "resume", restart=False)
+
+
+def test_withdrawn_instruction_resumes_in_place(tmp_path: Path, daemon) -> None:
+    server, board = daemon
+    instruction = post(board, 1)
+    fake_workers(tmp_path, step=5)
+    f = follower(tmp_path, server.url, [2])
+
+    def withdraw_after_ack() -> None:  # the daemon rolled back (e.g. a Slurm error)
+        while board.ack_for(instruction.id) is None:
+            time.sleep(0.02)
+        board.clear(JOB)
+
+    threading.Thread(target=withdraw_after_ack, daemon=True).start()
+    f.poll_once()
+    assert ControlReader(tmp_path).read() == Control(1, "resume", restart=False)
