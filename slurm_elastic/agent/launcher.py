@@ -129,7 +129,10 @@ class _Step:
             self.proc.send_signal(signum)
 
     def run(self, argv: list[str], env: dict[str, str]) -> int:
-        self.proc = subprocess.Popen(argv, env=env)
+        try:
+            self.proc = subprocess.Popen(argv, env=env)
+        except OSError as exc:
+            raise AgentError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
         return self.proc.wait()
 
 
