@@ -40,7 +40,7 @@ def build_summary(
     # Times count from the first submission as sacct recorded it (whole seconds).
     submits = [h.submit_time for h in history.values() if h.submit_time]
     t0 = min([record.started_at, *submits])
-    pinned = {
+    pinned = record.pins | {
         (a["job_id"], a["to_nodes"])
         for a in journal
         if a["kind"] == ActionKind.START_AT_SIZE.value and a["status"] == "applied"

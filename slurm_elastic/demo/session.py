@@ -66,6 +66,7 @@ class RunRecord:
     tracks: dict[int, JobTrack] = field(default_factory=dict)
     jobs: dict[int, DemoJob] = field(default_factory=dict)
     progress: dict[int, dict[float, int]] = field(default_factory=dict)  # job -> t -> step
+    pins: set[tuple[int, int]] = field(default_factory=set)  # (job, nodes) the daemon pinned
     quirk_fixes: list[float] = field(default_factory=list)
     daemon_exit: int | None = None
 
@@ -242,11 +243,15 @@ class Demo:
         )
 
     def _read_progress(self) -> None:
-        """Each elastic job's latest reported step, from the daemon's status document."""
+        """Each elastic job's latest reported step, and the pins the daemon applied (to name
+        a start-at-size whose pin and start fell between two polls), from its status."""
         try:
             doc = json.loads((self.out / "state" / "status.json").read_text())
         except (OSError, ValueError):
             return
+        for action in doc.get("actions", []):
+            if action.get("kind") == "start_at_size" and action.get("outcome") == "applied":
+                self.record.pins.add((int(action["job_id"]), int(action["to_nodes"])))
         for row in doc.get("jobs", []):
             job_id, at, step = row.get("job_id"), row.get("reported_at"), row.get("step")
             if job_id in self.record.jobs and at is not None and step is not None:
@@ -282,6 +287,8 @@ class Demo:
         who = f"{tr.name} ({event.job_id})"
         if event.kind == "start_at_size":
             return f"{who} STARTED AT SIZE {event.to_nodes} ({event.detail})"
+        if event.kind == "start" and (event.job_id, event.to_nodes) in self.record.pins:
+            return f"{who} STARTED AT SIZE {event.to_nodes} (pinned by the daemon)"
         if event.kind == "start":
             return f"{who} started on {event.to_nodes} node(s)"
         if event.kind in ("shrink", "grow"):
