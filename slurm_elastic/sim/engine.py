@@ -31,7 +31,7 @@ from slurm_elastic.types import JobState
 
 # Event kinds, ordered: at equal times ends are handled before arrivals (nodes freed
 # at t are usable at t), acknowledgements before the control cycle that reads them.
-_END, _ARRIVE, _ACK, _CYCLE = 0, 1, 2, 3
+EV_END, EV_ARRIVE, EV_ACK, EV_CYCLE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,7 @@ class Cluster:
         job.version += 1
         end = self.expected_end(job)
         if math.isfinite(end):
-            self.push(end, _END, job.job_id, job.version)
+            self.push(end, EV_END, job.job_id, job.version)
 
     # ------------------------------------------------------------ allocation
     def _take(self, job: SimJob, count: int) -> None:
@@ -372,7 +372,7 @@ class Cluster:
         job.paused_until = math.inf
         job.held_since = self.now
         job.version += 1  # no end while holding
-        self.push(self.now + ack_after_s, _ACK, job_id, 0)
+        self.push(self.now + ack_after_s, EV_ACK, job_id, 0)
 
     def resume(self, job_id: int) -> None:
         """The shrink a job held for was dropped (timeout, rollback): it trains on."""

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_elastic.sim.backend import SimBackend
 from slurm_elastic.sim.engine import (
-    _ACK,
-    _ARRIVE,
-    _CYCLE,
-    _END,
+    EV_ACK,
+    EV_ARRIVE,
+    EV_CYCLE,
+    EV_END,
     Cluster,
     ClusterSpec,
     Driver,
@@ -80,16 +81,14 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
 ) -> Outcome:
     """Replay ``workload``; ``driver_factory`` None is plain Slurm (FIFO + backfill only)."""
-    import time as _time
-
-    wall0 = _time.perf_counter()
+    wall0 = time.perf_counter()
     cluster = Cluster(spec, workload.jobs)
     backend = SimBackend(cluster)
     driver = driver_factory(backend, cluster, settings) if driver_factory else None
     interval = settings.interval_s
     by_id = {s.sim_id: s for s in workload.jobs}
     for s in workload.jobs:
-        cluster.push(ORIGIN + s.submit_s, _ARRIVE, s.sim_id)
+        cluster.push(ORIGIN + s.submit_s, EV_ARRIVE, s.sim_id)
     samples: list[Sample] = []
     last_cycle = -math.inf
     next_cycle = math.inf
@@ -104,25 +103,25 @@ def simulate(
         run_cycle = False
         while events and events[0][0] == t:
             _, kind, _, job_id, version = heapq.heappop(events)
-            if kind == _END:
+            if kind == EV_END:
                 job = cluster.jobs[job_id]
                 if job.version == version and job.state is JobState.RUNNING:
                     cluster.finish(job)
                     finished_trace += 1
-            elif kind == _ARRIVE:
+            elif kind == EV_ARRIVE:
                 cluster.arrive(by_id[job_id])
-            elif kind == _ACK and driver is not None:
+            elif kind == EV_ACK and driver is not None:
                 driver.acknowledge(job_id, t)
                 cluster.changed = True
-            elif kind == _CYCLE:
+            elif kind == EV_CYCLE:
                 next_cycle = math.inf
                 run_cycle = cluster.changed or t - last_cycle >= settings.refresh_s
         if run_cycle and driver is not None:
             before = cluster.actions
             cluster.changed = False
-            c0 = _time.perf_counter()
+            c0 = time.perf_counter()
             driver.cycle(t)
-            cycle_wall += _time.perf_counter() - c0
+            cycle_wall += time.perf_counter() - c0
             cycles += 1
             last_cycle = t
             if cluster.actions != before:
@@ -142,7 +141,7 @@ def simulate(
                 due = math.inf
             if due < next_cycle:
                 next_cycle = due
-                cluster.push(due, _CYCLE)
+                cluster.push(due, EV_CYCLE)
         if progress is not None:
             progress(finished_trace, total)
     trace_jobs = [j for j in cluster.finished if j.spec is not None]
@@ -155,7 +154,7 @@ def simulate(
         gpus_per_node=spec.gpus_per_node,
         cycles=cycles,
         cycle_wall_s=cycle_wall,
-        wall_s=_time.perf_counter() - wall0,
+        wall_s=time.perf_counter() - wall0,
         extra={"rejected": len(workload.rejected), **_driver_stats(driver)},
     )
 
