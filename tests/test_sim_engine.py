@@ -155,7 +155,7 @@ def test_same_seed_same_result_other_seed_other_workload(traces: Path) -> None:
             simulate(
                 _contended(traces, seed=7, elastic_fraction=0.5),
                 _spec(16),
-                SimSettings(policy="greedy"),
+                SimSettings(policy="mip"),
                 driver_factory=ControllerDriver,
             )
         )
