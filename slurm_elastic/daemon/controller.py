@@ -13,7 +13,10 @@ One cycle:
    with ``ok=False`` and no action;
 2. on the first good snapshot, the journal is reconciled with Slurm (crash recovery);
 3. classify jobs (elastic / companion / rigid), advance graceful shrinks in flight,
-   freeze jobs inside cooldown, dwell or with an action in flight;
+   ``scontrol reconfigure`` once a job we shrank has ended (Slurm 22.05's node leak;
+   ``slurm.reconfigure_after_shrink``), freeze jobs inside cooldown, dwell or with an
+   action in flight, and leave pending jobs Slurm cannot start now (held, dependency,
+   begin time, reservation) out of the plan;
 4. estimate an ``Outlook`` per elastic job, build the ``AllocationProblem``, allocate;
 5. diff plan against reality, apply the guard rails, and (mode ``enforce``) apply the
    surviving actions journal-first; mode ``shadow`` records what it would have done.
@@ -286,8 +289,10 @@ class Controller:
         """``scontrol reconfigure`` once per ending of a job we shrank (enforce mode only),
         when ``slurm.reconfigure_after_shrink`` says the Slurm in use needs it."""
         setting = self.config.slurm.reconfigure_after_shrink
-        if not self.knobs.enforce or setting == "never":
-            return []
+        caps = self._capabilities
+        known_clean = setting == "auto" and caps is not None and not caps.leaks_nodes_after_shrink
+        if not self.knobs.enforce or setting == "never" or known_clean:
+            return []  # (the simulator's cycles stop here once its probe has answered)
         ended = self.journal.shrunk_jobs() - self.journal.reconfigured_jobs() - set(cls.jobs)
         if not ended or (setting == "auto" and not self._leaks_nodes_after_shrink()):
             return []
