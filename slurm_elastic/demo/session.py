@@ -189,9 +189,9 @@ class Demo:
                 self._note(now, f"squeue failed ({exc}); retrying")
                 time.sleep(self.opts.poll_s)
                 continue
+            self._read_progress()  # first: it names the pins the events below may show
             for event in self.observer.add(snapshot):
                 self._note(event.t, self._describe(event))
-            self._read_progress()
             self._heal_quirk(snapshot)
             if time.monotonic() >= next_refresh:
                 self._show_status(now - t0)
@@ -214,7 +214,7 @@ class Demo:
         script.write_text(
             batch_script(job, python=sys.executable, example=harness.EXAMPLE, work_dir=work)
         )
-        env = {**_environ(), "SLURM_ELASTIC_API": self.api}
+        env = {**dict(os.environ), "SLURM_ELASTIC_API": self.api}
         # Submitted from demo-out/jobs, where the daemon runs too: whether the launcher keeps
         # launch.json under the job's WorkDir (--chdir) or its $SLURM_SUBMIT_DIR, a companion
         # job (submitted by the daemon) finds its parent's in the same place.
@@ -308,7 +308,7 @@ class Demo:
             text=True,
             timeout=20,
             check=False,
-            env={**_environ(), "COLUMNS": "160"},
+            env={**dict(os.environ), "COLUMNS": "160"},
         )
         table = (done.stdout or done.stderr).rstrip().splitlines()
         (self.out / "status.txt").write_text("\n".join(table) + "\n")
@@ -355,10 +355,6 @@ def _companion_of(comment: str) -> int | None:
     from slurm_elastic.actuate.companion import companion_parent
 
     return companion_parent(comment)
-
-
-def _environ() -> dict[str, str]:
-    return dict(os.environ)
 
 
 def history_states(backend: CliBackend, since: float, job_ids: set[int]) -> dict[int, Any]:

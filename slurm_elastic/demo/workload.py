@@ -5,15 +5,19 @@ of change happen on a 4-node cluster:
 
 * ``mlp-wide`` arrives to an almost empty cluster and Slurm starts it at its maximum;
 * ``mlp-narrow`` arrives when every node is taken: it pends, the daemon pins it to the
-  size that fits (start-at-size) and shrinks ``mlp-wide`` to make that room (shrink);
-* when the rigid ``sleep-a`` ends, its node is free and no rigid job waits, so a running
-  elastic job grows onto it with a companion job (grow);
-* ``sleep-b`` (rigid) arrives later and holds the FIFO line, which the daemon respects.
+  size that fits (start-at-size) and shrinks ``mlp-wide`` to make that room (shrink).  A
+  new job has no history, so the policy values it by the site prior (hours of work); over
+  the default one-hour horizon starting it is worth more than what ``mlp-wide`` loses;
+* once both report their speed, and when the rigid ``sleep-a`` ends and frees a node, a
+  running elastic job grows with a companion job (grow);
+* ``mlp-small`` arrives to a full cluster again (start-at-size, shrinks), and ``sleep-b``
+  (rigid) holds the FIFO line, which the daemon respects.
 
 Elastic jobs run the real ``examples/train_mlp.py`` under ``slurm-elastic run``.  Their
 ``--sample-sleep`` makes a step's time mostly per-sample work, which the ranks split, so
 speed grows with nodes even on this 2-core machine; ``mlp-narrow`` has a larger share of
-fixed per-step cost (bigger micro-batches, less sleep per sample) and scales less.
+fixed per-step cost (smaller micro-batches, less sleep per sample), so it gains less from
+more nodes when the machine is busy.  Their measured speeds per size are in summary.json.
 """
 
 from __future__ import annotations
@@ -82,8 +86,8 @@ def _sleep(name: str, arrive_s: float, nodes: int, sleep_s: float, role: str) ->
     return DemoJob(name, arrive_s, nodes, nodes, False, sleep_s=sleep_s, role=role)
 
 
-_WIDE = "elastic, scales well; started at the size that is free"
-_NARROW = "elastic; arrives to a full cluster (start-at-size + shrink)"
+_WIDE = "elastic, long, per-sample cost dominates (scales ~linearly)"
+_NARROW = "elastic, more per-step overhead; arrives to a full cluster (start-at-size + shrink)"
 _FREES = "rigid; its end frees a node (grow)"
 
 # Full demo, about 5-6 minutes on the shared 2-core machine.
