@@ -95,7 +95,7 @@ def main() -> int:
     ap.add_argument(
         "--traces", type=Path, default=Path(__file__).resolve().parents[2] / "shared/traces"
     )
-    ap.add_argument("--out", type=Path, default=Path("results/sim"))
+    ap.add_argument("--out", type=Path, default=Path("sim-out/bench"))
     ap.add_argument("--only", choices=["cluster06", "philly", "10k"], action="append")
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
