@@ -122,7 +122,6 @@ def build_summary(
         "all_completed": bool(jobs) and all(j["completed"] for j in jobs),
         "observed": observed,
         "daemon_actions": journal,
-        "slurm_quirk_reconfigures": [_rel(t, t0) for t in record.quirk_fixes],
     }
 
 

@@ -28,10 +28,8 @@ from slurm_elastic.demo.observe import Event, JobTrack, Observer
 from slurm_elastic.demo.workload import FULL, QUICK, DemoJob, batch_script
 from slurm_elastic.errors import SlurmError, SlurmRejected
 from slurm_elastic.slurm.cli import CliBackend
-from slurm_elastic.types import ClusterSnapshot, JobState
 
 Echo = Callable[[str], None]
-RECONFIGURE_AFTER_S = 25.0  # pending on idle nodes this long (> 2 sched_interval): the quirk
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +65,6 @@ class RunRecord:
     jobs: dict[int, DemoJob] = field(default_factory=dict)
     progress: dict[int, dict[float, int]] = field(default_factory=dict)  # job -> t -> step
     pins: set[tuple[int, int]] = field(default_factory=set)  # (job, nodes) the daemon pinned
-    quirk_fixes: list[float] = field(default_factory=list)
     daemon_exit: int | None = None
 
 
@@ -86,7 +83,6 @@ class Demo:
         self.submit_dir = self.out / "jobs"
         self._last_table: list[str] = []
         self._log: list[str] = []
-        self._pending_since: dict[int, float] = {}
 
     # ------------------------------------------------------------------ entry point
 
@@ -145,7 +141,9 @@ class Demo:
                     f"{harness.NODES} nodes to itself (wait, or use --instance K)"
                 )
             time.sleep(1)
-        # Heal Slurm 22.05's quirk left by an earlier shrink (README, "Slurm backend").
+        # Leftovers of someone else's earlier shrink (Slurm 22.05 node leak) are not the
+        # demo's: clear them once.  During the demo the daemon itself reconfigures after a
+        # job it shrank has ended (slurm.reconfigure_after_shrink).
         subprocess.run(["scontrol", "reconfigure"], capture_output=True, timeout=30, check=False)
 
     def _start_daemon(self) -> None:
@@ -192,7 +190,6 @@ class Demo:
             self._read_progress()  # first: it names the pins the events below may show
             for event in self.observer.add(snapshot):
                 self._note(event.t, self._describe(event))
-            self._heal_quirk(snapshot)
             if time.monotonic() >= next_refresh:
                 self._show_status(now - t0)
                 next_refresh = time.monotonic() + self.opts.refresh_s
@@ -256,29 +253,6 @@ class Demo:
             job_id, at, step = row.get("job_id"), row.get("reported_at"), row.get("step")
             if job_id in self.record.jobs and at is not None and step is not None:
                 self.record.progress.setdefault(job_id, {})[float(at)] = int(step)
-
-    def _heal_quirk(self, snapshot: ClusterSnapshot) -> None:
-        """Slurm 22.05 on an exclusive partition: after a shrunk job ends, a job may stay
-        pending ("Resources") on idle nodes until slurmctld re-reads its config."""
-        idle = sum(1 for n in snapshot.nodes if n.is_usable and n.state == "idle")
-        now = snapshot.taken_at
-        for job in snapshot.jobs:
-            if job.job_id not in self.record.jobs or job.state is not JobState.PENDING:
-                self._pending_since.pop(job.job_id, None)
-                continue
-            if job.state_reason != "Resources" or idle < job.min_nodes:
-                self._pending_since.pop(job.job_id, None)
-                continue
-            since = self._pending_since.setdefault(job.job_id, now)
-            recent = self.record.quirk_fixes and now - self.record.quirk_fixes[-1] < 30
-            if now - since > RECONFIGURE_AFTER_S and not recent:
-                subprocess.run(["scontrol", "reconfigure"], capture_output=True, timeout=30)
-                self.record.quirk_fixes.append(now)
-                self._note(
-                    now,
-                    f"job {job.job_id} pending on {idle} idle nodes: "
-                    "scontrol reconfigure (Slurm 22.05 quirk after a shrink)",
-                )
 
     # ------------------------------------------------------------------ output
 
