@@ -208,3 +208,17 @@ def test_batch_scripts_mark_only_elastic_jobs(tmp_path: Path) -> None:
     elastic = [j for j in FULL if j.elastic]
     assert len(elastic) >= 3 and any(not j.elastic for j in FULL)
     assert all(j.total_steps and j.total_steps > 100 for j in elastic)
+
+
+def test_done_steps_and_startup_from_the_jobs_own_output(tmp_path: Path) -> None:
+    from slurm_elastic.demo.report import done_steps, startup_s
+
+    out = tmp_path / "slurm-100.out"
+    # The example's last line, as a real demo job printed it.
+    out.write_text("trainer.start ...\ndone: steps=800 loss=0.002693 pid=30421\n")
+    assert done_steps(out) == 800
+    assert done_steps(tmp_path / "missing.out") is None
+    # Started at t=10 on 2 nodes at 4 steps/s; the first report at t=30 says step 40:
+    # 10 s of training, so 10 s went to srun, torchrun, import torch and the rendezvous.
+    assert startup_s([(30.0, 40), (32.0, 48)], [(10.0, 2)], {2: 4.0}) == 10.0
+    assert startup_s([], [(10.0, 2)], {2: 4.0}) is None
