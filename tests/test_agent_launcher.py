@@ -117,10 +117,11 @@ def test_script_args(argv: list[str], expected: list[str]) -> None:
 
 def test_port_is_per_job_and_skips_a_busy_one() -> None:
     assert preferred_port(42) != preferred_port(43)
+    first = choose_port(77, "127.0.0.1")  # 20077 unless another job holds it right now
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", preferred_port(77)))
-        chosen = choose_port(77, "127.0.0.1")
-    assert chosen != preferred_port(77) and 20000 <= chosen < 32000
+        busy.bind(("127.0.0.1", first))
+        second = choose_port(77, "127.0.0.1")
+    assert second != first and 20000 <= second < 32000
 
 
 def test_node_env_sets_the_required_torch_switch_and_pins_gloo_to_loopback() -> None:
