@@ -103,7 +103,8 @@ def main() -> None:
         trainer.optimizer_step(loss_sum)
 
     if trainer.rank == 0:
-        print(f"done: steps={trainer.completed} loss={trainer.loss:.6f} pid={os.getpid()}")
+        # loss is None when a restart found the training already complete.
+        print(f"done: steps={trainer.completed} loss={trainer.loss} pid={os.getpid()}")
         if args.out:
             torch.save(model.state_dict(), args.out)
 

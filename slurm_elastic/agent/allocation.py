@@ -55,6 +55,17 @@ def effective_nodes(job_id: int, runner: SlurmRunner | None = None) -> int:
     return total
 
 
+def running_steps(job_id: int, runner: SlurmRunner | None = None) -> list[str]:
+    """The job's steps other than ``batch`` and ``extern`` (``"80.0"``), as squeue lists them."""
+    run = runner or SlurmRunner(timeout_s=15.0)
+    try:
+        out = run.read(["squeue", "-h", "-s", "-j", str(job_id), "-o", "%i"]).stdout
+    except SlurmElasticError as exc:
+        raise AgentError(f"cannot list the steps of job {job_id}: {exc}") from None
+    steps = [line.strip() for line in out.splitlines()]
+    return [s for s in steps if s.startswith(f"{job_id}.") and s.split(".")[1].isdigit()]
+
+
 def cpus_per_node(value: str) -> int | None:
     """First count of ``SLURM_JOB_CPUS_PER_NODE`` (``4(x3)`` or ``4,2``); None if absent."""
     match = _CPUS.match(value.strip())

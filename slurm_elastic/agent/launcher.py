@@ -32,7 +32,7 @@ from types import FrameType
 
 import structlog
 
-from slurm_elastic.agent.allocation import effective_nodes, read_job, srun_env
+from slurm_elastic.agent.allocation import effective_nodes, read_job, running_steps, srun_env
 from slurm_elastic.agent.follower import ControlWriter, Follower
 from slurm_elastic.agent.jobdir import DONE, LaunchInfo, job_dir, read_json
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
@@ -173,6 +173,22 @@ def watch_parent(parent: int, step: _Step, poll_s: float) -> threading.Event:
     return done
 
 
+def end_old_steps(job_id: int, timeout_s: float = 60.0) -> None:
+    """Cancel what is left of the previous step before launching the next.
+
+    When ``srun`` itself dies, Slurm lets its tasks run on for a while: a new step beside
+    them would train a second copy from the same checkpoints.
+    """
+    old = running_steps(job_id)
+    if not old:
+        return
+    log.warning("agent.cancel_old_steps", steps=old)
+    subprocess.run(["scancel", *old], capture_output=True, timeout=30, check=False)
+    deadline = time.monotonic() + timeout_s
+    while running_steps(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 def fresh_rendezvous(info: LaunchInfo, attempt: int) -> LaunchInfo:
     """A relaunched step needs a new rendezvous: the old store's port may still be held by a
     dying agent (EADDRINUSE), and its state belongs to the dead group.  Companions read the
@@ -200,6 +216,7 @@ def launch_steps(info: LaunchInfo, own_job: int, role: str, opts: RunOptions, st
             log.error("agent.below_min", nodes=view.node_count, min_nodes=info.min_nodes)
             break
         if attempt:
+            end_old_steps(own_job)
             info = fresh_rendezvous(info, attempt) if role == PARENT else reload(info)
         env = srun_env(os.environ, view.nodes)
         argv = srun_argv(info, len(view.nodes), role, relaunch=attempt > 0)
