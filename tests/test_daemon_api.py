@@ -60,9 +60,13 @@ class _Health:
         return self.healthy, "test"
 
 
+wakeups: list[float] = []  # on_ack calls: an accepted ack asks the loop for a cycle now
+
+
 @pytest.fixture
 def server(munge: None) -> Iterator[tuple[ApiServer, ApiContext, _Health]]:
     health = _Health()
+    wakeups.clear()
     context = ApiContext(
         reports=ReportStore(),
         board=InstructionBoard(),
@@ -71,6 +75,7 @@ def server(munge: None) -> Iterator[tuple[ApiServer, ApiContext, _Health]]:
         status_document=lambda: {"version": 1, "cycle": {"count": 3}},
         health=health,
         clock=time.time,
+        on_ack=lambda: wakeups.append(time.time()),
     )
     api = ApiServer(context, "127.0.0.1", 0)
     api.start()
@@ -231,10 +236,12 @@ def test_instruction_and_ack_round_trip(server) -> None:
     assert _post(f"{url}/ack", ack, cred)[0] == 200
     recorded = context.board.ack_for("i-1")
     assert recorded is not None and recorded.step == 300 and recorded.status == "ready"
+    assert len(wakeups) == 1  # the loop is woken so the shrink follows the ack at once
 
     stale = json.dumps({"instruction_id": "old", "status": "ready"}).encode()
     cred = _credential_as("nobody", auth.body_digest(stale))
     assert _post(f"{url}/ack", stale, cred)[0] == 409
+    assert len(wakeups) == 1  # a rejected ack wakes nothing
 
     # Another user cannot acknowledge for this job.
     other_ack = json.dumps({"instruction_id": "i-1", "status": "failed"}).encode()

@@ -138,6 +138,28 @@ def test_a_crashing_cycle_keeps_the_loop_alive(tmp_path: Path, notify_socket) ->
     assert service.metrics.cycles.labels(outcome="error")._value.get() == backend.calls
 
 
+def test_a_requested_cycle_runs_without_waiting_for_the_interval(tmp_path: Path) -> None:
+    """An accepted ack calls ``request_cycle`` (from the API thread): with a 60 s interval the
+    second cycle must still follow within seconds, so a checkpointed job is shrunk at once."""
+    backend = _Crashing()
+    service = Service(
+        _config(tmp_path, interval_s=60), backend=backend, notifier=Notifier(None), serve_api=False
+    )
+
+    def ask_once_the_first_cycle_ran() -> None:
+        deadline = time.monotonic() + 10
+        while backend.calls < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        service.request_cycle()
+
+    threading.Thread(target=ask_once_the_first_cycle_ran, daemon=True).start()
+    _stop_after(lambda: backend.calls >= 2, timeout_s=10)
+    started = time.monotonic()
+    assert service.run() == 0
+    assert backend.calls >= 2
+    assert time.monotonic() - started < 9
+
+
 def test_unreachable_slurm_fails_cycles_but_not_the_daemon(tmp_path: Path, notify_socket) -> None:
     """The real CLI backend against a Slurm that is not there (a config file that is not)."""
     from slurm_elastic.slurm.cli import CliBackend

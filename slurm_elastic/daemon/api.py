@@ -87,6 +87,9 @@ class ApiContext:
         default_factory=lambda: threading.BoundedSemaphore(MAX_CONCURRENT_AUTH)
     )
     auth_wait_s: float = 5.0
+    # Called after an accepted ack: the loop runs its next cycle now instead of at the next
+    # tick, so a job that has checkpointed is shrunk at once rather than up to interval_s later.
+    on_ack: Callable[[], None] = lambda: None
 
 
 class _HttpError(Exception):
@@ -216,6 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
                 reason="stale_ack",
             )
         self.context.metrics.acks.labels(status=body.status).inc()
+        self.context.on_ack()
         log.info(
             "ack.received", job_id=job_id, instruction_id=body.instruction_id, status=body.status
         )

@@ -21,6 +21,7 @@ import pwd
 import select
 import signal
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -227,6 +228,9 @@ class Service:
         self._state = _LoopState()
         self._stop = False
         self._reload = False
+        # Set from the API thread (an ack arrived); the loop then cycles without waiting.
+        self._cycle_now = threading.Event()
+        self._wake_w: socket.socket | None = None
         self.api: ApiServer | None = None
         if serve_api:
             context = ApiContext(
@@ -238,6 +242,7 @@ class Service:
                 health=self.health,
                 clock=clock,
                 unmunge=config.api.unmunge,
+                on_ack=self.request_cycle,
             )
             try:
                 self.api = ApiServer(context, config.api.bind, config.api.port)
@@ -270,6 +275,7 @@ class Service:
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
+        self._wake_w = wake_w
         previous = self._install_signals(wake_w)
         log.info(
             "daemon.starting",
@@ -290,6 +296,9 @@ class Service:
                     break
                 next_at = max(next_at + self.config.interval_s, self.clock())
                 self._wait_until(next_at, wake_r)
+                if self._cycle_now.is_set():
+                    self._cycle_now.clear()
+                    next_at = self.clock()  # the regular ticks restart from this cycle
                 if self._reload:
                     self._reload = False
                     self.reload()
@@ -430,8 +439,15 @@ class Service:
 
     # ------------------------------------------------------------------ plumbing
 
+    def request_cycle(self) -> None:
+        """Run the next cycle now (thread-safe; the API calls it when a job acknowledges)."""
+        self._cycle_now.set()
+        if self._wake_w is not None:
+            with contextlib.suppress(BlockingIOError, OSError):
+                self._wake_w.send(b"\0")
+
     def _wait_until(self, deadline: float, wake: socket.socket) -> None:
-        while not self._stop and not self._reload:
+        while not self._stop and not self._reload and not self._cycle_now.is_set():
             remaining = deadline - self.clock()
             if remaining <= 0:
                 return
