@@ -93,6 +93,9 @@ def simulate(
     last_cycle = -math.inf
     next_cycle = math.inf
     cycles = 0
+    reasons = {"event": 0, "acted": 0, "refresh": 0}  # what triggered each cycle
+    acted = False
+    why = "event"
     cycle_wall = 0.0
     total = len(workload.jobs)
     finished_trace = 0
@@ -116,6 +119,7 @@ def simulate(
             elif kind == EV_CYCLE:
                 next_cycle = math.inf
                 run_cycle = cluster.changed or t - last_cycle >= settings.refresh_s
+                why = "acted" if acted else "event" if cluster.changed else "refresh"
         if run_cycle and driver is not None:
             before = cluster.actions
             cluster.changed = False
@@ -123,8 +127,10 @@ def simulate(
             driver.cycle(t)
             cycle_wall += time.perf_counter() - c0
             cycles += 1
+            reasons[why] += 1
             last_cycle = t
-            if cluster.actions != before:
+            acted = cluster.actions != before
+            if acted:
                 cluster.changed = True  # the controller acted: look again next cycle
         cluster.schedule()
         if on_step is not None:
@@ -155,7 +161,11 @@ def simulate(
         cycles=cycles,
         cycle_wall_s=cycle_wall,
         wall_s=time.perf_counter() - wall0,
-        extra={"rejected": len(workload.rejected), **_driver_stats(driver)},
+        extra={
+            "rejected": len(workload.rejected),
+            **{f"cycles_{k}": v for k, v in reasons.items()},
+            **_driver_stats(driver),
+        },
     )
 
 
