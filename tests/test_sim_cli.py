@@ -46,6 +46,8 @@ def test_simulate_writes_results_and_plots(cluster06: Path, tmp_path: Path) -> N
         (["--policies", "static,best"], "unknown policy best"),
         (["--from-sacct", "2024-01-01", "2023-01-01"], "give exactly one of"),
         (["--elastic-fraction", "2"], "elastic-fraction"),
+        (["--partitions", "gpu:0"], "is not NAME:NODES"),
+        (["--partitions", "a:2,a:3"], "must name distinct partitions"),
     ],
 )
 def test_bad_input_is_one_line(
@@ -83,3 +85,14 @@ def test_help_does_not_import_the_solver_stack() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_simulate_with_named_partitions(cluster06: Path, tmp_path: Path) -> None:
+    args = ["simulate", "--trace", str(cluster06), "--limit", "20", "--partitions", "gpu:12,dbg:4"]
+    args += ["--policies", "greedy", "--out", str(tmp_path)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["config"]["partitions"] == {"gpu": 12, "dbg": 4}
+    assert doc["config"]["nodes"] == 16
+    assert doc["policies"]["greedy"]["jobs_finished"] == 20

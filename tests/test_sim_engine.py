@@ -173,3 +173,30 @@ def test_sim_backend_implements_the_backend_protocol(hand_trace: Path, traces: P
 
     cluster = Cluster(_spec(4), _workload(hand_trace, traces, 4).jobs)
     assert isinstance(SimBackend(cluster), SlurmBackend)
+
+
+def test_partitions_keep_jobs_on_their_nodes(tmp_path: Path, traces: Path) -> None:
+    path = tmp_path / "parts.csv"
+    rows = ["job_id,submit_s,duration_s,gpus,model,batch_size,partition"]
+    rows += [f"s{i},{i * 30},{600 + 60 * i},1,resnet50,64,small" for i in range(6)]
+    rows += [f"b{i},{i * 45},{900 + 30 * i},4,vgg16,64,big" for i in range(6)]
+    path.write_text("\n".join(rows) + "\n")
+    spec = ClusterSpec((PartitionSpec("big", 8), PartitionSpec("small", 2)), 1)
+    wl = build_workload(
+        read_trace(path),
+        WorkloadConfig(),
+        traces_dir=traces,
+        partition_nodes={"big": 8, "small": 2},
+        default_partition="big",
+    )
+    assert max(j.max_nodes for j in wl.jobs if j.partition == "small") == 2
+
+    def check(cluster: Cluster) -> None:
+        cluster.check_capacity()
+        for job in cluster.active.values():
+            assert {cluster.node_partition[n] for n in job.nodes} <= {job.partition}
+
+    settings = SimSettings(policy="mip", interval_s=10.0)
+    out = simulate(wl, spec, settings, driver_factory=ControllerDriver, on_step=check)
+    assert len(out.jobs) == 12
+    assert conservation_errors(out.all_jobs) == []

@@ -56,6 +56,11 @@ def _quiet_logs() -> None:
 )
 @click.option("--policies", default="static,greedy,dp,mip", show_default=True)
 @click.option("--nodes", type=click.IntRange(min=1), help="Simulated nodes (default: per trace).")
+@click.option(
+    "--partitions",
+    metavar="NAME:NODES,...",
+    help="Named partitions instead of --nodes; trace jobs naming another go to the first.",
+)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--elastic-fraction", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option(
@@ -121,6 +126,7 @@ def _run(
     from_sacct: tuple[str, str] | None,
     policies: str,
     nodes: int | None,
+    partitions: str | None,
     gpus_per_node: int,
     elastic_fraction: float,
     min_fraction: float,
@@ -164,7 +170,10 @@ def _run(
         restart_s=restart_s,
         seed=seed,
     )
-    if nodes is None:
+    parts = study.parse_partitions(partitions) if partitions else ()
+    if parts:
+        nodes = sum(p.nodes for p in parts)
+    elif nodes is None:
         nodes = study.default_nodes(trace, cfg, traces_dir)
     cadences = {
         "interval_s": interval_s,
@@ -179,6 +188,7 @@ def _run(
         settings=SimSettings(**{k: v for k, v in cadences.items() if v is not None}),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
+        partitions=parts,
     )
     workload = st.workload()
     console = Console(stderr=True)

@@ -43,19 +43,36 @@ class Study:
     settings: SimSettings
     nodes: int
     gpus_per_node: int
+    # Named partitions (node counts add up to ``nodes``); empty: one partition "gpu".
+    partitions: tuple[PartitionSpec, ...] = ()
 
     @property
     def cluster(self) -> ClusterSpec:
-        return ClusterSpec((PartitionSpec(PARTITION, self.nodes),), self.gpus_per_node)
+        parts = self.partitions or (PartitionSpec(PARTITION, self.nodes),)
+        return ClusterSpec(parts, self.gpus_per_node)
 
     def workload(self) -> Workload:
         return build_workload(
             self.trace,
             self.workload_cfg,
             traces_dir=self.traces_dir,
-            partition_nodes={PARTITION: self.nodes},
-            default_partition=PARTITION,
+            partition_nodes={p.name: p.nodes for p in self.cluster.partitions},
+            default_partition=self.cluster.default_partition,
         )
+
+
+def parse_partitions(text: str) -> tuple[PartitionSpec, ...]:
+    """``"gpu:96,debug:32"`` -> partitions; trace jobs naming another partition go to the
+    first one."""
+    parts = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        name, _, count = item.partition(":")
+        if not name or not count.isdigit() or int(count) < 1:
+            raise ConfigError(f"--partitions: {item!r} is not NAME:NODES (NODES >= 1)")
+        parts.append(PartitionSpec(name, int(count)))
+    if not parts or len({p.name for p in parts}) != len(parts):
+        raise ConfigError(f"--partitions: {text!r} must name distinct partitions")
+    return tuple(parts)
 
 
 def parse_policies(text: str) -> tuple[str, ...]:
@@ -122,6 +139,7 @@ def results_document(
         },
         "config": {
             "nodes": study.nodes,
+            "partitions": {p.name: p.nodes for p in study.cluster.partitions},
             "gpus_per_node": study.gpus_per_node,
             "gpus": study.nodes * study.gpus_per_node,
             "workload": asdict(study.workload_cfg),
