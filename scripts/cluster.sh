@@ -188,7 +188,7 @@ render() { # template -> stdout, substituting @KEY@ placeholders
 
 # ------------------------------------------------------------------ shared daemons
 
-munge_ok() { munge -n </dev/null | unmunge >/dev/null 2>&1; }
+munge_ok() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
 
 start_munge() {
     munge_ok && return 0
