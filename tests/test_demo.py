@@ -213,11 +213,16 @@ def test_batch_scripts_mark_only_elastic_jobs(tmp_path: Path) -> None:
 def test_done_steps_and_startup_from_the_jobs_own_output(tmp_path: Path) -> None:
     from slurm_elastic.demo.report import done_steps, startup_s
 
-    out = tmp_path / "slurm-100.out"
     # The example's last line, as a real demo job printed it.
-    out.write_text("trainer.start ...\ndone: steps=800 loss=0.002693 pid=30421\n")
-    assert done_steps(out) == 800
-    assert done_steps(tmp_path / "missing.out") is None
+    (tmp_path / "slurm-100.out").write_text(
+        "trainer.start ...\ndone: steps=800 loss=0.002693 pid=30421\n"
+    )
+    assert done_steps(tmp_path, [100]) == 800
+    assert done_steps(tmp_path, [99]) is None
+    # Rank 0 may finish on a companion's node: its line is then in the companion's output.
+    (tmp_path / "slurm-200.out").write_text("trainer.start ...\n")
+    (tmp_path / "slurm-202.out").write_text("done: steps=400 loss=0.0034 pid=1434\n")
+    assert done_steps(tmp_path, [200, 201, 202]) == 400
     # Started at t=10 on 2 nodes at 4 steps/s; the first report at t=30 says step 40:
     # 10 s of training, so 10 s went to srun, torchrun, import torch and the rendezvous.
     assert startup_s([(30.0, 40), (32.0, 48)], [(10.0, 2)], {2: 4.0}) == 10.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,9 @@ def build_summary(
                 "companions": sorted(tr.companions),
                 "total_steps": spec.total_steps,
                 "last_step": progress[-1][1] if progress else None,
-                "done_steps": done_steps(record.out / "jobs" / spec.name / f"slurm-{job_id}.out"),
+                "done_steps": done_steps(
+                    record.out / "jobs" / spec.name, (job_id, *sorted(tr.companions))
+                ),
                 "steps_per_s": {str(n): round(r, 3) for n, r in rates.items()},
                 "startup_s": startup_s(progress, tr.sizes, rates),
             }
@@ -174,13 +176,20 @@ def startup_s(
 _DONE = re.compile(r"^done: steps=(\d+) ", re.MULTILINE)
 
 
-def done_steps(output: Path) -> int | None:
-    """The steps the example says it trained when it finished (rank 0's last line)."""
-    try:
-        found = _DONE.findall(output.read_text(errors="replace"))
-    except OSError:
-        return None
-    return int(found[-1]) if found else None
+def done_steps(job_dir: Path, job_ids: Iterable[int]) -> int | None:
+    """The steps the example says it trained when it finished (rank 0's last line).
+
+    Rank 0 is wherever torch elastic put it in the last round, which may be a node of a
+    companion job: so every output of the job and of its companions is searched.
+    """
+    found: list[int] = []
+    for job_id in job_ids:
+        try:
+            text = (job_dir / f"slurm-{job_id}.out").read_text(errors="replace")
+        except OSError:
+            continue
+        found += [int(n) for n in _DONE.findall(text)]
+    return max(found) if found else None
 
 
 def _rel(t: float | None, t0: float) -> float | None:
