@@ -10,18 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from slurm_elastic.errors import SlurmRejected, SlurmUnreachable
+from slurm_elastic.policy.fixed import fixed_plan
 from slurm_elastic.types import (
     AllocationProblem,
     Capabilities,
     ClusterSnapshot,
-    Decision,
-    Explanation,
     JobState,
     JobView,
     NodeView,
     PartitionView,
     Plan,
-    SolverStatus,
 )
 
 NODES = ("n1", "n2", "n3", "n4")
@@ -159,19 +157,6 @@ def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]
     """A fixed plan: the listed jobs go to the given size, every other keeps its own."""
 
     def allocate(problem: AllocationProblem, policy: str) -> Plan:
-        return Plan(
-            tuple(
-                Decision(
-                    d.job_id,
-                    d.current_nodes,
-                    d.current_nodes if d.frozen else mapping.get(d.job_id, d.current_nodes),
-                    Explanation(0.0, 0.0, "test-plan"),
-                )
-                for d in problem.elastic
-            ),
-            "test",
-            SolverStatus.OPTIMAL,
-            0.0,
-        )
+        return fixed_plan(problem, mapping, solver="test-plan")
 
     return allocate

@@ -34,14 +34,12 @@ from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.service import SnapshotTap
 from slurm_elastic.errors import AgentError
+from slurm_elastic.policy.fixed import fixed_plan
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
     AllocationProblem,
-    Decision,
-    Explanation,
     Plan,
     ProgressReport,
-    SolverStatus,
 )
 
 log = structlog.get_logger("slurm_elastic.agent")
@@ -141,16 +139,7 @@ class ResizeDrill:
     def _allocate(self, problem: AllocationProblem, _policy: str) -> Plan:
         with self._lock:
             wanted = dict(self._targets)
-        decisions = tuple(
-            Decision(
-                d.job_id,
-                d.current_nodes,
-                d.current_nodes if d.frozen else wanted.get(d.job_id, d.current_nodes),
-                Explanation(0.0, 0.0, "drill"),
-            )
-            for d in problem.elastic
-        )
-        return Plan(decisions, "drill", SolverStatus.OPTIMAL, 0.0)
+        return fixed_plan(problem, wanted, solver="drill")
 
     def _loop(self) -> None:
         while not self._stop.is_set():
