@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -40,10 +39,10 @@ def _when(text: str) -> float:
 
 def _quiet_logs() -> None:
     # Thousands of control cycles would print thousands of cycle.done (and per-cycle
-    # fallback) lines; the simulator prints errors only and counts fallbacks in runs.json.
-    import structlog
+    # fallback) lines; the simulator logs errors only and counts fallbacks in runs.json.
+    from slurm_elastic.daemon.log import configure_logging
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    configure_logging("error")
 
 
 @click.command("simulate")
