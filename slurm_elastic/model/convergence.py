@@ -277,8 +277,22 @@ def _solve_grid(x: Array, y: Array, w: Array) -> tuple[Array, Array, Array]:
 
 
 def _masked_median(x: Array, mask: Array) -> Array:
-    """Row medians of ``x`` over ``mask`` (J, N) -> (J,)."""
-    return np.nanmedian(np.where(mask, x, np.nan), axis=1)
+    """Row medians of ``x`` over ``mask`` (J, N) -> (J,); NaN for a row with nothing in it.
+
+    Equal to ``np.nanmedian(np.where(mask, x, nan), axis=1)`` (NaN entries are ignored) at
+    a fraction of its cost: ``nanmedian`` goes through masked arrays, which made it half of
+    the daemon's refit time.  Masked entries sort last as ``+inf``; the median is read off
+    at each row's own count.
+    """
+    keep = mask & ~np.isnan(x)
+    s = np.sort(np.where(keep, x, np.inf), axis=1)
+    n = keep.sum(axis=1)
+    rows = np.arange(x.shape[0])
+    lo = s[rows, np.maximum(n - 1, 0) // 2]
+    hi = s[rows, np.minimum(n // 2, max(x.shape[1] - 1, 0))]
+    with np.errstate(invalid="ignore"):
+        mid = np.where(lo == hi, lo, 0.5 * (lo + hi))  # keeps +-inf medians exact
+    return np.where(n > 0, mid, np.nan)
 
 
 def _first_two_mean(ll: Array) -> float:
