@@ -47,6 +47,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,11 +56,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from slurm_elastic.model.convergence import (  # noqa: E402
-    FAMILIES,
+    AUTO,
+    DEFAULT_FAMILY,
+    FAMILY_CHOICES,
     PATIENCE_EPOCHS,
     fit_convergence,
     fit_convergence_many,
-    plateau_index,
+    observed_convergence,
     predict_convergence,
 )
 from slurm_elastic.model.outlook import ModelBank, estimate_outlook  # noqa: E402
@@ -75,19 +78,15 @@ MIN_EPOCHS = 8
 # --------------------------------------------------------------------------- convergence
 
 
-def smooth(metric: list[float]) -> list[float]:
-    """Centred 3-point mean (2 points at the ends)."""
-    n = len(metric)
-    return [statistics.fmean(metric[max(i - 1, 0) : min(i + 2, n)]) for i in range(n)]
-
-
 def truth_epoch(metric: list[float]) -> tuple[int, bool]:
-    """Converged epoch (1-based) of a whole curve under the model's window criterion, and
-    whether the curve met it at all (else its last epoch)."""
+    """Converged epoch (1-based) of a whole curve under the model's window criterion (the
+    daemon's own detection, ``observed_convergence``, given the whole curve), and whether
+    the curve met it at all (else its last epoch)."""
     rising = metric[-1] > metric[0]
-    loss = [-m if rising else m for m in smooth(metric)]
-    idx = plateau_index(range(1, len(metric) + 1), loss, window=PATIENCE_EPOCHS)
-    return (idx + 1, True) if idx is not None else (len(metric), False)
+    k = observed_convergence(
+        np.arange(1, len(metric) + 1), metric, higher_is_better=rising, window=PATIENCE_EPOCHS
+    )
+    return (int(k), True) if k is not None else (len(metric), False)
 
 
 def target_truth(metric: list[float]) -> tuple[int, float]:
@@ -102,7 +101,62 @@ def target_truth(metric: list[float]) -> tuple[int, float]:
     return len(metric), final
 
 
-def conv_rows(traces: Path, family: str | None = None) -> Iterator[tuple | str]:  # type: ignore[type-arg]
+@dataclass
+class Prediction:
+    epoch: float
+    observed: bool  # the criterion already held on the seen prefix (no extrapolation)
+    family: str
+
+
+def predict_epoch(
+    seen: list[float], rising: bool, target: float | None, family: str, observed: bool
+) -> Prediction:
+    """What the daemon predicts having seen ``seen`` (epochs 1..len): the epoch at which the
+    criterion held on the prefix if it already has (``observed``), else the fitted curve's
+    first crossing (``ceil``); the prefix's length when nothing can be predicted."""
+    k = np.arange(1, len(seen) + 1, dtype=float)
+    fit = fit_convergence(k, seen, higher_is_better=rising, family=family)
+    if observed:
+        met = observed_convergence(
+            k, seen, higher_is_better=rising, window=PATIENCE_EPOCHS, target=target
+        )
+        if met is not None:
+            return Prediction(met, True, fit.family)
+    pred = predict_convergence(fit, target=target, window=PATIENCE_EPOCHS)
+    e = float(math.ceil(pred.k)) if pred is not None else float(len(seen))
+    return Prediction(e, False, fit.family)
+
+
+@dataclass
+class ConvRow:
+    name: str
+    epochs: int
+    truth: int  # window criterion on the whole curve
+    truth_met: bool
+    target_truth: int
+    seen: dict[float, int]  # fraction -> epochs seen
+    plateau: dict[float, Prediction]
+    target: dict[float, Prediction]
+
+    def err(self, frac: float, mode: str = "plateau") -> float:
+        pred, truth = (
+            (self.plateau[frac], self.truth)
+            if mode == "plateau"
+            else (self.target[frac], self.target_truth)
+        )
+        return abs(pred.epoch - truth) / truth
+
+    def ahead(self, frac: float) -> bool:
+        """The truth lies beyond the seen prefix: a real extrapolation."""
+        return self.truth > self.seen[frac]
+
+
+FRACTIONS = (0.25, 0.5)
+
+
+def conv_rows(
+    traces: Path, family: str = DEFAULT_FAMILY, observed: bool = True
+) -> Iterator[ConvRow | str]:
     for path in sorted((traces / "pollux/profiles").glob("*/validation-*.csv")):
         with path.open() as f:
             metric = [float(r["metric"]) for r in csv.DictReader(f)]
@@ -113,20 +167,22 @@ def conv_rows(traces: Path, family: str | None = None) -> Iterator[tuple | str]:
         rising = metric[-1] > metric[0]
         true_e, met = truth_epoch(metric)
         target_e, thr = target_truth(metric)
-        errs: list[float] = []
-        preds: list[float] = []
-        families: list[str] = []
-        for frac in (0.25, 0.5):
-            seen = max(3, int(len(metric) * frac))
-            k = np.arange(1, seen + 1, dtype=float)
-            fit = fit_convergence(k, metric[:seen], higher_is_better=rising, family=family)
-            families.append(fit.family)
-            for target, truth in ((None, true_e), (thr, target_e)):
-                pred = predict_convergence(fit, target=target, window=PATIENCE_EPOCHS)
-                e = float(math.ceil(pred.k)) if pred is not None else float(seen)
-                preds.append(e)
-                errs.append(abs(e - truth) / truth)
-        yield (name, len(metric), true_e, *errs, *preds, met, *families)
+        seen = {frac: max(3, int(len(metric) * frac)) for frac in FRACTIONS}
+        yield ConvRow(
+            name=name,
+            epochs=len(metric),
+            truth=true_e,
+            truth_met=met,
+            target_truth=target_e,
+            seen=seen,
+            plateau={
+                f: predict_epoch(metric[:m], rising, None, family, observed)
+                for f, m in seen.items()
+            },
+            target={
+                f: predict_epoch(metric[:m], rising, thr, family, observed) for f, m in seen.items()
+            },
+        )
 
 
 # --------------------------------------------------------------------------- throughput
@@ -254,7 +310,7 @@ def refit_seconds(
         best = math.inf
         for _ in range(repeat):
             t = time.perf_counter()
-            fit_convergence_many(series)  # families=None: select, then fit
+            fit_convergence_many(series, families=[AUTO] * len(series))  # select, then fit
             best = min(best, time.perf_counter() - t)
         return best
     best = math.inf
@@ -300,6 +356,47 @@ def refit_seconds(
 # --------------------------------------------------------------------------- main
 
 
+def _score(rows: list[ConvRow]) -> float:
+    """How a family choice is judged: the median over curves of the mean of the 25% and
+    50% errors (both figures the bench reports)."""
+    return _med([0.5 * (r.err(0.25) + r.err(0.5)) for r in rows])
+
+
+def print_family_ablation(by_choice: dict[str, list[ConvRow | str]]) -> None:
+    """Every family choice side by side, then a leave-one-model-out check of the default:
+    for each model, the choice that scores best on the *other* models' curves, and that
+    choice's errors on the held-out model's curves (pooled)."""
+    curves = {c: [r for r in rows if isinstance(r, ConvRow)] for c, rows in by_choice.items()}
+    for choice, rows in curves.items():
+        ahead = [r.err(0.5) for r in rows if r.ahead(0.5)]
+        print(
+            f"# family={choice:<8} err25={_med([r.err(0.25) for r in rows]):.3f} "
+            f"err50={_med([r.err(0.5) for r in rows]):.3f} "
+            f"ahead25={_med([r.err(0.25) for r in rows if r.ahead(0.25)]):.3f} "
+            f"ahead50={_med(ahead):.3f} "
+            f"target25={_med([r.err(0.25, 'target') for r in rows]):.3f} "
+            f"target50={_med([r.err(0.5, 'target') for r in rows]):.3f}"
+        )
+    models = sorted({r.name.split("/")[0] for rows in curves.values() for r in rows})
+    out25: list[float] = []
+    out50: list[float] = []
+    picks = []
+    for held in models:
+
+        def others(c: str, held: str = held) -> list[ConvRow]:
+            return [r for r in curves[c] if r.name.split("/")[0] != held]
+
+        best = min(curves, key=lambda c: _score(others(c)))
+        picks.append(f"{held}->{best}")
+        mine = [r for r in curves[best] if r.name.split("/")[0] == held]
+        out25 += [r.err(0.25) for r in mine]
+        out50 += [r.err(0.5) for r in mine]
+    print(
+        f"# leave-one-model-out choice: {' '.join(picks)}; out-of-fold err25={_med(out25):.3f} "
+        f"err50={_med(out50):.3f}"
+    )
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else math.nan
 
@@ -310,8 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1000, help="jobs in the refit timing")
     ap.add_argument(
         "--family",
-        choices=sorted(FAMILIES),
-        help="force one curve family (an ablation; default: chosen per curve on its prefix)",
+        choices=FAMILY_CHOICES,
+        default=DEFAULT_FAMILY,
+        help=f"curve family for the table (default {DEFAULT_FAMILY}; {AUTO}: chosen per curve "
+        "on its prefix); every choice is compared in the ablation lines either way",
+    )
+    ap.add_argument(
+        "--no-observed",
+        action="store_true",
+        help="ablation: always extrapolate the fitted curve, even when the criterion "
+        "already held on the seen prefix",
     )
     args = ap.parse_args(argv)
     traces: Path = args.traces
@@ -322,32 +427,47 @@ def main(argv: list[str] | None = None) -> int:
     print("# convergence: epochs-to-converge after seeing 25% / 50% of each curve")
     print(
         f"{'curve':<24} {'N':>4} {'true':>5} {'p25':>6} {'err25':>6} {'p50':>6} {'err50':>6}"
-        f" {'err25t':>6} {'err50t':>6}  family25/50"
+        f" {'err25t':>6} {'err50t':>6}  family25/50  (* = criterion already met in the prefix)"
     )
-    unmet = 0
-    e25: list[float] = []
-    e50: list[float] = []
-    t25: list[float] = []
-    t50: list[float] = []
-    for row in conv_rows(traces, args.family):
-        if isinstance(row, str):
-            print(f"# {row}")
+    by_choice = {
+        choice: list(conv_rows(traces, choice, observed=not args.no_observed))
+        for choice in FAMILY_CHOICES
+    }
+    rows = by_choice[args.family]
+    curves = [r for r in rows if isinstance(r, ConvRow)]
+    for r in rows:
+        if isinstance(r, str):
+            print(f"# {r}")
             continue
-        name, n, true_e, a25, a25t, a50, a50t, p25, _p25t, p50, _p50t, met, f25, f50 = row
-        unmet += not met
-        e25.append(a25)
-        e50.append(a50)
-        t25.append(a25t)
-        t50.append(a50t)
+        mark = {f: "*" if r.plateau[f].observed else " " for f in FRACTIONS}
         print(
-            f"{name:<24} {n:>4} {true_e:>5} {p25:>6.0f} {a25:>6.2f} {p50:>6.0f} {a50:>6.2f}"
-            f" {a25t:>6.2f} {a50t:>6.2f}  {f25}/{f50}{'' if met else '  (truth: never met)'}"
+            f"{r.name:<24} {r.epochs:>4} {r.truth:>5} {r.plateau[0.25].epoch:>5.0f}{mark[0.25]}"
+            f" {r.err(0.25):>6.2f} {r.plateau[0.5].epoch:>5.0f}{mark[0.5]} {r.err(0.5):>6.2f}"
+            f" {r.err(0.25, 'target'):>6.2f} {r.err(0.5, 'target'):>6.2f}"
+            f"  {r.plateau[0.25].family}/{r.plateau[0.5].family}"
+            f"{'' if r.truth_met else '  (truth: never met)'}"
         )
+    med = {
+        (f, mode): _med([r.err(f, mode) for r in curves])
+        for f in FRACTIONS
+        for mode in ("plateau", "target")
+    }
+    ahead = {f: [r.err(f) for r in curves if r.ahead(f)] for f in FRACTIONS}
+    unmet = sum(not r.truth_met for r in curves)
     print(
-        f"# convergence medians over {len(e50)} curves: err25={_med(e25):.3f} "
-        f"err50={_med(e50):.3f} (target mode: err25={_med(t25):.3f} err50={_med(t50):.3f}); "
-        f"{unmet} never met the criterion (truth = last epoch)"
+        f"# convergence medians over {len(curves)} curves: err25={med[0.25, 'plateau']:.3f} "
+        f"err50={med[0.5, 'plateau']:.3f} (target mode: err25={med[0.25, 'target']:.3f} "
+        f"err50={med[0.5, 'target']:.3f}); {unmet} never met the criterion (truth = last epoch)"
     )
+    print(
+        "# curves whose plateau still lay ahead of the seen prefix (pure extrapolation): "
+        + ", ".join(
+            f"{int(f * 100)}%: {len(ahead[f])} curves, median err={_med(ahead[f]):.3f}"
+            for f in FRACTIONS
+        )
+    )
+
+    print_family_ablation(by_choice)
 
     print("# throughput: leave-one-size-out relative error of steps/s")
     pooled: list[float] = []
@@ -382,9 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     select_s = refit_seconds(args.jobs, select=True)
     outlook_s = refit_seconds(args.jobs, outlook=True)
     print(
-        f"conv_median_err_25={_med(e25):.3f} conv_median_err_50={_med(e50):.3f} "
-        f"conv_target_median_err_25={_med(t25):.3f} conv_target_median_err_50={_med(t50):.3f} "
-        f"conv_curves={len(e50)} tput_median_err={_med(pooled):.3f} tput_p90_err={p90:.3f} "
+        f"conv_median_err_25={med[0.25, 'plateau']:.3f} "
+        f"conv_median_err_50={med[0.5, 'plateau']:.3f} "
+        f"conv_target_median_err_25={med[0.25, 'target']:.3f} "
+        f"conv_target_median_err_50={med[0.5, 'target']:.3f} "
+        f"conv_ahead_median_err_25={_med(ahead[0.25]):.3f} "
+        f"conv_ahead_median_err_50={_med(ahead[0.5]):.3f} "
+        f"conv_ahead_curves_50={len(ahead[0.5])} "
+        f"conv_curves={len(curves)} tput_median_err={_med(pooled):.3f} tput_p90_err={p90:.3f} "
         f"tput_points={len(pooled)} fit_1000_jobs_s={fit_s * 1000 / max(args.jobs, 1):.3f} "
         f"fit_1000_jobs_by_job_s={by_job_s * 1000 / max(args.jobs, 1):.3f} "
         f"select_1000_jobs_s={select_s * 1000 / max(args.jobs, 1):.3f} "

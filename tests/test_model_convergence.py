@@ -12,15 +12,19 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq
 
 from slurm_elastic.model.convergence import (
+    AUTO,
+    DEFAULT_FAMILY,
     FAMILIES,
     PATIENCE_EPOCHS,
     THRESHOLD,
     ConvergenceFit,
     fit_convergence,
     fit_convergence_many,
+    observed_convergence,
     plateau_index,
     predict_convergence,
     select_families,
+    smooth3,
 )
 
 
@@ -64,7 +68,7 @@ def test_recovers_known_parameters_from_noisy_curve(seed: int) -> None:
     assert pred.k == pytest.approx(truth, rel=0.2)
     assert pred.lo <= pred.k <= pred.hi
     # Selection on this (Optimus-generated) curve keeps the Optimus family.
-    assert fit_convergence(k, y).family == "optimus"
+    assert fit_convergence(k, y, family=AUTO).family == "optimus"
 
 
 def test_outliers_are_down_weighted() -> None:
@@ -81,7 +85,7 @@ def test_outliers_are_down_weighted() -> None:
 def test_rising_metric_is_handled_by_transform() -> None:
     k = np.arange(1, 61, dtype=float)
     acc = 0.9 - 1.0 / (0.1 * k + 2.0)  # reaches 0.85 at k = 180, beyond the data
-    fit = fit_convergence(k, acc, higher_is_better=True)
+    fit = fit_convergence(k, acc, higher_is_better=True, family="optimus")
     assert fit.kind == "curve"
     assert fit.asymptote == pytest.approx(0.9, abs=0.01)
     assert fit.metric_at(30.0) == pytest.approx(acc[29], abs=1e-3)
@@ -219,17 +223,22 @@ def test_selection_picks_the_generating_family(family: str, seed: int) -> None:
     y = _GENERATORS[family](k)
     y = y + rng.normal(0.0, 0.01 * np.ptp(y), k.size)
     assert select_families([(k, y, False)]) == [family]
-    assert fit_convergence(k, y).family == family
+    assert fit_convergence(k, y, family=AUTO).family == family
 
 
 def test_selection_batches_and_defaults() -> None:
     k = np.arange(1, 61, dtype=float)
     series = [(k, _GENERATORS[f](k), False) for f in ("exp", "power", "optimus")]
     series += [([1.0, 2.0, 3.0], [3.0, 2.0, 1.5], False), ([], [], False)]  # too short
-    assert select_families(series) == ["exp", "power", "optimus", "optimus", "optimus"]
-    fits = fit_convergence_many(series, families=["exp", "nope", "power", "power", "exp"])
-    assert [f.family for f in fits[:3]] == ["exp", "optimus", "power"]  # unknown: default
+    assert DEFAULT_FAMILY == "exp"
+    assert select_families(series) == ["exp", "power", "optimus", "exp", "exp"]
+    fits = fit_convergence_many(series, families=["optimus", "nope", "power", AUTO, "exp"])
+    assert [f.family for f in fits[:3]] == ["optimus", "exp", "power"]  # unknown: default
     assert fits[4].kind == "insufficient"
+    # No families given: the default for all; AUTO entries are selected like select_families.
+    assert [f.family for f in fit_convergence_many(series[:3])] == ["exp"] * 3
+    auto = fit_convergence_many(series[:3], families=[AUTO] * 3)
+    assert [f.family for f in auto] == ["exp", "power", "optimus"]
 
 
 def test_selection_is_not_moved_by_loss_spikes() -> None:
@@ -287,3 +296,65 @@ def test_real_pollux_curve_deepspeech2_target(shared_dir) -> None:
     assert pred is not None and pred.reachable
     assert pred.k == pytest.approx(truth, rel=0.3)
     assert pred.lo <= pred.k <= pred.hi
+
+
+# --------------------------------------------------------------------------- observed
+
+
+def test_smooth3_is_the_centred_three_point_mean() -> None:
+    assert smooth3([3.0, 6.0, 0.0, 3.0]).tolist() == [4.5, 3.0, 3.0, 1.5]
+    assert smooth3([2.0, 4.0]).tolist() == [3.0, 3.0]
+    assert smooth3([5.0]).tolist() == [5.0]
+
+
+def test_observed_convergence_is_the_criterion_on_the_smoothed_series() -> None:
+    k = np.arange(1, 41, dtype=float)
+    loss = 1.5 * np.exp(-k / 4.0) + 0.3
+    got = observed_convergence(k, loss, window=5.0)
+    i = plateau_index(k, smooth3(loss), window=5.0)
+    assert i is not None and got == k[i]
+    # The same curve as accuracy (rising) converges at the same point.
+    assert observed_convergence(k, 0.9 - loss / 3.0, higher_is_better=True, window=5.0) == got
+    # Before that point nothing is detected yet: the prediction must extrapolate.
+    assert observed_convergence(k[: int(got) - 2], loss[: int(got) - 2], window=5.0) is None
+
+
+def test_observed_convergence_keeps_a_plateau_that_a_learning_rate_drop_ended() -> None:
+    """ImageNet-style schedule: a plateau, then the metric falls again after an LR step.
+    The criterion held on the plateau; a curve fitted through the later drop would put it
+    far ahead, so the observed point is what the daemon must use."""
+    k = np.arange(1, 61, dtype=float)
+    loss = 1.0 * np.exp(-k / 3.0) + 0.5 - 0.3 * (k > 30) * (1.0 - np.exp(-(k - 30) / 2.0))
+    met = observed_convergence(k, loss, window=5.0)
+    assert met is not None and 10.0 <= met <= 30.0
+    fit = fit_convergence(k, loss)
+    pred = predict_convergence(fit, window=5.0)
+    assert pred is not None and pred.k > 30.0
+
+
+def test_observed_convergence_with_a_target_is_the_first_report_reaching_it() -> None:
+    k = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert (
+        observed_convergence(k, [0.5, 0.7, 0.82, 0.8, 0.9], higher_is_better=True, target=0.8)
+        == 3.0
+    )
+    assert observed_convergence(k, [2.0, 1.5, 1.2, 1.1, 1.0], target=1.1) == 4.0
+    assert observed_convergence(k, [2.0, 1.5, 1.2, 1.1, 1.0], target=0.5) is None
+
+
+@pytest.mark.parametrize(
+    ("k", "y"),
+    [
+        ([], []),
+        ([1.0], [2.0]),
+        ([1.0, 2.0], [2.0, 1.5]),
+        ([1.0, 2.0, 3.0, 4.0], [float("nan")] * 4),
+        ([3.0, 3.0, 3.0], [1.0, 0.9, 0.8]),
+        ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]),
+    ],
+)
+def test_observed_convergence_on_degenerate_input_is_defined(
+    k: list[float], y: list[float]
+) -> None:
+    got = observed_convergence(k, y)
+    assert got is None or (math.isfinite(got) and got >= 0.0)
