@@ -25,10 +25,6 @@ def bench():
     return mod
 
 
-def test_smooth_is_a_centred_three_point_mean(bench) -> None:
-    assert bench.smooth([3.0, 0.0, 3.0, 6.0]) == pytest.approx([1.5, 2.0, 3.0, 4.5])
-
-
 def test_truth_epoch_is_the_models_window_criterion_on_the_smoothed_curve(bench) -> None:
     # Smoothed: [9, 8, 6, 4, 2.67, 2, 2, ...]; l_first = 8.5.  Epoch 10 (window 5 back to
     # epoch 5): gain 2.67 - 2 = 0.67 > 0.065; epoch 11: gain 0 -> converged at 11.
@@ -87,9 +83,15 @@ def test_rows_from_fabricated_traces(bench, tmp_path: Path) -> None:
     conv = list(bench.conv_rows(tmp_path))
     assert any(isinstance(r, str) and "toy/32: skipped" in r for r in conv)
     (row,) = [r for r in conv if not isinstance(r, str)]
-    assert row[0] == "toy/64" and row[1] == 20
-    assert all(math.isfinite(v) and v >= 0 for v in row[3:11])
-    assert row[11] in (True, False) and row[12] in FAMILIES and row[13] in FAMILIES
+    assert row.name == "toy/64" and row.epochs == 20 and row.seen == {0.25: 5, 0.5: 10}
+    for frac in (0.25, 0.5):
+        for mode in ("plateau", "target"):
+            assert math.isfinite(row.err(frac, mode)) and row.err(frac, mode) >= 0
+        assert row.plateau[frac].family in FAMILIES and row.target[frac].family in FAMILIES
+    # A prediction the prefix already settles is exact: the truth is the same detection.
+    for frac, pred in row.plateau.items():
+        if pred.observed:
+            assert pred.epoch == row.truth and not row.ahead(frac)
     tables = {name: (n, errs) for _, name, n, errs, _, _ in bench.tput_rows(tmp_path)}
     assert tables["elasticflow/A100/toy/b64"][0] == 3  # the empty cell is skipped
     assert tables["gavel/v100/Toy (batch size 8)"][0] == 4
@@ -122,7 +124,18 @@ def test_main_rejects_a_missing_traces_dir(bench, tmp_path: Path, capsys) -> Non
 
 def test_family_ablation_forces_one_family(bench, tmp_path: Path, capsys) -> None:
     _write_traces(tmp_path)
-    rows = [r for r in bench.conv_rows(tmp_path, "exp") if not isinstance(r, str)]
-    assert rows and all(r[12] == r[13] == "exp" for r in rows)
+    rows = [r for r in bench.conv_rows(tmp_path, "optimus") if not isinstance(r, str)]
+    assert rows and all(p.family == "optimus" for r in rows for p in r.plateau.values())
     assert bench.main(["--traces", str(tmp_path), "--jobs", "5", "--family", "power"]) == 0
-    assert "power/power" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "power/power" in out
+    # Every choice is compared, and the leave-one-model-out line names the one model.
+    for choice in ("exp", "optimus", "power", "auto"):
+        assert f"# family={choice}" in out
+    assert "leave-one-model-out choice: toy->" in out
+
+
+def test_no_observed_ablation_always_extrapolates(bench, tmp_path: Path) -> None:
+    _write_traces(tmp_path)
+    rows = [r for r in bench.conv_rows(tmp_path, observed=False) if not isinstance(r, str)]
+    assert rows and not any(p.observed for r in rows for p in r.plateau.values())

@@ -136,6 +136,35 @@ def test_user_target_metric_is_used() -> None:
     assert o.remaining_work == pytest.approx(5667 - 3000, rel=0.25)
 
 
+def test_a_job_whose_metric_already_plateaued_is_near_its_end() -> None:
+    """The criterion held on the reported metric (a plateau, then a learning-rate drop
+    made it fall again): the outlook counts the job as converged there instead of
+    trusting a curve fitted through the drop, which puts the plateau far ahead."""
+    plateaued, falling = JobModel(7), JobModel(8)
+    rate = SPEED.throughput(4)
+    for i in range(1, 61):
+        step = 100 * i
+        e = step / 100.0  # one "epoch" per report
+        drop = 0.3 * (e > 40) * (1.0 - math.exp(-(e - 40) / 2.0))
+        for m, loss in (
+            (plateaued, math.exp(-e / 3.0) + 0.5 - drop),
+            (falling, 1.0 / (0.0005 * step + 0.5) + 0.2),
+        ):
+            m.update(
+                ProgressReport(job_id=m.job_id, time=step / rate, step=step, nodes=4, loss=loss)
+            )
+    fit = plateaued.fit()
+    assert fit.converged_at is not None and fit.converged_at < 4000
+    assert falling.fit().converged_at is None
+    done = _outlook(fit)
+    _check(done)
+    assert done.source == "fitted"
+    # At the floor (a running job keeps MIN_REMAINING_FRACTION of its done work), with
+    # full confidence: 60 points, and the observation has no band.
+    assert done.remaining_work == pytest.approx(MIN_REMAINING_FRACTION * 6000)
+    assert done.remaining_work < _outlook(falling.fit()).remaining_work
+
+
 def test_resize_cost_is_measured_and_used() -> None:
     m = JobModel(7)
     _feed(m, 5, nodes=4)

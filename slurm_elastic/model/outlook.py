@@ -50,6 +50,7 @@ from slurm_elastic.model.convergence import (
     ConvergenceFit,
     ConvergencePrediction,
     fit_convergence_many,
+    observed_convergence,
     predict_convergence,
     select_families,
 )
@@ -102,6 +103,9 @@ class JobFit:
     # The convergence criterion's window in progress units (PATIENCE_EPOCHS epochs), when
     # the job reports epochs; None: the criterion's default (5 metric reports).
     window: float | None = None
+    # Progress at which the criterion already held on the reported metric (see
+    # ``convergence.observed_convergence``); None while it has not.
+    converged_at: float | None = None
 
 
 class JobModel:
@@ -324,6 +328,7 @@ class JobModel:
     ) -> JobFit:
         """Combine fits (made here or in a batch) with the rest of the state; caches it."""
         last = self._last
+        window = PATIENCE_EPOCHS * self._per_epoch if self._per_epoch else None
         self._cache = JobFit(
             job_id=self.job_id,
             step=last.step if last else 0,
@@ -337,7 +342,16 @@ class JobModel:
             resize_cost_s=statistics.median(self._costs) if self._costs else None,
             progress=self._progress if last else None,
             step_factor=self._factor(last) if last else 1.0,
-            window=PATIENCE_EPOCHS * self._per_epoch if self._per_epoch else None,
+            window=window,
+            converged_at=observed_convergence(
+                self._k,
+                self._y,
+                higher_is_better=self._higher_is_better,
+                window=window,
+                target=self._target,
+            )
+            if conv is not None
+            else None,
         )
         self._cache_key = self._key(prior)
         return self._cache
@@ -457,6 +471,20 @@ def _finite_pos(x: float | None) -> float | None:
 _predict = functools.lru_cache(maxsize=PREDICTIONS_CACHED)(predict_convergence)
 
 
+def _prediction(fit: JobFit) -> ConvergencePrediction | None:
+    """Where the job converges: where its reported metric already met the criterion, else
+    where the fitted curve will (see ``convergence.observed_convergence`` for why the
+    observation wins)."""
+    assert fit.convergence is not None
+    if fit.converged_at is not None:
+        k = fit.converged_at
+        mode = "target" if fit.target_metric is not None else "plateau"
+        return ConvergencePrediction(k=k, lo=k, hi=k, mode=mode, reachable=True)
+    return _predict(
+        fit.convergence, target=fit.target_metric, window=fit.window, threshold=THRESHOLD
+    )
+
+
 def _conv_confidence(fit: ConvergenceFit, pred: ConvergencePrediction, step: float) -> float:
     width = (pred.hi - pred.lo) / max(pred.k - min(step, pred.k) + 1.0, 1.0)
     conf = min(1.0, fit.n_points / CONV_FULL_POINTS) / (1.0 + width)
@@ -473,7 +501,6 @@ def estimate_outlook(
     now: float,
     default_resize_cost_s: float,
     elapsed_s: float | None = None,
-    threshold: float = THRESHOLD,
 ) -> Outlook:
     """Build the ``Outlook`` of one job (pure: everything it needs is passed in).
 
@@ -523,9 +550,7 @@ def estimate_outlook(
             work = max(frac * prior_total, floor)
         work_conf, source = (0.9 if reported else 0.4), "user"
     elif reported and fit is not None and fit.convergence is not None:
-        pred = _predict(
-            fit.convergence, target=fit.target_metric, window=fit.window, threshold=threshold
-        )
+        pred = _prediction(fit)
         if pred is not None:
             conv_remaining = max(pred.k - done, floor)
             c = _conv_confidence(fit.convergence, pred, done)
