@@ -138,3 +138,18 @@ def test_shrink_dropping_a_companion_is_done_only_when_the_companion_is_gone() -
     )
     backend.snap = snapshot([parent])
     assert journal.reconcile(backend, backend.snap).completed == [aid]  # type: ignore[arg-type]
+
+
+def test_last_resize_for_some_jobs_reads_only_theirs() -> None:
+    journal = Journal()
+    for job_id in range(1, 1200):  # more ids than one statement binds
+        action = Action(ActionKind.SHRINK, job_id, 4, 2, "test")
+        aid = journal.record_intent(action, float(job_id))
+        journal.mark(aid, ActionStatus.APPLIED if job_id % 3 else ActionStatus.FAILED, job_id + 1.0)
+    open_id = journal.record_intent(Action(ActionKind.GROW, 7, 2, 3, "test"), 5000.0)
+    everyone = journal.last_resize_at()
+    assert journal.last_resize_at(range(1, 1200)) == everyone
+    assert journal.last_resize_at([7, 9, 5000]) == {7: 8.0, 9: 10.0}
+    assert journal.last_resize_at([]) == {}
+    journal.mark(open_id, ActionStatus.ROLLED_BACK, 6000.0)
+    assert journal.last_resize_at([7]) == {7: 6000.0}

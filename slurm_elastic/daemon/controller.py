@@ -170,7 +170,7 @@ class Controller:
         records = self.executor.advance_shrinks(cls.elastic, now)
         records += self._reconfigure_after_shrinks(cls, now)
         in_flight = self.executor.in_flight()
-        last_resize = self.journal.last_resize_at()
+        last_resize = self.journal.last_resize_at(cls.elastic)
         frozen: dict[int, str] = {}
         for rec in records:
             if rec.outcome != "waiting":

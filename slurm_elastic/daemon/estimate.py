@@ -16,7 +16,7 @@ import structlog
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import ModelBank, estimate_outlook
-from slurm_elastic.model.priors import Prior, build_prior
+from slurm_elastic.model.priors import HistoryIndex, Prior, build_prior
 from slurm_elastic.types import JobHistory, Outlook
 
 log = structlog.get_logger("slurm_elastic.estimate")
@@ -29,10 +29,12 @@ class Estimator:
         self.bank = ModelBank()
         self._fed_until: dict[int, float] = {}  # per job: time of the last report fed
         self._priors: dict[int, Prior] = {}
+        self._index: HistoryIndex | None = None  # of the history, built on first need
 
     def history_changed(self) -> None:
         """New sacct records: priors are rebuilt on next use."""
         self._priors.clear()
+        self._index = None
 
     def resized(self, job_id: int, now: float, to_nodes: int) -> None:
         self.bank.record_resize(job_id, now, to_nodes)
@@ -57,11 +59,10 @@ class Estimator:
         stale job in one batched solve (``ModelBank.fit_all``; ~2x less estimate time than
         job-by-job fits when dozens of jobs report between cycles), then estimate each job
         from the fit cache.  A model bug on one job drops that job only, never the cycle."""
-        past = tuple(history)
         priors: dict[int, Prior] = {}
         for job_id, ej in elastic.items():
             try:
-                priors[job_id] = self._feed(ej, past)
+                priors[job_id] = self._feed(ej, history)
             except Exception as exc:
                 log.exception("estimate.failed", job_id=job_id, error=str(exc))
         try:
@@ -76,7 +77,7 @@ class Estimator:
                 log.exception("estimate.failed", job_id=job_id, error=str(exc))
         return result
 
-    def _feed(self, ej: ElasticJob, history: tuple[JobHistory, ...]) -> Prior:
+    def _feed(self, ej: ElasticJob, history: Iterable[JobHistory]) -> Prior:
         job = ej.job
         fed = self._fed_until.get(job.job_id, float("-inf"))
         for report in self.reports.history(job.job_id):
@@ -86,12 +87,14 @@ class Estimator:
         self._fed_until[job.job_id] = fed
         prior = self._priors.get(job.job_id)
         if prior is None:
+            if self._index is None:
+                self._index = HistoryIndex(history)
             prior = self._priors[job.job_id] = build_prior(
                 user=job.user,
                 name=job.name,
                 work_dir=job.work_dir,
                 requested_nodes=max(ej.spec.min_nodes, job.node_count),
-                history=history,
+                history=self._index,
             )
         return prior
 

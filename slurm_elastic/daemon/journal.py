@@ -36,6 +36,7 @@ from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, ElasticSpec
 log = structlog.get_logger("slurm_elastic.journal")
 
 JOURNAL_FILE = "journal.sqlite"
+_IDS_PER_QUERY = 500  # bound parameters per statement (SQLite allows 999 on old builds)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS actions (
@@ -226,18 +227,30 @@ class Journal:
     def all_actions(self) -> tuple[JournalEntry, ...]:
         return self._select("ORDER BY id", ())
 
-    def last_resize_at(self) -> dict[int, float]:
+    def last_resize_at(self, job_ids: Iterable[int] | None = None) -> dict[int, float]:
         """Per job, when our last shrink or grow attempt ended, whatever its outcome.
 
         Cooldown counts from here and survives restarts.  Failed and rolled-back
         attempts count too: a job whose agent refused must not be asked again at once.
+        ``job_ids`` limits the answer to those jobs (the controller asks about the jobs
+        in the queue): an indexed look-up per job instead of a pass over every row the
+        journal keeps, which grows with the daemon's uptime.
         """
+        sql = (
+            "SELECT job_id, MAX(updated_at) FROM actions"
+            " WHERE status IN ('applied','failed','rolled_back')"
+            " AND kind IN ('shrink','grow'){} GROUP BY job_id"
+        )
         with self._lock:
-            rows = self._db.execute(
-                "SELECT job_id, MAX(updated_at) FROM actions"
-                " WHERE status IN ('applied','failed','rolled_back')"
-                " AND kind IN ('shrink','grow') GROUP BY job_id"
-            ).fetchall()
+            if job_ids is None:
+                rows = self._db.execute(sql.format("")).fetchall()
+            else:
+                ids = sorted(set(job_ids))
+                rows = []
+                for i in range(0, len(ids), _IDS_PER_QUERY):
+                    chunk = ids[i : i + _IDS_PER_QUERY]
+                    where = f" AND job_id IN ({','.join('?' * len(chunk))})"
+                    rows += self._db.execute(sql.format(where), chunk).fetchall()
         return {int(job): float(at) for job, at in rows}
 
     def shrunk_jobs(self) -> set[int]:

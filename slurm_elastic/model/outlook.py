@@ -135,7 +135,7 @@ class JobModel:
         self._pending_resize: tuple[float, int, float] | None = None
         self._costs: deque[float] = deque(maxlen=RESIZE_COSTS_KEPT)
         self._cache: JobFit | None = None
-        self._cache_key: tuple[int, int, Prior | None] | None = None
+        self._cache_key: tuple[int, int, ScalingParams | None, Prior | None] | None = None
         self._n_costs = 0
         self._ref_batch: int | None = None
         self._phi: float | None = None
@@ -277,8 +277,15 @@ class JobModel:
         tput = fit_throughput_many([obs])[0] if obs is not None else None
         return self.assemble(conv, tput, prior)
 
-    def _key(self, prior: Prior | None) -> tuple[int, int, Prior | None]:
-        return (self._n_reports, self._n_costs, prior)
+    def _key(self, prior: Prior | None) -> tuple[int, int, ScalingParams | None, Prior | None]:
+        """What the fit depends on, then the prior it was given (kept for ``last_prior``).
+
+        Of the prior, the fit reads only a measured scaling shape (``observations``); a
+        prior rebuilt from a newer history with the same shape (new run times, say) does
+        not make the fit stale.
+        """
+        shape = prior.scaling if prior is not None and prior.scaling_measured else None
+        return (self._n_reports, self._n_costs, shape, prior)
 
     @property
     def fitted(self) -> bool:
@@ -287,11 +294,12 @@ class JobModel:
     @property
     def last_prior(self) -> Prior | None:
         """The prior of the latest fit (None before the first)."""
-        return self._cache_key[2] if self._cache_key is not None else None
+        return self._cache_key[3] if self._cache_key is not None else None
 
     def stale(self, prior: Prior | None = None) -> bool:
-        """True when reports (or the prior) changed since the last fit."""
-        return self._cache is None or self._cache_key != self._key(prior)
+        """True when reports (or the prior's measured shape) changed since the last fit."""
+        key = self._cache_key
+        return self._cache is None or key is None or key[:3] != self._key(prior)[:3]
 
     @property
     def family(self) -> str:

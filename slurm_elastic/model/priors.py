@@ -70,22 +70,47 @@ class Prior:
         return self.runtime_s * self.scaling.throughput(self.reference_nodes)
 
 
+class HistoryIndex:
+    """Finished jobs grouped by the keys of the similarity levels, newest first.
+
+    Built once per history read (O(history)); each look-up is then O(similar) instead of
+    a scan of the whole history per job, which made the daemon's prior look-ups grow with
+    the accounting look-back.
+    """
+
+    def __init__(self, history: Iterable[JobHistory]) -> None:
+        self._by_name_dir: dict[tuple[str, str, str], list[JobHistory]] = {}
+        self._by_name: dict[tuple[str, str], list[JobHistory]] = {}
+        self._by_dir: dict[tuple[str, str], list[JobHistory]] = {}
+        finished = [h for h in history if h.state.is_finished]
+        # Stable: equal end times keep the history's order, as a sort per look-up would.
+        finished.sort(key=lambda h: h.end_time or h.start_time or 0.0, reverse=True)
+        for h in finished:
+            if h.name and h.work_dir:
+                self._by_name_dir.setdefault((h.user, h.name, h.work_dir), []).append(h)
+            if h.name:
+                self._by_name.setdefault((h.user, h.name), []).append(h)
+            if h.work_dir:
+                self._by_dir.setdefault((h.user, h.work_dir), []).append(h)
+
+    def similar(self, user: str, name: str, work_dir: str) -> list[JobHistory]:
+        """Finished jobs like this one, most recent first (see the module doc for the order)."""
+        levels = (
+            self._by_name_dir.get((user, name, work_dir)) if name and work_dir else None,
+            self._by_name.get((user, name)) if name else None,
+            self._by_dir.get((user, work_dir)) if work_dir else None,
+        )
+        for found in levels:
+            if found:
+                return found[:MAX_SIMILAR]
+        return []
+
+
 def similar_jobs(
     user: str, name: str, work_dir: str, history: Iterable[JobHistory]
 ) -> list[JobHistory]:
     """Finished jobs like this one, most recent first (see the module doc for the order)."""
-    finished = [h for h in history if h.state.is_finished and h.user == user]
-    levels = (
-        lambda h: bool(name) and h.name == name and bool(work_dir) and h.work_dir == work_dir,
-        lambda h: bool(name) and h.name == name,
-        lambda h: bool(work_dir) and h.work_dir == work_dir,
-    )
-    for match in levels:
-        found = [h for h in finished if match(h)]
-        if found:
-            found.sort(key=lambda h: h.end_time or h.start_time or 0.0, reverse=True)
-            return found[:MAX_SIMILAR]
-    return []
+    return HistoryIndex(history).similar(user, name, work_dir)
 
 
 def _runtime(h: JobHistory) -> float | None:
@@ -129,17 +154,20 @@ def build_prior(
     name: str,
     work_dir: str,
     requested_nodes: int,
-    history: Iterable[JobHistory],
+    history: Iterable[JobHistory] | HistoryIndex,
     past_throughput: Mapping[int, Sequence[tuple[int, float]]] | None = None,
     past_steps: Mapping[int, float] | None = None,
     site: SiteDefaults = SiteDefaults(),
 ) -> Prior:
     """Prior for one job from similar finished jobs, else the site default.
 
-    ``past_throughput`` maps an old job id to its observed ``(nodes, steps/s)`` points and
-    ``past_steps`` to the step it finished at (both kept by the daemon from reports).
+    ``history`` is the finished jobs, or a ``HistoryIndex`` of them when many priors are
+    built from the same history.  ``past_throughput`` maps an old job id to its observed
+    ``(nodes, steps/s)`` points and ``past_steps`` to the step it finished at (both kept
+    by the daemon from reports).
     """
-    similar = similar_jobs(user, name, work_dir, history)
+    index = history if isinstance(history, HistoryIndex) else HistoryIndex(history)
+    similar = index.similar(user, name, work_dir)
     if not similar:
         return site_prior(requested_nodes, site)
     completed = [h for h in similar if h.state is JobState.COMPLETED]
