@@ -52,6 +52,34 @@ def test_index_answers_as_a_scan_of_the_history_would() -> None:
     assert len(index.similar("alice", "train", "/a")) == MAX_SIMILAR
 
 
+def test_index_kept_up_to_date_answers_as_a_scan_would() -> None:
+    """The daemon's use: each sacct read upserts records and ages others out."""
+    rng = random.Random(11)
+    mirror: dict[int, JobHistory] = {}  # the controller's history (dict order matters)
+    index = HistoryIndex()
+    for read in range(60):
+        records = [
+            _hist(
+                rng.randrange(300),
+                name=rng.choice(("train", "eval")),
+                work_dir=rng.choice(("/a", "/b")),
+                state=rng.choice((JobState.COMPLETED, JobState.RUNNING, JobState.FAILED)),
+                end=float(rng.randrange(read, read + 5)) * 100.0 + 5000.0,
+            )
+            for _ in range(rng.randrange(12))
+        ]
+        for h in records:
+            mirror[h.job_id] = h
+        aged = [j for j in mirror if rng.random() < 0.05]
+        for j in aged:
+            del mirror[j]
+        index.update(records, aged)
+        for name in ("train", "eval", "x"):
+            for work_dir in ("/a", "/b", ""):
+                want = [h.job_id for h in _scan("alice", name, work_dir, list(mirror.values()))]
+                assert [h.job_id for h in index.similar("alice", name, work_dir)] == want
+
+
 def test_prior_from_an_index_equals_prior_from_the_history() -> None:
     history = [_hist(i, runtime=1000.0 + i, end=1e4 + i) for i in range(30)]
     kw = {"user": "alice", "name": "train", "work_dir": "/home/alice/exp", "requested_nodes": 2}

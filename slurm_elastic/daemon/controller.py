@@ -25,6 +25,7 @@ One cycle:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Mapping
 
@@ -193,7 +194,7 @@ class Controller:
             if why:
                 frozen[job_id] = why
 
-        outlooks = self.estimator.outlooks(cls.elastic, self._history.values(), now)
+        outlooks = self.estimator.outlooks(cls.elastic, now)
         problem = build_problem(
             snapshot,
             cls,
@@ -265,10 +266,11 @@ class Controller:
             return 1
         for rec in records:
             self._history[rec.job_id] = rec
-        self.estimator.history_changed()
         horizon = now - self.config.slurm.sacct_lookback_s
-        for job_id in [j for j, h in self._history.items() if (h.end_time or now) < horizon]:
+        aged = [j for j, h in self._history.items() if (h.end_time or now) < horizon]
+        for job_id in aged:
             del self._history[job_id]
+        self.estimator.history_changed(records, aged)
         self._history_until = now
         log.info("history.read", records=len(records), kept=len(self._history))
         return 1
@@ -381,6 +383,10 @@ def keep_current_plan(problem: AllocationProblem, note: str) -> Plan:
 # --------------------------------------------------------------------------- adapters
 
 
+# Pure and read for every queued job every cycle: parsed once per distinct comment and range.
+_marker_spec = functools.lru_cache(maxsize=4096)(resolve_spec)
+
+
 def _resolve_spec(job: JobView, known: Mapping[int, ElasticSpec]) -> ElasticSpec | None:
     """The job's spec: remembered from when it was first seen, else from its marker.
 
@@ -388,7 +394,7 @@ def _resolve_spec(job: JobView, known: Mapping[int, ElasticSpec]) -> ElasticSpec
     range Slurm reports, and a marker left incomplete (no job_submit plugin) needs that
     range; the marker must still be there (a user may remove it to opt out).
     """
-    spec = resolve_spec(job.comment, job.min_nodes, job.max_nodes)
+    spec = _marker_spec(job.comment, job.min_nodes, job.max_nodes)
     if spec is None:
         return None
     return known.get(job.job_id, spec)

@@ -29,12 +29,13 @@ class Estimator:
         self.bank = ModelBank()
         self._fed_until: dict[int, float] = {}  # per job: time of the last report fed
         self._priors: dict[int, Prior] = {}
-        self._index: HistoryIndex | None = None  # of the history, built on first need
+        self._index = HistoryIndex()  # the controller's sacct history, kept in step
 
-    def history_changed(self) -> None:
-        """New sacct records: priors are rebuilt on next use."""
+    def history_changed(self, records: Iterable[JobHistory], removed: Iterable[int]) -> None:
+        """An accounting read: ``records`` read, ``removed`` aged out.  Priors are rebuilt
+        on next use."""
+        self._index.update(records, removed)
         self._priors.clear()
-        self._index = None
 
     def resized(self, job_id: int, now: float, to_nodes: int) -> None:
         self.bank.record_resize(job_id, now, to_nodes)
@@ -49,12 +50,7 @@ class Estimator:
     def known_jobs(self) -> tuple[int, ...]:
         return tuple(self._fed_until)
 
-    def outlooks(
-        self,
-        elastic: Mapping[int, ElasticJob],
-        history: Iterable[JobHistory],
-        now: float,
-    ) -> dict[int, Outlook]:
+    def outlooks(self, elastic: Mapping[int, ElasticJob], now: float) -> dict[int, Outlook]:
         """One pass per cycle: feed each job's new reports and find its prior, refit every
         stale job in one batched solve (``ModelBank.fit_all``; ~2x less estimate time than
         job-by-job fits when dozens of jobs report between cycles), then estimate each job
@@ -62,7 +58,7 @@ class Estimator:
         priors: dict[int, Prior] = {}
         for job_id, ej in elastic.items():
             try:
-                priors[job_id] = self._feed(ej, history)
+                priors[job_id] = self._feed(ej)
             except Exception as exc:
                 log.exception("estimate.failed", job_id=job_id, error=str(exc))
         try:
@@ -77,7 +73,7 @@ class Estimator:
                 log.exception("estimate.failed", job_id=job_id, error=str(exc))
         return result
 
-    def _feed(self, ej: ElasticJob, history: Iterable[JobHistory]) -> Prior:
+    def _feed(self, ej: ElasticJob) -> Prior:
         job = ej.job
         fed = self._fed_until.get(job.job_id, float("-inf"))
         for report in self.reports.history(job.job_id):
@@ -87,8 +83,6 @@ class Estimator:
         self._fed_until[job.job_id] = fed
         prior = self._priors.get(job.job_id)
         if prior is None:
-            if self._index is None:
-                self._index = HistoryIndex(history)
             prior = self._priors[job.job_id] = build_prior(
                 user=job.user,
                 name=job.name,

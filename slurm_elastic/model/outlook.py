@@ -318,6 +318,13 @@ class JobModel:
             return len(self._k) > n
         return self._k[-1] >= RESELECT_GROWTH * span
 
+    def needs_curve(self) -> bool:
+        """Whether a refit fits the convergence curve: not once the job has declared its
+        step budget, since ``estimate_outlook`` then counts the remaining work from the
+        budget and never reads the curve (which, with family selection, is most of a
+        refit's cost)."""
+        return self._total_steps is None
+
     def set_family(self, name: str) -> None:
         self._family = name
         self._family_at = (self._k[-1] if self._k else 0.0, len(self._k))
@@ -388,9 +395,10 @@ class JobModel:
 
 
 def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
-    """Refit the given jobs: curves in one vectorised solve per family, throughputs in
-    another; jobs due for it get their family re-selected first (in one batch too)."""
-    series = [(m, p, m.series()) for m, p in batch]
+    """Refit the given jobs: curves in one vectorised solve per family (jobs that declared
+    their step budget have none, see ``JobModel.needs_curve``), throughputs in another;
+    jobs due for it get their family re-selected first (in one batch too)."""
+    series = [(m, p, m.series() if m.needs_curve() else None) for m, p in batch]
     curves = [(m, s) for m, _, s in series if s is not None]
     due = [(m, s) for m, s in curves if m.needs_selection()]
     for (m, _), name in zip(due, select_families([s for _, s in due]), strict=True):

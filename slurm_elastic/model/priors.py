@@ -71,38 +71,86 @@ class Prior:
 
 
 class HistoryIndex:
-    """Finished jobs grouped by the keys of the similarity levels, newest first.
+    """Finished jobs grouped by the keys of the similarity levels, kept up to date.
 
-    Built once per history read (O(history)); each look-up is then O(similar) instead of
-    a scan of the whole history per job, which made the daemon's prior look-ups grow with
-    the accounting look-back.
+    ``update`` takes what one accounting read changed (O(changes)); a look-up then costs
+    O(similar jobs), where a scan of the whole history per job made the daemon's prior
+    look-ups grow with the accounting look-back.  Ties in end time keep the order in which
+    jobs entered the history, as a stable sort of it would.
     """
 
-    def __init__(self, history: Iterable[JobHistory]) -> None:
-        self._by_name_dir: dict[tuple[str, str, str], list[JobHistory]] = {}
-        self._by_name: dict[tuple[str, str], list[JobHistory]] = {}
-        self._by_dir: dict[tuple[str, str], list[JobHistory]] = {}
-        finished = [h for h in history if h.state.is_finished]
-        # Stable: equal end times keep the history's order, as a sort per look-up would.
-        finished.sort(key=lambda h: h.end_time or h.start_time or 0.0, reverse=True)
-        for h in finished:
-            if h.name and h.work_dir:
-                self._by_name_dir.setdefault((h.user, h.name, h.work_dir), []).append(h)
-            if h.name:
-                self._by_name.setdefault((h.user, h.name), []).append(h)
-            if h.work_dir:
-                self._by_dir.setdefault((h.user, h.work_dir), []).append(h)
+    def __init__(self, history: Iterable[JobHistory] = ()) -> None:
+        self._seq: dict[int, int] = {}  # job id -> rank of its first entry (dict order)
+        self._jobs: dict[int, JobHistory] = {}
+        self._next = 0
+        self._buckets: dict[tuple[str, ...], dict[int, JobHistory]] = {}
+        self._sorted: dict[tuple[str, ...], list[JobHistory]] = {}  # newest first, capped
+        self.update(history)
+
+    def update(self, records: Iterable[JobHistory] = (), removed: Iterable[int] = ()) -> None:
+        """Records read (new or newer views of known jobs), then job ids dropped."""
+        for h in records:
+            old = self._jobs.get(h.job_id)
+            if old is not None:
+                self._unfile(old)
+            else:
+                self._seq[h.job_id] = self._next
+                self._next += 1
+            self._jobs[h.job_id] = h
+            self._file(h)
+        for job_id in removed:
+            gone = self._jobs.pop(job_id, None)
+            if gone is not None:
+                self._unfile(gone)
+                del self._seq[job_id]
+
+    @staticmethod
+    def _keys(h: JobHistory) -> list[tuple[str, ...]]:
+        if not h.state.is_finished:
+            return []
+        keys = []
+        if h.name and h.work_dir:
+            keys.append(("name+dir", h.user, h.name, h.work_dir))
+        if h.name:
+            keys.append(("name", h.user, h.name))
+        if h.work_dir:
+            keys.append(("dir", h.user, h.work_dir))
+        return keys
+
+    def _file(self, h: JobHistory) -> None:
+        for key in self._keys(h):
+            self._buckets.setdefault(key, {})[h.job_id] = h
+            self._sorted.pop(key, None)
+
+    def _unfile(self, h: JobHistory) -> None:
+        for key in self._keys(h):
+            bucket = self._buckets[key]
+            del bucket[h.job_id]
+            if not bucket:
+                del self._buckets[key]
+            self._sorted.pop(key, None)
+
+    def _newest(self, key: tuple[str, ...]) -> list[JobHistory]:
+        found = self._sorted.get(key)
+        if found is None:
+            seq = self._seq
+            found = sorted(
+                self._buckets.get(key, {}).values(),
+                key=lambda h: (-(h.end_time or h.start_time or 0.0), seq[h.job_id]),
+            )[:MAX_SIMILAR]
+            self._sorted[key] = found
+        return found
 
     def similar(self, user: str, name: str, work_dir: str) -> list[JobHistory]:
         """Finished jobs like this one, most recent first (see the module doc for the order)."""
         levels = (
-            self._by_name_dir.get((user, name, work_dir)) if name and work_dir else None,
-            self._by_name.get((user, name)) if name else None,
-            self._by_dir.get((user, work_dir)) if work_dir else None,
+            ("name+dir", user, name, work_dir) if name and work_dir else None,
+            ("name", user, name) if name else None,
+            ("dir", user, work_dir) if work_dir else None,
         )
-        for found in levels:
-            if found:
-                return found[:MAX_SIMILAR]
+        for key in levels:
+            if key is not None and key in self._buckets:
+                return list(self._newest(key))
         return []
 
 

@@ -46,6 +46,8 @@ class SimBackend:
         self.calls = 0
         self._nodes_cache: tuple[NodeView, ...] | None = None
         self._nodes_owner: list[int] | None = None
+        # Job views by id with the state they show: rebuilt only when that state changed.
+        self._views: dict[int, tuple[tuple[object, ...], JobView]] = {}
         self._partitions = tuple(
             PartitionView(
                 name=p.name,
@@ -73,15 +75,27 @@ class SimBackend:
         )
 
     def read_jobs(self) -> tuple[JobView, ...]:
-        return tuple(self._job_view(j) for j in self.cluster.active.values())
+        views = {}
+        for job in self.cluster.active.values():
+            key = (job.state, tuple(job.nodes), job.request, job.admin_comment, job.start)
+            cached = self._views.get(job.job_id)
+            views[job.job_id] = (
+                cached if cached and cached[0] == key else (key, self._job_view(job))
+            )
+        self._views = views  # ended jobs drop out
+        return tuple(view for _, view in views.values())
+
+    @staticmethod
+    def _comment(job: SimJob) -> str:
+        if job.spec is not None and job.spec.elastic:
+            return elastic_comment(job.spec.min_nodes, job.spec.max_nodes, job.spec.step)
+        return job.comment
 
     def _job_view(self, job: SimJob) -> JobView:
         c = self.cluster
         running = job.state is JobState.RUNNING
         names = tuple(c.node_names[n] for n in job.nodes)
-        comment = job.comment
-        if job.spec is not None and job.spec.elastic:
-            comment = elastic_comment(job.spec.min_nodes, job.spec.max_nodes, job.spec.step)
+        comment = self._comment(job)
         return JobView(
             job_id=job.job_id,
             name=job.name,
@@ -153,7 +167,7 @@ class SimBackend:
             submit_time=job.submit,
             start_time=job.start,
             end_time=job.end,
-            comment=self._job_view(job).comment,
+            comment=self._comment(job),
             allocations=tuple(
                 Allocation(
                     start=p.start,

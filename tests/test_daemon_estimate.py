@@ -1,0 +1,89 @@
+"""The estimate step: what it refits, and that its outlooks are those of a full fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.daemon.estimate import Estimator
+from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.model.outlook import JobModel, estimate_outlook
+from slurm_elastic.model.priors import build_prior
+from slurm_elastic.types import ElasticSpec, ProgressReport
+from tests.test_daemon_controller_data import job
+from tests.test_model_priors import _hist
+
+SPEC = ElasticSpec(1, 4)
+
+
+def _reports(job_id: int, n: int, total_steps: int | None) -> list[ProgressReport]:
+    return [
+        ProgressReport(
+            job_id=job_id,
+            time=100.0 * i,
+            step=50 * i,
+            nodes=2,
+            loss=1.0 / (0.01 * 50 * i + 0.5) + 0.2,
+            samples_per_s=32.0,
+            global_batch=64,
+            total_steps=total_steps,
+        )
+        for i in range(1, n + 1)
+    ]
+
+
+@pytest.mark.parametrize("total_steps", [None, 4000])
+def test_outlooks_equal_those_of_a_full_single_fit(total_steps: int | None) -> None:
+    """A job that declared its budget gets no curve fitted (nothing reads it); its outlook
+    is still exactly the one a full fit, curve included, gives."""
+    reports = ReportStore()
+    estimator = Estimator(reports, 30.0)
+    for r in _reports(7, 12, total_steps):
+        reports.add(r)
+    view = job(7, nodes=("n1", "n2"), lo=1, hi=4, start=0.0)
+    history = [_hist(1, user="root", name="j7", work_dir=view.work_dir or "")]
+    estimator.history_changed(history, [])
+    now = 1500.0
+    got = estimator.outlooks({7: ElasticJob(view, SPEC)}, now)[7]
+
+    single = JobModel(7)
+    for r in _reports(7, 12, total_steps):
+        single.update(r)
+    prior = build_prior(
+        user="root", name="j7", work_dir=view.work_dir or "", requested_nodes=2, history=history
+    )
+    assert prior.source == "history"
+    full = single.fit(prior)
+    assert full.convergence is not None
+    want = estimate_outlook(
+        job_id=7,
+        spec=SPEC,
+        current_nodes=2,
+        fit=full,
+        prior=prior,
+        now=now,
+        default_resize_cost_s=30.0,
+        elapsed_s=now,
+    )
+    assert got == want
+    fitted = estimator.bank.fit(7, prior)
+    assert fitted is not None
+    assert (fitted.convergence is None) == (total_steps is not None)
+
+
+def test_history_changes_reach_the_priors() -> None:
+    reports = ReportStore()
+    estimator = Estimator(reports, 30.0)
+    view = job(3, nodes=("n1",), lo=1, hi=4, start=0.0)
+    elastic = {3: ElasticJob(view, SPEC)}
+    assert estimator.outlooks(elastic, 100.0)[3].source == "prior"
+    site = estimator._priors[3]
+    assert site.source == "site"
+    past = _hist(9, user="root", name="j3", work_dir=view.work_dir or "", runtime=999.0)
+    estimator.history_changed([past], [])
+    estimator.outlooks(elastic, 200.0)
+    assert estimator._priors[3].source == "history"
+    assert estimator._priors[3].runtime_s == 999.0
+    estimator.history_changed([], [9])  # aged out of the look-back
+    estimator.outlooks(elastic, 300.0)
+    assert estimator._priors[3] == site
