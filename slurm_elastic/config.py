@@ -73,6 +73,9 @@ class GrowSection(_Section):
 
 class ModelSection(_Section):
     default_resize_cost_s: float = Field(30.0, ge=0)
+    # The convergence curve family (``model.convergence``): "exp" is the default validated
+    # on public training curves; "auto" selects per job by holdout on its own reports.
+    curve_family: Literal["exp", "optimus", "power", "auto"] = "exp"
 
 
 class ApiSection(_Section):

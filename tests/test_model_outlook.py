@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_elastic.model.convergence import (
+    AUTO,
     DEFAULT_FAMILY,
     PATIENCE_EPOCHS,
     fit_convergence,
@@ -126,7 +127,7 @@ def test_progress_since_the_last_report_is_extrapolated_briefly() -> None:
 
 
 def test_user_target_metric_is_used() -> None:
-    m = JobModel(7)
+    m = JobModel(7, family="optimus")  # the family that generated the loss below
     _feed(m, 30, target_metric=0.5)
     fit = m.fit()
     assert fit.target_metric == 0.5
@@ -439,7 +440,7 @@ def test_fit_job_by_job_refits_all_stale_jobs_in_one_batch() -> None:
 
 
 def test_family_is_reselected_only_when_progress_grew_a_quarter() -> None:
-    bank = ModelBank()
+    bank = ModelBank(AUTO)
     m = bank.model(7)
     _feed(m, 3)  # 3 points: nothing can be held out, the default family
     bank.fit_all()
@@ -462,7 +463,7 @@ def test_family_is_reselected_only_when_progress_grew_a_quarter() -> None:
 
 def test_selection_cadence_matches_a_fresh_selection() -> None:
     # A job fed an exponential curve ends with the family a one-shot fit would choose.
-    bank = ModelBank()
+    bank = ModelBank(AUTO)
     m = bank.model(3)
     for i in range(1, 61):
         m.update(
@@ -472,7 +473,22 @@ def test_selection_cadence_matches_a_fresh_selection() -> None:
         )
         bank.fit_all()
     k, y, rising = m.series()
-    assert m.family == fit_convergence(k, y, higher_is_better=rising).family == "exp"
+    assert m.family == fit_convergence(k, y, higher_is_better=rising, family=AUTO).family == "exp"
+
+
+def test_a_configured_family_is_used_without_selection_and_can_change() -> None:
+    bank = ModelBank()  # the default: exp, never selected per job
+    m = bank.model(7)
+    _feed(m, 40)  # an Optimus-shaped loss: AUTO would pick optimus
+    assert not m.needs_selection()
+    assert bank.fit_all()[7].convergence.family == DEFAULT_FAMILY == "exp"
+    bank.use_family("optimus")  # SIGHUP with model.curve_family: optimus
+    assert bank.fit_all()[7].convergence.family == "optimus"
+    assert bank.model(8).family == "optimus"  # new jobs too
+    bank.use_family(AUTO)
+    assert m.needs_selection()
+    bank.fit_all()
+    assert m.family == "optimus"
 
 
 def test_window_is_patience_epochs_of_reported_progress() -> None:

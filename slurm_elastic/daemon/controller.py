@@ -84,7 +84,9 @@ class Controller:
         self.journal = journal
         self.agents = agents
         self._allocate = allocate or _policy_allocate
-        self.estimator = Estimator(reports, config.model.default_resize_cost_s)
+        self.estimator = Estimator(
+            reports, config.model.default_resize_cost_s, config.model.curve_family
+        )
         self._reconciled = False
         self._sizes: dict[int, int] = {}  # effective size of each running elastic job
         self._history: dict[int, JobHistory] = {}
@@ -99,6 +101,7 @@ class Controller:
         self.config = config
         self.knobs = GuardKnobs.from_config(config)
         self.estimator.default_resize_cost_s = config.model.default_resize_cost_s
+        self.estimator.bank.use_family(config.model.curve_family)
         self.executor = Executor(
             self.backend,
             self.journal,

@@ -23,10 +23,12 @@ log = structlog.get_logger("slurm_elastic.estimate")
 
 
 class Estimator:
-    def __init__(self, reports: ReportStore, default_resize_cost_s: float) -> None:
+    def __init__(
+        self, reports: ReportStore, default_resize_cost_s: float, curve_family: str = "exp"
+    ) -> None:
         self.reports = reports
         self.default_resize_cost_s = default_resize_cost_s
-        self.bank = ModelBank()
+        self.bank = ModelBank(curve_family)
         self._fed_until: dict[int, float] = {}  # per job: time of the last report fed
         self._priors: dict[int, Prior] = {}
         self._index = HistoryIndex()  # the controller's sacct history, kept in step

@@ -43,7 +43,9 @@ import numpy as np
 import structlog
 
 from slurm_elastic.model.convergence import (
+    AUTO,
     DEFAULT_FAMILY,
+    FAMILIES,
     MIN_POINTS,
     PATIENCE_EPOCHS,
     THRESHOLD,
@@ -121,7 +123,7 @@ class JobModel:
     work all use this unit, so sizes with different batches stay comparable.
     """
 
-    def __init__(self, job_id: int) -> None:
+    def __init__(self, job_id: int, family: str = DEFAULT_FAMILY) -> None:
         self.job_id = job_id
         self._k: list[float] = []
         self._y: list[float] = []
@@ -141,9 +143,12 @@ class JobModel:
         self._phi: float | None = None
         self._progress = 0.0  # reference steps at the newest report
         self._per_epoch: float | None = None  # reference steps per epoch, when reported
-        # Chosen curve family and the metric span / point count when it was chosen.
+        # The configured curve family (a name or AUTO), the family in use, and the metric
+        # span / point count when AUTO last chose it.
+        self._family_choice = DEFAULT_FAMILY
         self._family = DEFAULT_FAMILY
         self._family_at: tuple[float, int] | None = None
+        self.use_family(family)
 
     # ----------------------------------------------------------------- input
 
@@ -306,9 +311,20 @@ class JobModel:
         """The curve family chosen for this job (the default until it has enough points)."""
         return self._family
 
+    def use_family(self, choice: str) -> None:
+        """Fit ``choice`` (a name from ``FAMILIES``) or select per job (``AUTO``) from now
+        on; a change refits at the next ``fit``."""
+        if choice == self._family_choice:
+            return
+        self._family_choice = choice
+        self._family = choice if choice in FAMILIES else DEFAULT_FAMILY
+        self._family_at = None
+        self._cache = None
+
     def needs_selection(self) -> bool:
-        """True when the family should be re-selected (see ``RESELECT_GROWTH``)."""
-        if not self._k:
+        """True when the family should be re-selected (``AUTO`` only; see
+        ``RESELECT_GROWTH``)."""
+        if self._family_choice != AUTO or not self._k:
             return False
         at = self._family_at
         if at is None:
@@ -422,14 +438,21 @@ def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
 class ModelBank:
     """All jobs' models, keyed by job id (the daemon and the simulator hold one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, family: str = DEFAULT_FAMILY) -> None:
         self._models: dict[int, JobModel] = {}
+        self._family = family
 
     def model(self, job_id: int) -> JobModel:
         m = self._models.get(job_id)
         if m is None:
-            m = self._models[job_id] = JobModel(job_id)
+            m = self._models[job_id] = JobModel(job_id, self._family)
         return m
+
+    def use_family(self, choice: str) -> None:
+        """The curve family for every job, known and new (``model.curve_family``)."""
+        self._family = choice
+        for m in self._models.values():
+            m.use_family(choice)
 
     def update(self, report: ProgressReport) -> tuple[str, ...]:
         return self.model(report.job_id).update(report)
