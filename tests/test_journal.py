@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from slurm_elastic.actuate.companion import companion_comment
@@ -140,16 +141,30 @@ def test_shrink_dropping_a_companion_is_done_only_when_the_companion_is_gone() -
     assert journal.reconcile(backend, backend.snap).completed == [aid]  # type: ignore[arg-type]
 
 
-def test_last_resize_for_some_jobs_reads_only_theirs() -> None:
-    journal = Journal()
-    for job_id in range(1, 1200):  # more ids than one statement binds
-        action = Action(ActionKind.SHRINK, job_id, 4, 2, "test")
-        aid = journal.record_intent(action, float(job_id))
-        journal.mark(aid, ActionStatus.APPLIED if job_id % 3 else ActionStatus.FAILED, job_id + 1.0)
-    open_id = journal.record_intent(Action(ActionKind.GROW, 7, 2, 3, "test"), 5000.0)
-    everyone = journal.last_resize_at()
-    assert journal.last_resize_at(range(1, 1200)) == everyone
-    assert journal.last_resize_at([7, 9, 5000]) == {7: 8.0, 9: 10.0}
-    assert journal.last_resize_at([]) == {}
-    journal.mark(open_id, ActionStatus.ROLLED_BACK, 6000.0)
-    assert journal.last_resize_at([7]) == {7: 6000.0}
+def test_last_resize_mirror_follows_every_write(tmp_path: Path) -> None:
+    """The per-cycle answer comes from memory: it must equal what the table says (a fresh
+    journal on the same file reads it) after any sequence of writes."""
+    rng = random.Random(3)
+    journal = Journal.in_state_dir(tmp_path)
+    assert journal.last_resize_at() == {}  # loads the (empty) mirror: writes now update it
+    kinds = (ActionKind.SHRINK, ActionKind.GROW, ActionKind.START_AT_SIZE)
+    ids: list[int] = []
+    for step in range(300):
+        now = float(step)
+        op = rng.random()
+        if op < 0.4 or not ids:
+            action = Action(rng.choice(kinds), rng.randrange(1, 20), 4, 2, "test")
+            status = rng.choice((ActionStatus.INTENT, ActionStatus.WAITING, ActionStatus.APPLIED))
+            ids.append(journal.record_intent(action, now, status=status))
+        elif op < 0.95:
+            status = rng.choice(list(ActionStatus))
+            journal.mark(rng.choice(ids), status, now - rng.random() * 50.0)
+        else:
+            journal.prune(now - 40.0)
+        fresh = Journal.in_state_dir(tmp_path)
+        assert journal.last_resize_at() == fresh.last_resize_at()
+        some = rng.sample(range(1, 25), 5)
+        assert journal.last_resize_at(some) == {
+            j: t for j, t in fresh.last_resize_at().items() if j in some
+        }
+        fresh.close()

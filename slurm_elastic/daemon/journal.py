@@ -36,7 +36,10 @@ from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, ElasticSpec
 log = structlog.get_logger("slurm_elastic.journal")
 
 JOURNAL_FILE = "journal.sqlite"
-_IDS_PER_QUERY = 500  # bound parameters per statement (SQLite allows 999 on old builds)
+_LAST_RESIZE = (
+    "SELECT job_id, MAX(updated_at) FROM actions WHERE status IN ('applied','failed','rolled_back')"
+    " AND kind IN ('shrink','grow'){} GROUP BY job_id"
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS actions (
@@ -143,6 +146,7 @@ class Journal:
         # FULL: an intent must be on disk before Slurm is told anything.
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._resized: dict[int, float] | None = None  # last_resize_at's mirror
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path) -> Journal:
@@ -194,6 +198,8 @@ class Journal:
                 ),
             )
             action_id = int(cur.lastrowid or 0)
+        if not status.is_open:
+            self._resize_row_changed(action_id)
         log.info("journal.intent", action_id=action_id, job_id=action.job_id, kind=action.kind)
         return action_id
 
@@ -212,6 +218,7 @@ class Journal:
                 " companion_id=COALESCE(?, companion_id) WHERE id=?",
                 (str(status), now, detail, companion_id, action_id),
             )
+        self._resize_row_changed(action_id)  # after the commit: the row is written first
         log.info("journal.mark", action_id=action_id, status=str(status), detail=detail)
 
     def get(self, action_id: int) -> JournalEntry | None:
@@ -232,26 +239,35 @@ class Journal:
 
         Cooldown counts from here and survives restarts.  Failed and rolled-back
         attempts count too: a job whose agent refused must not be asked again at once.
-        ``job_ids`` limits the answer to those jobs (the controller asks about the jobs
-        in the queue): an indexed look-up per job instead of a pass over every row the
-        journal keeps, which grows with the daemon's uptime.
+        ``job_ids`` limits the answer to those jobs (the controller asks about the jobs in
+        the queue).  Read every cycle, so it is answered from a mirror of the table loaded
+        on first use and kept in step by this object's writes (the daemon is the journal's
+        only writer), not by a pass over every row the journal keeps.
         """
-        sql = (
-            "SELECT job_id, MAX(updated_at) FROM actions"
-            " WHERE status IN ('applied','failed','rolled_back')"
-            " AND kind IN ('shrink','grow'){} GROUP BY job_id"
-        )
         with self._lock:
+            if self._resized is None:
+                rows = self._db.execute(_LAST_RESIZE.format("")).fetchall()
+                self._resized = {int(job): float(at) for job, at in rows}
+            known = self._resized
             if job_ids is None:
-                rows = self._db.execute(sql.format("")).fetchall()
+                return dict(known)
+            return {j: known[j] for j in job_ids if j in known}
+
+    def _resize_row_changed(self, action_id: int) -> None:
+        """Refresh the mirror for the job of one written row (a shrink or grow only)."""
+        with self._lock:
+            if self._resized is None:
+                return
+            row = self._db.execute("SELECT job_id, kind FROM actions WHERE id=?", (action_id,))
+            found = row.fetchone()
+            if found is None or found[1] not in ("shrink", "grow"):
+                return
+            job = int(found[0])
+            at = self._db.execute(_LAST_RESIZE.format(" AND job_id=?"), (job,)).fetchone()
+            if at is None:
+                self._resized.pop(job, None)
             else:
-                ids = sorted(set(job_ids))
-                rows = []
-                for i in range(0, len(ids), _IDS_PER_QUERY):
-                    chunk = ids[i : i + _IDS_PER_QUERY]
-                    where = f" AND job_id IN ({','.join('?' * len(chunk))})"
-                    rows += self._db.execute(sql.format(where), chunk).fetchall()
-        return {int(job): float(at) for job, at in rows}
+                self._resized[job] = float(at[1])
 
     def shrunk_jobs(self) -> set[int]:
         """Jobs whose own allocation a daemon shrink cut (``NumNodes=``, applied).
@@ -299,6 +315,7 @@ class Journal:
             gone += db.execute(
                 "DELETE FROM companions WHERE ended_at IS NOT NULL AND ended_at < ?", (before,)
             ).rowcount
+        self._resized = None  # reloaded on next use
         if gone:
             log.info("journal.pruned", rows=gone, before=before)
         return gone

@@ -46,6 +46,7 @@ class SimBackend:
         self.calls = 0
         self._nodes_cache: tuple[NodeView, ...] | None = None
         self._nodes_owner: list[int] | None = None
+        self._node_views: list[tuple[NodeView, ...]] | None = None
         # Job views by id with the state they show: rebuilt only when that state changed.
         self._views: dict[int, tuple[tuple[object, ...], JobView]] = {}
         self._partitions = tuple(
@@ -124,20 +125,27 @@ class SimBackend:
         c = self.cluster
         if self._nodes_cache is not None and self._nodes_owner == c.owner:
             return self._nodes_cache
-        g = c.spec.gpus_per_node
-        self._nodes_cache = tuple(
-            NodeView(
-                name=name,
-                state="allocated" if owner else "idle",
-                flags=(),
-                cpus=CPUS_PER_NODE,
-                alloc_cpus=CPUS_PER_NODE if owner else 0,
-                gpus=g,
-                alloc_gpus=g if owner else 0,
-                partitions=(part,),
-            )
-            for name, part, owner in zip(c.node_names, c.node_partition, c.owner, strict=True)
-        )
+        if self._node_views is None:
+            # A node shows one of two views (idle, allocated): built once, picked per read.
+            g = c.spec.gpus_per_node
+            self._node_views = [
+                tuple(
+                    NodeView(
+                        name=name,
+                        state="allocated" if busy else "idle",
+                        flags=(),
+                        cpus=CPUS_PER_NODE,
+                        alloc_cpus=CPUS_PER_NODE if busy else 0,
+                        gpus=g,
+                        alloc_gpus=g if busy else 0,
+                        partitions=(part,),
+                    )
+                    for busy in (False, True)
+                )
+                for name, part in zip(c.node_names, c.node_partition, strict=True)
+            ]
+        views = self._node_views
+        self._nodes_cache = tuple(views[i][owner != 0] for i, owner in enumerate(c.owner))
         self._nodes_owner = list(c.owner)
         return self._nodes_cache
 
