@@ -87,3 +87,23 @@ def test_history_changes_reach_the_priors() -> None:
     estimator.history_changed([], [9])  # aged out of the look-back
     estimator.outlooks(elastic, 300.0)
     assert estimator._priors[3] == site
+
+
+def test_reports_are_fed_once_each_and_late_ones_too() -> None:
+    reports = ReportStore()
+    estimator = Estimator(reports, 30.0)
+    view = job(5, nodes=("n1", "n2"), lo=1, hi=4, start=0.0)
+    elastic = {5: ElasticJob(view, SPEC)}
+    first = _reports(5, 6, None)
+    for r in first:
+        reports.add(r)
+    estimator.outlooks(elastic, 700.0)
+    estimator.outlooks(elastic, 760.0)  # nothing new: nothing fed again
+    assert estimator.bank.model(5).fit().n_reports == 6
+    later = _reports(5, 8, None)[6:]
+    reports.add(later[0])
+    reports.add(first[-1])  # a stale duplicate arriving after a new one is not fed
+    estimator.outlooks(elastic, 800.0)
+    reports.add(later[1])
+    estimator.outlooks(elastic, 900.0)
+    assert estimator.bank.model(5).fit().n_reports == 8

@@ -17,7 +17,7 @@ from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import ModelBank, estimate_outlook
 from slurm_elastic.model.priors import HistoryIndex, Prior, build_prior
-from slurm_elastic.types import JobHistory, Outlook
+from slurm_elastic.types import JobHistory, Outlook, ProgressReport
 
 log = structlog.get_logger("slurm_elastic.estimate")
 
@@ -30,6 +30,9 @@ class Estimator:
         self.default_resize_cost_s = default_resize_cost_s
         self.bank = ModelBank(curve_family)
         self._fed_until: dict[int, float] = {}  # per job: time of the last report fed
+        # Per job, the newest report at the last look: while it is still the newest,
+        # nothing arrived and the job's stored reports need no new pass.
+        self._seen: dict[int, ProgressReport] = {}
         self._priors: dict[int, Prior] = {}
         self._index = HistoryIndex()  # the controller's sacct history, kept in step
 
@@ -47,6 +50,7 @@ class Estimator:
         self.bank.forget(ids)
         for job_id in ids:
             self._fed_until.pop(job_id, None)
+            self._seen.pop(job_id, None)
             self._priors.pop(job_id, None)
 
     def known_jobs(self) -> tuple[int, ...]:
@@ -78,10 +82,13 @@ class Estimator:
     def _feed(self, ej: ElasticJob) -> Prior:
         job = ej.job
         fed = self._fed_until.get(job.job_id, float("-inf"))
-        for report in self.reports.history(job.job_id):
-            if report.time > fed:
-                self.bank.update(report)
-                fed = report.time
+        latest = self.reports.latest(job.job_id)
+        if latest is not None and latest is not self._seen.get(job.job_id):
+            for report in self.reports.history(job.job_id):
+                if report.time > fed:
+                    self.bank.update(report)
+                    fed = report.time
+            self._seen[job.job_id] = latest
         self._fed_until[job.job_id] = fed
         prior = self._priors.get(job.job_id)
         if prior is None:

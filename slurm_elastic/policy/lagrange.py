@@ -51,6 +51,9 @@ class FlatModel:
     b: FloatArray  # (rows,)
     slot: IntArray  # (n,) position in a (jobs x width) grid: job * width + local index
     width: int  # most candidates of any job
+    # ``a.T``, made once: ``reduced`` runs at every subgradient step, and scipy builds a
+    # new array object on each ``.T`` (a large share of a small model's solve time).
+    at: sp.csc_array | None = None
 
     @classmethod
     def make(cls, value: FloatArray, start: IntArray, a: sp.csr_array, b: FloatArray) -> FlatModel:
@@ -58,7 +61,7 @@ class FlatModel:
         job = np.repeat(np.arange(counts.size), counts)
         width = int(counts.max()) if counts.size else 1
         slot = job * width + (np.arange(value.size) - start[job])
-        return cls(value, start, job, a, b, slot, width)
+        return cls(value, start, job, a, b, slot, width, a.T)
 
     @property
     def n_jobs(self) -> int:
@@ -73,7 +76,8 @@ def _segment_argmax(model: FlatModel, score: FloatArray) -> IntArray:
 
 
 def reduced(model: FlatModel, lam: FloatArray) -> FloatArray:
-    return model.value - model.a.T @ lam
+    at = model.at if model.at is not None else model.a.T
+    return model.value - at @ lam
 
 
 def bound(model: FlatModel, lam: FloatArray) -> float:
