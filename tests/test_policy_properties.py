@@ -13,6 +13,7 @@ from slurm_elastic.policy.pulp_model import solve_pulp
 from slurm_elastic.types import AllocationProblem, SolverStatus
 from tests.test_policy_support import (
     brute_force,
+    fifo_admitted,
     fits,
     instances,
     reservations_hold,
@@ -21,8 +22,11 @@ from tests.test_policy_support import (
 )
 
 # No child process per example: isolation has its own tests, and forking hundreds of
-# times would dominate the run time on this shared machine.
+# times would dominate the run time on this shared machine.  INLINE has the defaults
+# (admission floor on); OPEN drops the floor, so that mip, dp and brute force solve the
+# same unconstrained problem.
 INLINE = PolicyOptions(isolate=False)
+OPEN = PolicyOptions(isolate=False, fair_floor=False)
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -57,34 +61,50 @@ def test_every_policy_is_safe(policy: str, p: AllocationProblem) -> None:
 @FAST
 @given(p=instances(pending_rigid=False))
 def test_mip_equals_brute_force_with_shared_nodes(p: AllocationProblem) -> None:
-    plan = allocate(p, "mip", options=INLINE)
+    plan = allocate(p, "mip", options=OPEN)
     assert plan.solver == "mip" and plan.status is SolverStatus.OPTIMAL
-    best = brute_force(p, INLINE)
+    best = brute_force(p, OPEN)
     assert math.isclose(plan.objective, best, rel_tol=2e-3, abs_tol=1e-6), (plan.objective, best)
 
 
 @FAST
 @given(p=instances(one_pool=True, pending_rigid=False, max_jobs=5))
 def test_mip_dp_and_brute_force_agree_on_one_pool(p: AllocationProblem) -> None:
-    best = brute_force(p, INLINE)
-    dp = allocate(p, "dp", options=INLINE)
+    best = brute_force(p, OPEN)
+    dp = allocate(p, "dp", options=OPEN)
     assert dp.solver == "dp" and dp.status is SolverStatus.OPTIMAL
     assert math.isclose(dp.objective, best, rel_tol=1e-9, abs_tol=1e-6)
-    mip = allocate(p, "mip", options=INLINE)
+    mip = allocate(p, "mip", options=OPEN)
     assert math.isclose(mip.objective, best, rel_tol=2e-3, abs_tol=1e-6)
+
+
+@FAST
+@given(p=instances(pending_rigid=False))
+def test_mip_with_the_floor_is_optimal_among_plans_that_admit_it(p: AllocationProblem) -> None:
+    """Default options: every FIFO-admitted pending job starts, and nothing better exists."""
+    admitted = fifo_admitted(p)
+    plan = allocate(p, "mip", options=INLINE)
+    assert plan.solver == "mip" and plan.status is SolverStatus.OPTIMAL
+    got = targets(plan)
+    assert all(got[j] > 0 for j in admitted)
+    best = brute_force(p, INLINE, must_start=admitted)
+    assert math.isclose(plan.objective, best, rel_tol=2e-3, abs_tol=1e-6), (plan.objective, best)
 
 
 @FAST
 @given(p=instances())
 def test_mip_is_optimal_for_its_rows_and_beats_greedy(p: AllocationProblem) -> None:
-    """With FIFO reservations too: the MIP is never worse than greedy or static on its rows."""
-    mip = allocate(p, "mip", options=INLINE)
-    compiled = compile_problem(p, INLINE)
-    for other in ("greedy", "dp"):
-        plan = allocate(p, other, options=INLINE)
-        assert mip.objective >= plan.objective - 2e-3 * abs(plan.objective) - 1e-6
-    choice = [j.index(targets(mip)[j.job_id]) for j in compiled.jobs]
-    assert compiled.feasible(choice)
+    """With FIFO reservations too: the MIP is never worse than greedy or dp on its rows
+    (greedy admits exactly the floor's jobs, so it is a plan the floored MIP may choose;
+    dp knows no floor, so it is compared with the MIP without one)."""
+    for options, others in ((INLINE, ("greedy",)), (OPEN, ("greedy", "dp"))):
+        mip = allocate(p, "mip", options=options)
+        compiled = compile_problem(p, options)
+        for other in others:
+            plan = allocate(p, other, options=options)
+            assert mip.objective >= plan.objective - 2e-3 * abs(plan.objective) - 1e-6
+        choice = [j.index(targets(mip)[j.job_id]) for j in compiled.jobs]
+        assert compiled.feasible(choice)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -100,7 +120,7 @@ def test_pulp_formulation_agrees_with_mip(p: AllocationProblem) -> None:
     compiled = compile_problem(p, INLINE)
     choice = solve_pulp(compiled)
     assert compiled.feasible(choice)
-    mip = allocate(p, "mip", options=INLINE)
+    mip = allocate(p, "mip", options=OPEN)
     assert math.isclose(compiled.objective(choice), mip.objective, rel_tol=2e-3, abs_tol=1e-6)
 
 
@@ -115,7 +135,7 @@ def test_elastic_jobs_never_jump_a_pending_rigid_job(policy: str, p: AllocationP
 @given(p=instances(one_pool=True, max_jobs=5))
 def test_dp_and_mip_agree_whenever_one_row_binds(p: AllocationProblem) -> None:
     """Also when the one row is a FIFO reservation (size differences as weights)."""
-    dp = allocate(p, "dp", options=INLINE)
+    dp = allocate(p, "dp", options=OPEN)
     if dp.solver == "dp":
-        mip = allocate(p, "mip", options=INLINE)
+        mip = allocate(p, "mip", options=OPEN)
         assert math.isclose(dp.objective, mip.objective, rel_tol=2e-3, abs_tol=1e-6)

@@ -84,23 +84,55 @@ def test_free_nodes_go_to_the_long_job_not_the_nearly_done_one(policy: str) -> N
     assert targets(plan) == {1: 2, 2: 4}
 
 
-def test_mip_starts_the_short_pending_job_first() -> None:
+def test_a_candidate_is_worth_the_seconds_of_completion_time_it_saves() -> None:
+    # f(n) = n, horizon 1000 s.  C(s) = W/f(s) inside the horizon, else
+    # H + (W - f(s) H_eff) / f_max; value = C(0) - C(s) with C(0) = H + W / f_max.
+    long_pending = elastic(1, cur=0, sizes=(1, 2), alpha=1.0, work=1e4)
+    short_pending = elastic(2, cur=0, sizes=(1, 2), alpha=1.0, work=1e3)
+    running = elastic(3, cur=1, sizes=(1, 2), alpha=1.0, work=1e4, cost=100.0)
+    p = problem([long_pending, short_pending, running], pools(batch=8), horizon_s=1000.0)
+    got = {
+        j.job_id: dict(zip(j.legal.tolist(), j.legal_value.tolist(), strict=True))
+        for j in compile_problem(p, PolicyOptions()).jobs
+    }
+    want = {
+        1: {0: 0.0, 1: 500.0, 2: 1000.0},  # beyond the horizon: f(s) H / f_max
+        2: {0: 0.0, 1: 500.0, 2: 1000.0},  # inside: H + W/f_max - W/f(s)
+        3: {1: 500.0, 2: 900.0},  # a resize loses its cost: f(2) (H - c) / f_max
+    }
+    for job_id, values in want.items():
+        assert got[job_id].keys() == values.keys()
+        for size, v in values.items():
+            assert got[job_id][size] == pytest.approx(v, abs=0.01), (job_id, size)
+
+
+def test_equally_valuable_pending_jobs_start_in_fifo_order() -> None:
+    # Starting either job saves it the horizon's wait, whatever its length; the older
+    # one starts (also without the admission floor), as Slurm would start it.
     old_long = elastic(1, cur=0, sizes=(2,), work=1e7, submit=0.0)
     young_short = elastic(2, cur=0, sizes=(2,), work=500.0, submit=1.0)
     p = problem([old_long, young_short], pools(batch=2))
-    assert targets(allocate(p, "mip")) == {1: 0, 2: 2}
+    assert targets(allocate(p, "mip")) == {1: 2, 2: 0}
+    open_plan = allocate(p, "mip", options=PolicyOptions(fair_floor=False))
+    assert targets(open_plan) == {1: 2, 2: 0}
     assert targets(allocate(p, "greedy")) == {1: 2, 2: 0}  # Optimus: FIFO minimums first
 
 
-def test_fairness_floor_starts_pending_jobs_before_anyone_grows() -> None:
-    # A very long pending job is worth little over the horizon; without the floor the
-    # MIP prefers to grow the running job.
-    running = elastic(1, cur=2, sizes=(2, 3, 4), work=5e4, alpha=1.0, submit=0.0)
-    pending = elastic(2, cur=0, sizes=(2,), work=1e9, submit=1.0)
-    p = problem([running, pending], pools(batch=4))
-    assert targets(allocate(p, "mip")) == {1: 4, 2: 0}
-    fair = allocate(p, "mip", options=PolicyOptions(fair_floor=True))
-    assert targets(fair) == {1: 2, 2: 2}
+def test_admission_floor_starts_pending_jobs_before_anyone_grows() -> None:
+    # At one node of eight the pending job would run at 1/8 of its best speed: over the
+    # horizon, growing the running job saves more seconds.  The floor (default) starts the
+    # pending job at its minimum anyway, as Optimus does and as Slurm's FIFO queue would.
+    running = elastic(1, cur=2, sizes=(2, 3), work=5e4, alpha=1.0, submit=0.0)
+    pending = elastic(2, cur=0, sizes=(1, 8), work=1e9, alpha=1.0, submit=1.0)
+    p = problem([running, pending], pools(batch=3))
+    assert targets(allocate(p, "mip", options=PolicyOptions(fair_floor=False))) == {1: 3, 2: 0}
+    assert targets(allocate(p, "mip")) == {1: 2, 2: 1}
+    # Running jobs go down to their minimum to admit a pending job, frozen ones do not.
+    wide = elastic(1, cur=3, sizes=(2, 3), work=5e4, alpha=1.0, submit=0.0)
+    p = problem([wide, pending], pools(batch=3))
+    assert targets(allocate(p, "mip")) == {1: 2, 2: 1}
+    p = problem([replace(wide, frozen=True), pending], pools(batch=3))
+    assert targets(allocate(p, "mip")) == {1: 3, 2: 0}
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -202,11 +234,15 @@ def _large(n_jobs: int, nodes: int, seed: int = 7):  # type: ignore[no-untyped-d
 
 def test_mip_matches_dp_on_a_medium_instance() -> None:
     p = _large(400, 160)
-    mip, dp = allocate(p, "mip"), allocate(p, "dp")
+    open_ = PolicyOptions(fair_floor=False)  # dp knows no admission floor
+    mip, dp = allocate(p, "mip", options=open_), allocate(p, "dp", options=open_)
     assert mip.solver == "mip" and mip.status is SolverStatus.OPTIMAL
     assert mip.objective >= dp.objective * (1 - 1e-3)
     assert mip.objective >= allocate(p, "greedy").objective
-    assert same_plan(mip, allocate(p, "mip"))
+    assert same_plan(mip, allocate(p, "mip", options=open_))
+    floored = allocate(p, "mip")  # greedy admits the floor's jobs too: never worse
+    assert floored.status is SolverStatus.OPTIMAL
+    assert floored.objective >= allocate(p, "greedy").objective * (1 - 1e-3)
 
 
 def test_no_time_left_falls_back_to_greedy() -> None:
@@ -268,7 +304,7 @@ def test_mip_matches_the_full_pulp_model_with_shared_nodes_and_reservations() ->
     compiled = compile_problem(p, PolicyOptions())
     assert len(compiled.rows) > 2  # Hall sets and FIFO reservations both bind
     exact = compiled.objective(solve_pulp(compiled, time_limit_s=60.0))
-    mip = allocate(p, "mip")
+    mip = allocate(p, "mip", options=PolicyOptions(fair_floor=False))  # pulp has no floor
     assert mip.solver == "mip"
     assert mip.objective >= exact * (1 - PolicyOptions().mip_rel_gap) - 1e-6
     assert mip.objective <= exact + 1e-6 * abs(exact)

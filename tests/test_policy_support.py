@@ -125,8 +125,13 @@ def legal_sizes(d: ElasticDemand) -> list[int]:
     return [0, *d.allowed_sizes]
 
 
-def brute_force(p: AllocationProblem, options: PolicyOptions | None = None) -> float:
-    """Best objective over every legal size vector that fits (capacity only)."""
+def brute_force(
+    p: AllocationProblem,
+    options: PolicyOptions | None = None,
+    must_start: frozenset[int] = frozenset(),
+) -> float:
+    """Best objective over every legal size vector that fits (capacity only) and gives
+    every job in ``must_start`` a size."""
     compiled = compile_problem(p, options or PolicyOptions())
     values = [
         dict(zip(j.legal.tolist(), j.legal_value.tolist(), strict=True)) for j in compiled.jobs
@@ -134,9 +139,28 @@ def brute_force(p: AllocationProblem, options: PolicyOptions | None = None) -> f
     best = -math.inf
     for combo in itertools.product(*(legal_sizes(d) for d in p.elastic)):
         sizes = {d.job_id: s for d, s in zip(p.elastic, combo, strict=True)}
+        if any(sizes[j] == 0 for j in must_start):
+            continue
         if fits(p, sizes):
             best = max(best, sum(v[s] for v, s in zip(values, combo, strict=True)))
     return best
+
+
+def fifo_admitted(p: AllocationProblem) -> frozenset[int]:
+    """Pending jobs that fit, in FIFO order, at their smallest candidate size while every
+    running job is at its smallest (a frozen one at its size): the admission floor, by
+    max-flow (capacity only: use without pending rigid jobs)."""
+    compiled = compile_problem(p, PolicyOptions())
+    sizes = {j.job_id: int(j.sizes[0]) for j in compiled.jobs}
+    started: set[int] = set()
+    for j in sorted(compiled.jobs, key=lambda j: (j.demand.submit_time, j.job_id)):
+        if j.demand.is_running or len(j.sizes) < 2:
+            continue
+        trial = {**sizes, j.job_id: int(j.sizes[1])}
+        if fits(p, trial):
+            sizes = trial
+            started.add(j.job_id)
+    return frozenset(started)
 
 
 def targets(plan: Plan) -> dict[int, int]:

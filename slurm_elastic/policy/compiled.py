@@ -11,25 +11,36 @@ Candidates (the sizes a job may be given this cycle)
 Value of a candidate (the MIP objective, also used to score every other policy's plan)
 -----------------------------------------------------------------------------------
 ``f_j(s)`` is the outlook's throughput (a size the outlook lacks is interpolated; a job
-with no estimate is assumed to scale linearly), ``W_j`` the remaining work (steps),
-``c_j`` the measured restart cost (seconds of lost progress, paid by a running job that
-changes size, not by a pending job that starts), ``H`` the horizon, ``w_j`` the weight.
-The estimated completion time from now at size ``s`` is
+with no estimate is assumed to scale linearly), ``f_j^max`` its best throughput over its
+candidates, ``W_j`` the remaining work (steps), ``c_j`` the measured restart cost (seconds
+of lost progress, paid by a running job that changes size, not by a pending job that
+starts), ``H`` the horizon, ``w_j`` the weight.  The estimated completion time from now
+at size ``s`` is
 
-    C_j(s) = c_j [resized] + W_j / f_j(s)            if that is <= H (finishes inside)
-    C_j(s) = H * (2 - f_j(s) * (H - c_j [resized]) / W_j)     otherwise
+    C_j(s) = c_j [resized] + W_j / f_j(s)                 if that is <= H (finishes inside)
+    C_j(s) = H + (W_j - f_j(s) * (H - c_j [resized])) / f_j^max          otherwise
+    C_j(0) = H + W_j / f_j^max                            (a pending job waits the horizon)
 
-(beyond the horizon: the horizon plus the fraction of the work still left after it,
-in horizon units; both branches meet at ``C = H`` with the same slope), and
+(beyond the horizon: the work still left then, done at the job's best speed; the branches
+meet at ``C = H``), and
 
-    value_j(s) = w_j * (2H - C_j(s)),   value_j(0) = 0 (stays pending).
+    value_j(s) = w_j * (C_j(0) - C_j(s)),   value_j(0) = 0 (stays pending),
 
-So maximising total value is minimising total weighted (linearised) time to completion,
-which is maximising progress over the horizon with progress capped at the remaining
-work: a job that finishes inside the horizon gains only by finishing earlier, so nodes
-do not go to nearly-done jobs beyond what shortens them, and short pending jobs start
-first.  Two tie-breaks far below any real difference (``PolicyOptions.change_penalty``):
-a change of size costs ``penalty * H``, and among equal pending jobs the older wins.
+the seconds of completion time that this cycle's choice saves the job.  Maximising total
+value is minimising total weighted estimated completion time, i.e. mean JCT, whose unit
+is seconds: a job that runs for the horizon at its best speed gains ``H`` whatever its
+length (waiting costs every job one second per second), a slower size gains the fraction
+``f(s) / f^max`` of that, and a job that finishes inside the horizon gains only by
+finishing earlier, so nodes do not go to nearly-done jobs beyond what shortens them.  The
+reference speed after the horizon is the job's best one, not its current one, so a
+candidate's value does not depend on the size the job happens to have now (a plan that
+moved the reference with the job would chase its own resizes).  An earlier objective
+counted the work left after the horizon in horizon units (``C = H (2 - f H / W)``): a
+long job's completion then hardly depended on its size or on whether it waited, so long
+jobs were grown last and left pending first, although they carry most of the mean JCT on
+real traces (``scripts/analyze_sim.py``; README "Measured results").  Two tie-breaks far
+below any real difference (``PolicyOptions.change_penalty``): a change of size costs
+``penalty * H``, and among equal pending jobs the older wins.
 
 Payback: a larger candidate whose value is not higher than that of a smaller candidate
 is dominated (it needs at least as much of every row for no more value) and is dropped.
@@ -217,12 +228,10 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     """Objective value, progress and Optimus remaining time of every legal candidate.
 
     ``C(s)`` is the job's estimated completion time from now: ``c [resized] + W / f(s)``
-    when that is inside the horizon, else ``H (2 - f(s) H_eff / W)`` (the horizon plus the
-    fraction of the work still left after it, in horizon units).  The two branches meet
-    at ``C = H`` with the same slope.  ``value = w (2H - C)`` is 0 for a pending job that
-    stays pending and at most ``2H``: maximising the sum is minimising total weighted
-    (linearised) time to completion, which is maximising progress over the horizon with
-    progress capped at the remaining work.
+    when that is inside the horizon, else ``H + (W - f(s) H_eff) / f_max`` (the work left
+    at the horizon, done at the job's best speed).  ``value = w (C(0) - C(s))`` with
+    ``C(0) = H + W / f_max`` (waits the horizon out): the seconds of completion time this
+    cycle's size saves, 0 for a pending job that stays pending (see the module docstring).
     """
     demands = problem.elastic
     horizon = problem.horizon_s
@@ -247,11 +256,17 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     work = np.where(np.isfinite(raw_work), raw_work, 10.0 * horizon * top[job] if demands else 0)
     resized = running & (sizes != cur)
     heff = np.where(resized, np.maximum(horizon - cost, 0.0), horizon)
+    best = top[job] if demands else np.zeros(0)
     with np.errstate(divide="ignore", invalid="ignore"):
         tau = np.where(thr > 0, work / thr, np.inf) + np.where(resized, cost, 0.0)
-        frac = np.where(work > 0, thr * heff / work, 1.0)
-    completion = np.where(tau <= horizon, tau, horizon * (2.0 - np.minimum(frac, 1.0)))
-    value = np.where((sizes > 0) & (work > 0), weight * (2.0 * horizon - completion), 0.0)
+        # Beyond the horizon the rest runs at the job's best speed: an estimate that does
+        # not depend on the job's current size, so the plan does not chase its own moves.
+        saved = np.where(
+            tau <= horizon,
+            horizon + work / best - tau,  # C(0) - C(s), finishing inside the horizon
+            thr * heff / best,  # C(0) - C(s) = f(s) H_eff / f_max, beyond it
+        )
+    value = np.where((sizes > 0) & (work > 0) & (best > 0), weight * saved, 0.0)
     # Tie-breaks far below any real difference: change as little as possible, and among
     # equally good pending jobs start the older one.
     tick = options.change_penalty * horizon

@@ -10,8 +10,14 @@ Constraints
     ``sum_k x[j,k] = 1`` for every job (one size each);
     ``sum_jk a[r,j,k] x[j,k] <= rhs[r]`` for every capacity row (Hall sets over partition
     classes: shared nodes are exact) and FIFO-reservation row (``capacity``);
-    optional fairness floor: pending jobs that the FIFO minimum pass (running jobs kept
-    at their current size) can start must start (``x[j,0] = 0``).
+    admission floor (``PolicyOptions.fair_floor``, on by default): pending jobs that the
+    FIFO minimum pass (running jobs at their minimum, frozen ones at their size) can start
+    must start (``x[j,0] = 0``).  This is Optimus' own first step.  Why it belongs in the
+    model: (1) with concave speed-ups a job's first nodes are its most efficient ones, and
+    a waiting job loses a second of JCT per second while a job held at its minimum loses
+    only ``1 - f(min) / f(s)``; (2) Slurm starts pending jobs in FIFO order and grows go
+    through companion jobs queued behind them, so a plan that grows running jobs while an
+    older pending job that fits stays pending is not what Slurm will carry out.
 
 The model is built straight into sparse arrays.  Before HiGHS sees it, ``lagrange``
 computes the LP bound from the Lagrangian dual and a near-optimal incumbent.  When the
@@ -66,11 +72,14 @@ class MipResult:
 
 
 def fair_floor_jobs(compiled: Compiled) -> set[int]:
-    """Pending jobs the FIFO minimum pass starts with running jobs at their current size."""
+    """Pending jobs the FIFO minimum pass starts with running jobs at their floor.
+
+    The ledger starts every job at its floor (candidate 0): a running job's minimum, a
+    frozen job's current size, a pending job's "stay pending"; the jobs it admits are
+    therefore always feasible together.
+    """
     ledger = Ledger(compiled)
     jobs = compiled.jobs
-    for i, job in enumerate(jobs):
-        ledger.move(i, job.keep)
     started: set[int] = set()
     for i in sorted(range(len(jobs)), key=lambda i: jobs[i].fifo):
         job = jobs[i]

@@ -15,7 +15,9 @@ class PolicyOptions:
     """
 
     mip_rel_gap: float = 1e-3  # HiGHS stops when within this relative gap of the bound
-    fair_floor: bool = False  # pending jobs whose min fits (FIFO) must start before anyone grows
+    # Admission floor: pending jobs whose minimum fits in FIFO order, with running jobs at
+    # their minimum, must start (``mip`` docstring says why).
+    fair_floor: bool = True
     change_penalty: float = 1e-6
     max_component_classes: int = 12  # partition classes sharing nodes, enumerated exactly
     isolate: bool = True  # run the MIP in a child process that is killed at the time limit
