@@ -138,6 +138,9 @@ class Cluster:
         self.events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.on_hold: Callable[[SimJob], None] | None = None
+        # Speed per (job, nodes): the profile interpolation is asked for the same few
+        # sizes of each job at every event (ends, backfill reservations, reports).
+        self._rates: dict[tuple[int, int], float] = {}
 
     # ------------------------------------------------------------ event queue
     def push(self, time: float, kind: int, job_id: int = 0, version: int = 0) -> None:
@@ -147,7 +150,14 @@ class Cluster:
     # ------------------------------------------------------------ progress
     def rate(self, job: SimJob) -> float:
         assert job.spec is not None
-        return job.spec.rate_at(job.world) if job.world else 0.0
+        return self._rate_at(job.spec, job.world) if job.world else 0.0
+
+    def _rate_at(self, spec: JobSpec, nodes: int) -> float:
+        key = (spec.sim_id, nodes)
+        rate = self._rates.get(key)
+        if rate is None:
+            rate = self._rates[key] = spec.rate_at(nodes)
+        return rate
 
     def advance(self, job: SimJob, t: float) -> None:
         """Account progress up to ``t`` at the current world size."""
@@ -422,7 +432,7 @@ class Cluster:
         if job.parent is not None:
             return max(0.0, self.expected_end(self.jobs[job.parent]) - self.now)
         assert job.spec is not None
-        return job.spec.work / job.spec.rate_at(job.request)
+        return job.spec.work / self._rate_at(job.spec, job.request)
 
     # ------------------------------------------------------------ invariants
     def busy_nodes(self) -> int:
