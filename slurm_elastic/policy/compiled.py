@@ -363,12 +363,16 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
     ksizes = flat.sizes[kept]
     keep_at = np.flatnonzero(ksizes == cur[kjob]) - kstart[:-1]  # one hit per job (protected)
     static_at = np.flatnonzero(ksizes == static[kjob]) - kstart[:-1]
+    # Gathered once; each job's candidates are then a slice (this loop runs per cycle).
+    kvalue, kprogress = flat.value[kept], flat.progress[kept]
+    kthroughput, kremaining = flat.throughput[kept], flat.remaining[kept]
+    ks, ls = kstart.tolist(), flat.start.tolist()
+    keeps, statics = keep_at.tolist(), static_at.tolist()
     rows_of: dict[Class, IntArray] = {}
     jobs = []
     for j, d in enumerate(demands):
-        a, b = int(kstart[j]), int(kstart[j + 1])
-        la, lb = int(flat.start[j]), int(flat.start[j + 1])
-        idx = kept[a:b]
+        a, b = ks[j], ks[j + 1]
+        la, lb = ls[j], ls[j + 1]
         in_rows = rows_of.get(classes[j])
         if in_rows is None:
             in_rows = rows_of[classes[j]] = np.flatnonzero(member[:, j])
@@ -378,18 +382,18 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
                 legal=flat.sizes[la:lb],
                 legal_value=flat.value[la:lb],
                 sizes=ksizes[a:b],
-                value=flat.value[idx],
-                progress=flat.progress[idx],
-                throughput=flat.throughput[idx],
-                remaining_s=flat.remaining[idx],
+                value=kvalue[a:b],
+                progress=kprogress[a:b],
+                throughput=kthroughput[a:b],
+                remaining_s=kremaining[a:b],
                 rows=in_rows,
                 coef=coef[in_rows, a:b],
-                keep=int(keep_at[j]),
-                static=int(static_at[j]),
+                keep=keeps[j],
+                static=statics[j],
                 fifo=fifo_key(d.submit_time, d.job_id),
             )
         )
-    return Compiled(problem, options, tuple(jobs), rows, kstart, flat.value[kept], coef)
+    return Compiled(problem, options, tuple(jobs), rows, kstart, kvalue, coef)
 
 
 __all__ = ["CAPACITY", "RESERVATION", "Compiled", "JobModel", "Row", "compile_problem"]
