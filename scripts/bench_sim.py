@@ -124,15 +124,21 @@ def main() -> int:
         base = read_trace(args.traces / TRACES["cluster06"])
         st = make_study(tiled(base, TILED_JOBS), "cluster06 tiled", args.traces)
         workload = st.workload()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         outcome = study.run_policy(st, "mip", workload)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         stats = study.run_stats({"mip": outcome})["mip"]
+        # CPU time too: on a shared machine the wall time also counts other processes.
         print(
             f"10k: {len(workload.jobs)} jobs, mip, {st.nodes} GPUs: {wall:.1f} s wall "
-            f"(goal <= 120 s), {stats['cycles']} cycles, {stats['cycle_ms']:.2f} ms/cycle"
+            f"(goal <= 120 s), {cpu:.1f} s CPU, {stats['cycles']} cycles, "
+            f"{stats['cycle_ms']:.2f} ms/cycle"
         )
-        figures |= {"jobs_10k": str(len(workload.jobs)), "wall_10k_mip_s": f"{wall:.1f}"}
+        figures |= {
+            "jobs_10k": str(len(workload.jobs)),
+            "wall_10k_mip_s": f"{wall:.1f}",
+            "cpu_10k_mip_s": f"{cpu:.1f}",
+        }
         figures |= {
             "cycles_10k": str(stats["cycles"]),
             "ms_per_cycle_10k": f"{stats['cycle_ms']:.2f}",

@@ -141,24 +141,32 @@ def test_shrink_dropping_a_companion_is_done_only_when_the_companion_is_gone() -
     assert journal.reconcile(backend, backend.snap).completed == [aid]  # type: ignore[arg-type]
 
 
-def test_last_resize_mirror_follows_every_write(tmp_path: Path) -> None:
-    """The per-cycle answer comes from memory: it must equal what the table says (a fresh
-    journal on the same file reads it) after any sequence of writes."""
+def test_what_is_read_every_cycle_follows_every_write(tmp_path: Path) -> None:
+    """last_resize_at, open_actions and known_specs are answered from memory between
+    writes: after any sequence of writes they must equal what the tables say (a fresh
+    journal on the same file reads them)."""
     rng = random.Random(3)
     journal = Journal.in_state_dir(tmp_path)
-    assert journal.last_resize_at() == {}  # loads the (empty) mirror: writes now update it
+    # Read once first: from here on the answers come from memory.
+    assert journal.last_resize_at() == {} and journal.open_actions() == ()
+    assert journal.known_specs() == {}
     kinds = (ActionKind.SHRINK, ActionKind.GROW, ActionKind.START_AT_SIZE)
     ids: list[int] = []
     for step in range(300):
         now = float(step)
         op = rng.random()
-        if op < 0.4 or not ids:
+        if op < 0.3 or not ids:
             action = Action(rng.choice(kinds), rng.randrange(1, 20), 4, 2, "test")
             status = rng.choice((ActionStatus.INTENT, ActionStatus.WAITING, ActionStatus.APPLIED))
             ids.append(journal.record_intent(action, now, status=status))
-        elif op < 0.95:
+        elif op < 0.7:
             status = rng.choice(list(ActionStatus))
             journal.mark(rng.choice(ids), status, now - rng.random() * 50.0)
+        elif op < 0.8:
+            job = rng.randrange(1, 20)
+            journal.remember_specs({job: ElasticSpec(1, rng.randrange(1, 9))}, now)
+        elif op < 0.9:
+            journal.forget_specs(rng.sample(range(1, 20), 3))
         else:
             journal.prune(now - 40.0)
         fresh = Journal.in_state_dir(tmp_path)
@@ -167,4 +175,6 @@ def test_last_resize_mirror_follows_every_write(tmp_path: Path) -> None:
         assert journal.last_resize_at(some) == {
             j: t for j, t in fresh.last_resize_at().items() if j in some
         }
+        assert journal.open_actions() == fresh.open_actions()
+        assert journal.known_specs() == fresh.known_specs()
         fresh.close()

@@ -147,6 +147,9 @@ class Journal:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
         self._resized: dict[int, float] | None = None  # last_resize_at's mirror
+        # Read every cycle, written far less often: kept until this object writes again.
+        self._open: tuple[JournalEntry, ...] | None = None
+        self._specs: dict[int, ElasticSpec] | None = None
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path) -> Journal:
@@ -198,6 +201,7 @@ class Journal:
                 ),
             )
             action_id = int(cur.lastrowid or 0)
+            self._open = None
         if not status.is_open:
             self._resize_row_changed(action_id)
         log.info("journal.intent", action_id=action_id, job_id=action.job_id, kind=action.kind)
@@ -218,6 +222,7 @@ class Journal:
                 " companion_id=COALESCE(?, companion_id) WHERE id=?",
                 (str(status), now, detail, companion_id, action_id),
             )
+            self._open = None
         self._resize_row_changed(action_id)  # after the commit: the row is written first
         log.info("journal.mark", action_id=action_id, status=str(status), detail=detail)
 
@@ -226,7 +231,10 @@ class Journal:
         return rows[0] if rows else None
 
     def open_actions(self) -> tuple[JournalEntry, ...]:
-        return self._select("WHERE status IN ('intent','waiting') ORDER BY id", ())
+        with self._lock:
+            if self._open is None:
+                self._open = self._select("WHERE status IN ('intent','waiting') ORDER BY id", ())
+            return self._open
 
     def actions_for(self, job_id: int) -> tuple[JournalEntry, ...]:
         return self._select("WHERE job_id=? ORDER BY id", (job_id,))
@@ -358,6 +366,7 @@ class Journal:
         if not specs:
             return
         with self._tx() as db:
+            self._specs = None
             db.executemany(
                 "INSERT OR IGNORE INTO specs (job_id, min_nodes, max_nodes, step, gpus_per_node,"
                 " resize_cost_s, seen_at) VALUES (?,?,?,?,?,?,?)",
@@ -377,16 +386,20 @@ class Journal:
 
     def known_specs(self) -> dict[int, ElasticSpec]:
         with self._lock:
-            rows = self._db.execute(
-                "SELECT job_id, min_nodes, max_nodes, step, gpus_per_node, resize_cost_s FROM specs"
-            ).fetchall()
-        return {int(r[0]): ElasticSpec(r[1], r[2], r[3], r[4], r[5]) for r in rows}
+            if self._specs is None:
+                rows = self._db.execute(
+                    "SELECT job_id, min_nodes, max_nodes, step, gpus_per_node, resize_cost_s"
+                    " FROM specs"
+                ).fetchall()
+                self._specs = {int(r[0]): ElasticSpec(r[1], r[2], r[3], r[4], r[5]) for r in rows}
+            return dict(self._specs)
 
     def forget_specs(self, job_ids: Iterable[int]) -> None:
         ids = [(job_id,) for job_id in job_ids]
         if ids:
             with self._tx() as db:
                 db.executemany("DELETE FROM specs WHERE job_id=?", ids)
+                self._specs = None
 
     # ------------------------------------------------------------------ start-up
 
