@@ -2,7 +2,8 @@
 what the guard rails did with each cycle's plan, on a prefix of a real trace.
 
     python scripts/analyze_sim.py [--trace cluster06|philly] [--jobs N]
-                                  [--policies greedy,mip] [--option NAME=VALUE ...] [--out FILE]
+                                  [--policies greedy,mip] [--seed S] [--option NAME=VALUE ...]
+                                  [--out FILE]
 
 Runs each policy over the first ``N`` jobs of the trace (untiled, the trace's own
 arrivals) on the trace's default cluster (``bench_sim``'s sizes: 128 / 256 GPUs), with the
@@ -109,8 +110,8 @@ def buckets(values: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
     return np.searchsorted(np.asarray(edges[1:-1], dtype=float), values, side="right")
 
 
-def run(trace: Trace, name: str, policy: str, nodes: int, traces_dir: Path) -> dict:
-    cfg = WorkloadConfig()
+def run(trace: Trace, name: str, policy: str, nodes: int, traces_dir: Path, seed: int) -> dict:
+    cfg = WorkloadConfig(seed=seed)
     st = study.Study(trace, name, traces_dir, cfg, SimSettings(), nodes, cfg.gpus_per_node)
     wl = st.workload()
     holder: dict[str, CountingDriver] = {}
@@ -184,6 +185,7 @@ def main() -> int:
     ap.add_argument(
         "--traces", type=Path, default=Path(__file__).resolve().parents[2] / "shared/traces"
     )
+    ap.add_argument("--seed", type=int, default=0, help="workload seed (model/elastic draws)")
     ap.add_argument("--option", action="append", default=[], help="PolicyOptions NAME=VALUE")
     ap.add_argument("--out", type=Path, default=None, help="figures and per-job rows, JSON")
     args = ap.parse_args()
@@ -194,7 +196,7 @@ def main() -> int:
     trace = Trace(full.name, full.format, full.jobs[: args.jobs])
     res = {}
     for p in args.policies.split(","):
-        res[p] = r = run(trace, args.trace, p, DEFAULT_NODES[args.trace], args.traces)
+        res[p] = r = run(trace, args.trace, p, DEFAULT_NODES[args.trace], args.traces, args.seed)
         print(
             f"{p}: {r['n']} jobs, avg_jct {r['avg_jct']:.0f} s, avg_queue {r['avg_queue']:.0f} s,"
             f" resizes {r['resizes']}, cycles {r['cycles']}, wall {r['wall_s']:.0f} s,"
