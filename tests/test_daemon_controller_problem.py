@@ -135,3 +135,16 @@ def test_report_store_is_bounded_and_thread_safe() -> None:
     assert store.latest(3).step == 199  # type: ignore[union-attr]
     store.forget(3)
     assert store.latest(3) is None and store.history(3) == ()
+
+
+def test_a_running_job_is_offered_only_the_sizes_a_shrink_can_reach() -> None:
+    # 2 own nodes + a 4-node companion: a shrink cancels whole companions, then trims the
+    # parent, so 3 and 4 would leave the parent no node of its own (blocked by the guards).
+    parent = job(1, nodes=("n1", "n2"))
+    companion = job(2, nodes=("n3", "n4", "n5", "n6"), comment=companion_comment(1))
+    snap = snapshot([parent, companion])
+    cls = classify(snap, lambda j: ElasticSpec(1, 8) if j.job_id == 1 else None)
+    problem = build_problem(snap, cls, {1: flat(1)}, {}, now=0.0, horizon_s=600.0, time_limit_s=0.5)
+    (demand,) = problem.elastic
+    assert demand.current_nodes == 6
+    assert demand.allowed_sizes == (1, 2, 5, 6, 7, 8)

@@ -1,7 +1,8 @@
 """Snapshot -> AllocationProblem (pure).
 
 * elastic demands: jobs with a valid elastic marker (see ``actuate.state.classify``),
-  at their effective size (own nodes + running companions), frozen when a guard says so;
+  at their effective size (own nodes + running companions), frozen when a guard says so,
+  offered only the sizes a shrink can reach (``reachable``);
 * rigid demands: every other active job — plain jobs, het components, jobs with a
   malformed marker, orphan companions — and the *pending* companions of elastic jobs
   (they will take nodes when Slurm starts them).  Running companions of an elastic job
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from slurm_elastic.actuate.diff import shrink_layout
 from slurm_elastic.actuate.state import Classification, ElasticJob
 from slurm_elastic.types import (
     AllocationProblem,
@@ -85,6 +87,19 @@ def first_partition(job: JobView) -> str:
     return job.partition.split(",")[0]
 
 
+def reachable(ej: ElasticJob, size: int) -> bool:
+    """Whether a running job can be shrunk to ``size`` the way ``actuate.diff`` shrinks.
+
+    A shrink cancels whole companions (newest first) and then trims the parent's own
+    nodes, keeping at least the batch host, so a size that would leave the parent with no
+    node of its own while companions remain (2 own + a 4-node companion cannot become 3)
+    cannot be reached; the guards would block that shrink.  Offering it to the policy
+    would let the plan count on nodes it cannot free (pending jobs it "starts" with them
+    stay pending), so it is not a candidate.
+    """
+    return size >= ej.effective_nodes or shrink_layout(ej, size).parent_nodes >= 1
+
+
 def elastic_demand(
     ej: ElasticJob, outlook: Outlook, frozen: bool, weight: float = 1.0
 ) -> ElasticDemand:
@@ -94,6 +109,8 @@ def elastic_demand(
         # The current size is always a choice, so "no change" stays feasible whatever
         # the step; it may lie off the grid after an earlier hard resize.
         sizes.add(current)
+        if ej.running_companions:
+            sizes = {s for s in sizes if reachable(ej, s)}
     return ElasticDemand(
         job_id=ej.job.job_id,
         partition=first_partition(ej.job),
