@@ -13,12 +13,16 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from slurm_elastic.actuate.companion import companion_parent, orphan_reason
 from slurm_elastic.errors import MarkerError
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
+
+# Pure, and read for every active job every cycle: parsed once per distinct comment.
+_companion_parent = functools.lru_cache(maxsize=4096)(companion_parent)
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker).
 SpecResolver = Callable[[JobView], ElasticSpec | None]
@@ -29,10 +33,22 @@ class ElasticJob:
     job: JobView
     spec: ElasticSpec
     companions: tuple[JobView, ...] = ()  # active companions, oldest first
+    # Derived from the fields above once, at construction (the object is immutable): a
+    # cycle reads them several times per job, and they were a visible share of its cost.
+    _running: tuple[JobView, ...] = field(init=False, repr=False, compare=False)
+    _effective: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        running = tuple(c for c in self.companions if c.state is JobState.RUNNING)
+        effective = (
+            self.job.node_count + sum(c.node_count for c in running) if self.job.is_running else 0
+        )
+        object.__setattr__(self, "_running", running)
+        object.__setattr__(self, "_effective", effective)
 
     @property
     def running_companions(self) -> tuple[JobView, ...]:
-        return tuple(c for c in self.companions if c.state is JobState.RUNNING)
+        return self._running
 
     @property
     def pending_companions(self) -> tuple[JobView, ...]:
@@ -41,9 +57,7 @@ class ElasticJob:
     @property
     def effective_nodes(self) -> int:
         """Nodes the job trains on now: 0 while pending, else its own plus running companions."""
-        if not self.job.is_running:
-            return 0
-        return self.job.node_count + sum(c.node_count for c in self.running_companions)
+        return self._effective
 
     @property
     def pending_companion_nodes(self) -> int:
@@ -70,7 +84,7 @@ def classify(
     companions_of: dict[int, list[JobView]] = {}
     companion_parent_of: dict[int, int] = {}
     for job in active.values():
-        parent_id = companion_parent(job.comment)
+        parent_id = _companion_parent(job.comment)
         if parent_id is not None:
             companion_parent_of[job.job_id] = parent_id
             companions_of.setdefault(parent_id, []).append(job)

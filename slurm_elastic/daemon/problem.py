@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping
 
@@ -31,6 +32,7 @@ from slurm_elastic.types import (
     JobView,
     NodePool,
     Outlook,
+    PartitionView,
     RigidDemand,
 )
 
@@ -64,18 +66,34 @@ def not_eligible(classification: Classification) -> dict[int, str]:
     }
 
 
-def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
+@functools.lru_cache(maxsize=4)
+def _membership(partitions: tuple[PartitionView, ...]) -> Mapping[str, frozenset[str]]:
+    """Node name -> the UP partitions it belongs to.  Partitions change far less often
+    than a cycle runs, so this is computed once per distinct (immutable) partition list."""
     membership: dict[str, set[str]] = {}
-    for part in snapshot.partitions:
+    for part in partitions:
         if part.state.upper() != "UP":
             continue
         for node in part.nodes:
             membership.setdefault(node, set()).add(part.name)
+    return {node: frozenset(parts) for node, parts in membership.items()}
+
+
+def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
+    membership = _membership(snapshot.partitions)
+    # ``is_usable`` reads only a node's state and flags, which few distinct nodes differ in.
+    usable: dict[tuple[str, tuple[str, ...]], bool] = {}
     counts: Counter[frozenset[str]] = Counter()
     for node in snapshot.nodes:
         parts = membership.get(node.name)
-        if node.is_usable and parts:
-            counts[frozenset(parts)] += 1
+        if not parts:
+            continue
+        key = (node.state, node.flags)
+        ok = usable.get(key)
+        if ok is None:
+            ok = usable[key] = node.is_usable
+        if ok:
+            counts[parts] += 1
     return tuple(
         NodePool(partitions=parts, nodes=n)
         for parts, n in sorted(counts.items(), key=lambda kv: sorted(kv[0]))

@@ -114,6 +114,11 @@ def status_rows(
     for rec in records:
         # The last word on a job wins: an applied action over an earlier blocked one.
         by_job[rec.action.job_id] = _record_reason(rec)
+    # ``Plan.target`` scans the decisions; one dict (first decision per job wins, as
+    # there) keeps this linear in the queue length.
+    targets: dict[int, int] = {}
+    for d in plan.decisions:
+        targets.setdefault(d.job_id, d.target_nodes)
     rows: list[JobStatusRow] = []
     for job_id, job in sorted(cls.jobs.items()):
         ej = cls.elastic.get(job_id)
@@ -121,7 +126,7 @@ def status_rows(
             reason = by_job.get(job_id) or cls.not_elastic.get(job_id, "not elastic")
             rows.append(_row(job, job.node_count, None, None, None, reason))
             continue
-        target = plan.target(job_id)
+        target = targets.get(job_id)
         reason = by_job.get(job_id) or frozen.get(job_id) or _plan_reason(ej, target)
         nodes = ej.effective_nodes if job.is_running else job.node_count
         rows.append(_row(job, nodes, ej.spec.min_nodes, ej.spec.max_nodes, target, reason))

@@ -82,6 +82,7 @@ MAX_EXTRAPOLATION_S = 600.0  # progress assumed after the last report, at most
 # families extrapolate, which changes as the observed span grows, not with one more point.
 RESELECT_GROWTH = 1.25
 PREDICTIONS_CACHED = 8192  # see _predict
+RATES_CACHED = 16384  # see _rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,6 +525,22 @@ def _prediction(fit: JobFit) -> ConvergencePrediction | None:
     )
 
 
+@functools.lru_cache(maxsize=RATES_CACHED)
+def _rates(
+    model: ThroughputFit | ScalingParams, sizes: tuple[int, ...]
+) -> tuple[tuple[int, float], ...]:
+    """``(n, model.throughput(n))`` per distinct size, ascending.  A pure function of two
+    immutable values, and every cycle asks again for each job with the same fit and sizes
+    (a fit changes only when the job reports): computed once, not per cycle."""
+    return tuple({n: model.throughput(n) for n in sorted(sizes)}.items())
+
+
+@functools.lru_cache(maxsize=RATES_CACHED)
+def _speed(model: ThroughputFit | ScalingParams, n: float) -> float:
+    """``model.throughput(n)``, memoised like ``_rates`` (the current and reference sizes)."""
+    return model.throughput(n)
+
+
 def _conv_confidence(fit: ConvergenceFit, pred: ConvergencePrediction, step: float) -> float:
     width = (pred.hi - pred.lo) / max(pred.k - min(step, pred.k) + 1.0, 1.0)
     conf = min(1.0, fit.n_points / CONV_FULL_POINTS) / (1.0 + width)
@@ -548,13 +565,15 @@ def estimate_outlook(
     """
     sizes = spec.allowed_sizes or (max(spec.min_nodes, 1),)
     tput = fit.throughput if fit is not None else None
-    speed: Callable[[float], float]
+    # Speeds are memoised per (immutable) model: see ``_rates``.
+    model: ThroughputFit | ScalingParams = tput if tput is not None else prior.scaling
+    speed: Callable[[float], float] = functools.partial(_speed, model)
     if tput is not None:
-        speed, unit_real, tp_conf = tput.throughput, True, tput.confidence
+        unit_real, tp_conf = True, tput.confidence
     elif prior.scaling_measured:
-        speed, unit_real, tp_conf = prior.scaling.throughput, True, 0.3
+        unit_real, tp_conf = True, 0.3
     else:
-        speed, unit_real, tp_conf = prior.scaling.throughput, False, 0.0
+        unit_real, tp_conf = False, 0.0
     run_nodes = current_nodes if current_nodes > 0 else prior.reference_nodes
     run_rate = speed(run_nodes)
 
@@ -599,9 +618,9 @@ def estimate_outlook(
         source = "fitted"
 
     work = work if math.isfinite(work) and work > 0 else max(floor, 1.0)
-    rates = {n: speed(n) for n in sorted(sizes)}
     estimates = tuple(
-        SizeEstimate(nodes=n, throughput=f, remaining_s=work / f) for n, f in rates.items()
+        SizeEstimate(nodes=n, throughput=f, remaining_s=work / f)
+        for n, f in _rates(model, tuple(sizes))
     )
     # Measured beats the user's estimate beats the configured default; 0.0 is a valid
     # measurement (a restart that cost nothing), so test for None, not truth.

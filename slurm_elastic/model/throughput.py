@@ -201,6 +201,10 @@ def _pool(
 # Every non-empty subset of the 4 parameters: the NNLS optimum is the best feasible
 # unconstrained solution on one of them (its support), so 15 small solves find it exactly.
 _SUBSETS = np.array([[(i >> b) & 1 for b in range(4)] for i in range(1, 16)], dtype=np.float64)
+# Per subset: the mask of its (a, b) entries and the identity on the parameters it leaves
+# out, (1, 15, 4, 4) each.  Constant, so made once, not in every cycle's (often 1-job) fit.
+_SUBSET_PAIRS = _SUBSETS[None, :, :, None] * _SUBSETS[None, :, None, :]
+_SUBSET_EYE = np.eye(4) * (1.0 - _SUBSETS[None, :, :])[..., None]
 
 
 def fit_throughput_many(
@@ -241,7 +245,7 @@ def fit_throughput_many(
     A[:, range(4), range(4)] += lam * cs2 + 1e-12 * np.trace(A, axis1=1, axis2=2)[:, None]
     b = np.einsum("js,jsa->ja", W, phi) + lam * cs2 * P
     m = _SUBSETS[None, :, :]  # (1, 15, 4)
-    A_s = A[:, None] * (m[..., :, None] * m[..., None, :]) + np.eye(4) * (1.0 - m)[..., None]
+    A_s = A[:, None] * _SUBSET_PAIRS + _SUBSET_EYE
     b_s = b[:, None, :] * m
     x = np.linalg.solve(A_s, b_s[..., None])[..., 0]  # (J, 15, 4)
     value = np.where((x >= -1e-12).all(axis=2), -(b_s * x).sum(axis=2), np.inf)

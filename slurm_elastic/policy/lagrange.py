@@ -54,6 +54,9 @@ class FlatModel:
     # ``a.T``, made once: ``reduced`` runs at every subgradient step, and scipy builds a
     # new array object on each ``.T`` (a large share of a small model's solve time).
     at: sp.csc_array | None = None
+    # ``a.toarray()``, made once for the same reason: the line search, the subgradient and
+    # every incumbent read ``a`` densely (rows are few), and each made its own copy.
+    dense: FloatArray | None = None
 
     @classmethod
     def make(cls, value: FloatArray, start: IntArray, a: sp.csr_array, b: FloatArray) -> FlatModel:
@@ -61,7 +64,11 @@ class FlatModel:
         job = np.repeat(np.arange(counts.size), counts)
         width = int(counts.max()) if counts.size else 1
         slot = job * width + (np.arange(value.size) - start[job])
-        return cls(value, start, job, a, b, slot, width, a.T)
+        return cls(value, start, job, a, b, slot, width, a.T, a.toarray())
+
+    @property
+    def a_dense(self) -> FloatArray:
+        return self.dense if self.dense is not None else self.a.toarray()
 
     @property
     def n_jobs(self) -> int:
@@ -85,30 +92,82 @@ def bound(model: FlatModel, lam: FloatArray) -> float:
     return float(lam @ model.b + np.maximum.reduceat(r, model.start[:-1]).sum())
 
 
+# Scores evaluated per batch of the line search: ``(points, jobs, width)`` floats at most.
+_BATCH_CELLS = 1 << 10
+
+
 def _line_search(model: FlatModel, lam: FloatArray, row: int, iters: int = 60) -> float:
-    """Minimise L along coordinate ``row`` (convex, piecewise linear) by bisection on its slope."""
-    a_row = model.a[[row], :].toarray().ravel()
+    """Minimise L along coordinate ``row`` (convex, piecewise linear) by bisection on its slope.
+
+    The slope at one point costs a few small numpy calls, so the points the search may
+    visit next are evaluated together: the bracket's doublings at once, and the bisection
+    several levels ahead (every midpoint it could reach, computed as it computes them).
+    The path, and so the result, is that of one point at a time.
+    """
+    a_row = model.a_dense[row]
     base = reduced(model, lam) + lam[row] * a_row
+    # The (jobs x width) grids of ``_segment_argmax``, laid out once for every step of the
+    # search: a padding slot holds -inf in ``base`` and 0 in ``a``, so it stays -inf and is
+    # never picked, and each point gets the same scores and argmax as ``_segment_argmax``.
+    cells = model.n_jobs * model.width
+    base_grid = np.full(cells, -np.inf)
+    base_grid[model.slot] = base
+    base_grid = base_grid.reshape(1, model.n_jobs, model.width)
+    a_grid = np.zeros(cells)
+    a_grid[model.slot] = a_row
+    a_grid = a_grid.reshape(1, model.n_jobs, model.width)
+    rows = np.arange(model.n_jobs)[None, :]
+    b_row = model.b[row]
+    per_batch = max(1, _BATCH_CELLS // max(cells, 1))
 
-    def slope(mu: float) -> float:
-        pick = _segment_argmax(model, base - mu * a_row)
-        return float(model.b[row] - a_row[pick].sum())
+    def negative(mus: list[float]) -> list[bool]:
+        """Whether the slope at each of ``mus`` is < 0 (L still falls there)."""
+        out: list[bool] = []
+        for i in range(0, len(mus), per_batch):
+            mu = np.array(mus[i : i + per_batch])[:, None, None]
+            pick = (base_grid - mu * a_grid).argmax(axis=2)
+            out += (b_row - a_grid[0][rows, pick].sum(axis=1) < 0).tolist()
+        return out
 
-    if slope(0.0) >= 0:
+    # Bracket: the slope at 0, then at 1, 4, 16, ... until it is >= 0 (past 1e15: give up).
+    ups = [0.0, 1.0]
+    while ups[-1] * 4.0 <= 1e15:
+        ups.append(ups[-1] * 4.0)
+    falls = negative(ups[: min(len(ups), max(2, per_batch))])
+    if not falls[0]:
         return 0.0
-    lo, hi = 0.0, 1.0
-    while slope(hi) < 0:
-        lo, hi = hi, hi * 4.0
-        if hi > 1e15:
-            return hi
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        if slope(mid) < 0:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * max(1.0, hi):
+    k = 1
+    while True:
+        if k == len(falls):
+            if k == len(ups):
+                return ups[-1] * 4.0
+            falls += negative(ups[k : k + per_batch])
+        if not falls[k]:
             break
+        k += 1
+    lo, hi = ups[k - 1], ups[k]
+    left = iters
+    while left > 0:
+        # Every midpoint of the next ``depth`` levels, breadth first: node i has children
+        # 2i+1 (the slope at its midpoint was >= 0: hi moves down) and 2i+2 (lo moves up).
+        depth = max(1, min(left, (per_batch + 1).bit_length() - 1))
+        brackets = [(lo, hi)]
+        mids: list[float] = []
+        for i in range(2**depth - 1):
+            a, b = brackets[i]
+            mid = 0.5 * (a + b)
+            mids.append(mid)
+            brackets += [(a, mid), (mid, b)]
+        falls = negative(mids)
+        i = 0
+        for _ in range(depth):
+            left -= 1
+            if falls[i]:
+                lo, i = mids[i], 2 * i + 2
+            else:
+                hi, i = mids[i], 2 * i + 1
+            if hi - lo <= 1e-12 * max(1.0, hi):
+                return hi
     return hi
 
 
@@ -137,7 +196,7 @@ def solve_dual(
         return lam, warm, best_ub
     lower = float(model.value[warm].sum())
     best_lam = lam.copy()
-    dense = model.a.toarray()
+    dense = model.a_dense
     step = 1.0
     stall = 0
     for it in range(1, iters + 1):
@@ -185,7 +244,7 @@ def incumbent(model: FlatModel, lam: FloatArray) -> IntArray:
     rounds of at most one move per job.
     """
     pick = _segment_argmax(model, reduced(model, lam))
-    dense = model.a.toarray()  # rows are few (Hall sets and reservations)
+    dense = model.a_dense  # rows are few (Hall sets and reservations)
     usage = dense[:, pick].sum(axis=1)
     ids = np.arange(model.value.size)
     over = usage > model.b + _TOL
