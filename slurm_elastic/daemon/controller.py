@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
+import math
 import time
 from collections.abc import Callable, Mapping
 
@@ -90,6 +92,9 @@ class Controller:
         self._reconciled = False
         self._sizes: dict[int, int] = {}  # effective size of each running elastic job
         self._history: dict[int, JobHistory] = {}
+        # (end_time, job_id) of every record read with an end, oldest first: the records
+        # that age out of the lookback are at its top, so a read does not scan them all.
+        self._ending: list[tuple[float, int]] = []
         self._history_until: float | None = None
         self._history_retry_at = float("-inf")
         self.last_result: CycleResult | None = None
@@ -269,14 +274,32 @@ class Controller:
             return 1
         for rec in records:
             self._history[rec.job_id] = rec
+            if rec.end_time and not math.isnan(rec.end_time):
+                heapq.heappush(self._ending, (rec.end_time, rec.job_id))
         horizon = now - self.config.slurm.sacct_lookback_s
-        aged = [j for j, h in self._history.items() if (h.end_time or now) < horizon]
+        aged = self._aged(horizon, now)
         for job_id in aged:
             del self._history[job_id]
         self.estimator.history_changed(records, aged)
         self._history_until = now
         log.info("history.read", records=len(records), kept=len(self._history))
         return 1
+
+    def _aged(self, horizon: float, now: float) -> list[int]:
+        """Kept records whose job ended before ``horizon`` (one without an end counts as
+        ending ``now``): the jobs ``(h.end_time or now) < horizon`` selects."""
+        if horizon > now:  # a negative lookback ages even running jobs: check every record
+            return [j for j, h in self._history.items() if (h.end_time or now) < horizon]
+        aged: dict[int, None] = {}
+        ending = self._ending
+        while ending and ending[0][0] < horizon:
+            end, job_id = heapq.heappop(ending)
+            # An entry whose record was replaced since (another end) or already aged is
+            # stale; the record's current end has its own entry.
+            h = self._history.get(job_id)
+            if h is not None and h.end_time == end:
+                aged[job_id] = None
+        return list(aged)
 
     def _forget_ended(self, cls: Classification, known: Mapping[int, ElasticSpec]) -> None:
         """Drop per-job memory of jobs that left the queue (nothing open in the journal)."""
