@@ -23,7 +23,13 @@ from slurm_elastic.model.throughput import (
     ScalingParams,
     fit_throughput_many,
 )
-from slurm_elastic.policy.lagrange import FlatModel, _line_search, _segment_argmax, reduced
+from slurm_elastic.policy.lagrange import (
+    FlatModel,
+    _line_search,
+    _segment_argmax,
+    csr_of,
+    reduced,
+)
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, NodeView, PartitionView
 from tests.test_daemon_controller_data import job
 
@@ -210,3 +216,19 @@ def test_subset_constants() -> None:
     m = _SUBSETS[None, :, :]
     assert np.array_equal(_SUBSET_PAIRS, m[..., :, None] * m[..., None, :])
     assert np.array_equal(_SUBSET_EYE, np.eye(4) * (1.0 - m)[..., None])
+
+
+def test_csr_of_is_scipys_csr() -> None:
+    rng = np.random.default_rng(4)
+    shapes = [(0, 5), (3, 0), (1, 1)] + [
+        (int(rng.integers(1, 6)), int(rng.integers(1, 300))) for _ in range(50)
+    ]
+    for shape in shapes:
+        dense = np.where(rng.random(shape) < 0.4, rng.integers(-3, 9, size=shape), 0.0)
+        dense[rng.random(shape) < 0.05] = -0.0
+        got, want = csr_of(dense), sp.csr_array(dense)
+        assert got.shape == want.shape
+        for name in ("data", "indices", "indptr"):
+            g, w = getattr(got, name), getattr(want, name)
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+        assert np.array_equal(got.toarray(), want.toarray())

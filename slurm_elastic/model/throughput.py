@@ -204,6 +204,7 @@ _SUBSETS = np.array([[(i >> b) & 1 for b in range(4)] for i in range(1, 16)], dt
 # Per subset: the mask of its (a, b) entries and the identity on the parameters it leaves
 # out, (1, 15, 4, 4) each.  Constant, so made once, not in every cycle's (often 1-job) fit.
 _SUBSET_PAIRS = _SUBSETS[None, :, :, None] * _SUBSETS[None, :, None, :]
+_DIAG = np.arange(4)
 _SUBSET_EYE = np.eye(4) * (1.0 - _SUBSETS[None, :, :])[..., None]
 
 
@@ -242,7 +243,7 @@ def fit_throughput_many(
     cs2 = (np.stack([1.0 / n_ref, np.ones(J), n_ref, np.ones(J)], axis=1) / t_ref[:, None]) ** 2
     lam = max(prior_strength, 0.0)
     A = np.einsum("js,jsa,jsb->jab", W, phi, phi)
-    A[:, range(4), range(4)] += lam * cs2 + 1e-12 * np.trace(A, axis1=1, axis2=2)[:, None]
+    A[:, _DIAG, _DIAG] += lam * cs2 + 1e-12 * np.trace(A, axis1=1, axis2=2)[:, None]
     b = np.einsum("js,jsa->ja", W, phi) + lam * cs2 * P
     m = _SUBSETS[None, :, :]  # (1, 15, 4)
     A_s = A[:, None] * _SUBSET_PAIRS + _SUBSET_EYE
@@ -258,16 +259,18 @@ def fit_throughput_many(
     # log(observed/model) speed per size, clipped to a factor of 10 so that one absurd
     # report cannot dominate the interpolation.
     corr = np.clip(np.log(pred / T), -_LN10, _LN10)
-    logn = np.log(N)
+    logn = np.log(N).tolist()
+    # Python floats for the per-job objects, converted in one call per array.
+    params, rels, corrs = sol.tolist(), rel.tolist(), corr.tolist()
     for j, i in enumerate(live):
         sizes, _, _, raw = pooled[i]  # type: ignore[misc]
         k = len(sizes)
         out[i] = ThroughputFit(
-            params=ScalingParams(*(float(v) for v in sol[j])),
+            params=ScalingParams(*params[j]),
             sizes=tuple(sorted({round(v) for v in sizes})),
             n_obs=raw,
-            rel_rmse=float(rel[j]),
-            knots=tuple(zip(logn[j, :k].tolist(), corr[j, :k].tolist(), strict=True)),
+            rel_rmse=rels[j],
+            knots=tuple(zip(logn[j][:k], corrs[j][:k], strict=True)),
         )
     return out
 

@@ -75,6 +75,17 @@ class FlatModel:
         return self.start.size - 1
 
 
+def csr_of(dense: FloatArray) -> sp.csr_array:
+    """``sp.csr_array(dense)`` built directly from the nonzeros (the same arrays, dtypes
+    included, in half the time: the generic path goes through a COO copy)."""
+    if dense.size >= np.iinfo(np.int32).max:
+        return sp.csr_array(dense)  # 64-bit indices: scipy's own path
+    rows, cols = np.nonzero(dense)
+    indptr = np.zeros(dense.shape[0] + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=dense.shape[0]), out=indptr[1:])
+    return sp.csr_array((dense[rows, cols], cols.astype(np.int32), indptr), shape=dense.shape)
+
+
 def _segment_argmax(model: FlatModel, score: FloatArray) -> IntArray:
     """Index (global) of the first best candidate of each job."""
     grid = np.full(model.n_jobs * model.width, -np.inf)

@@ -51,7 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from slurm_elastic.policy.compiled import Compiled, IntArray
-from slurm_elastic.policy.lagrange import FlatModel, fix, solve_dual
+from slurm_elastic.policy.lagrange import FlatModel, csr_of, fix, solve_dual
 from slurm_elastic.policy.ledger import Ledger
 
 
@@ -102,7 +102,7 @@ def build_input(compiled: Compiled) -> MipInput:
     counts = np.bincount(job[cols], minlength=n_jobs)
     new_start = np.zeros(n_jobs + 1, dtype=np.int64)
     np.cumsum(counts, out=new_start[1:])
-    a = sp.csr_array(compiled.coef[:, cols])
+    a = csr_of(compiled.coef[:, cols])
     model = FlatModel.make(compiled.value[cols], new_start, a, compiled.rhs)
     return MipInput(model, local[cols])
 
