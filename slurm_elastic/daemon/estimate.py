@@ -34,12 +34,19 @@ class Estimator:
         # nothing arrived and the job's stored reports need no new pass.
         self._seen: dict[int, ProgressReport] = {}
         self._priors: dict[int, Prior] = {}
+        # ``build_prior`` is a pure function of its arguments and the history index: its
+        # results are kept until the index changes (an empty accounting read leaves it as
+        # it was, and a third of the sim's reads are empty).
+        self._built: dict[tuple[str, str, str, int], Prior] = {}
         self._index = HistoryIndex()  # the controller's sacct history, kept in step
 
     def history_changed(self, records: Iterable[JobHistory], removed: Iterable[int]) -> None:
         """An accounting read: ``records`` read, ``removed`` aged out.  Priors are rebuilt
         on next use."""
-        self._index.update(records, removed)
+        records, removed = list(records), list(removed)
+        if records or removed:
+            self._index.update(records, removed)
+            self._built.clear()
         self._priors.clear()
 
     def resized(self, job_id: int, now: float, to_nodes: int) -> None:
@@ -92,13 +99,18 @@ class Estimator:
         self._fed_until[job.job_id] = fed
         prior = self._priors.get(job.job_id)
         if prior is None:
-            prior = self._priors[job.job_id] = build_prior(
-                user=job.user,
-                name=job.name,
-                work_dir=job.work_dir,
-                requested_nodes=max(ej.spec.min_nodes, job.node_count),
-                history=self._index,
-            )
+            args = (job.user, job.name, job.work_dir, max(ej.spec.min_nodes, job.node_count))
+            prior = self._built.get(args)
+            if prior is None:
+                user, name, work_dir, nodes = args
+                prior = self._built[args] = build_prior(
+                    user=user,
+                    name=name,
+                    work_dir=work_dir,
+                    requested_nodes=nodes,
+                    history=self._index,
+                )
+            self._priors[job.job_id] = prior
         return prior
 
     def _estimate(self, ej: ElasticJob, prior: Prior, now: float) -> Outlook:
