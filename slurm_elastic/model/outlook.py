@@ -469,6 +469,9 @@ class ModelBank:
         m = self._models.get(job_id)
         if m is None:
             return None
+        cached = m._cache
+        if cached is not None and not m.stale(prior):
+            return cached  # what ``m.fit(prior)`` returns, without asking ``stale`` twice
         if m.stale(prior):
             batch = [(m, prior)] + [
                 (o, o.last_prior)
