@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 
 from slurm_elastic.policy.compiled import Compiled
-from slurm_elastic.policy.ledger import Ledger
+from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
 
 
 def solve_greedy(compiled: Compiled) -> list[int]:
@@ -25,11 +25,8 @@ def solve_greedy(compiled: Compiled) -> list[int]:
     jobs = compiled.jobs
     order = sorted(range(len(jobs)), key=lambda i: jobs[i].fifo)
     started = [job.demand.is_running or job.demand.frozen for job in jobs]
-    for i in order:
-        job = jobs[i]
-        if not started[i] and len(job.sizes) > 1 and ledger.fits(i, 1):
-            ledger.move(i, 1)
-            started[i] = True
+    for i in admit_fifo_minimums(compiled, ledger):
+        started[i] = True
 
     heap: list[tuple[float, tuple[float, int], int]] = []
 

@@ -1,4 +1,5 @@
-"""Row usage bookkeeping for the constructive policies (static, greedy)."""
+"""Row usage bookkeeping for the constructive policies (static, greedy) and the MIP's
+admission floor."""
 
 from __future__ import annotations
 
@@ -33,3 +34,21 @@ class Ledger:
         job = self._jobs[i]
         self.usage[job.rows] += job.coef[:, to] - job.coef[:, self.choice[i]]
         self.choice[i] = to
+
+
+def admit_fifo_minimums(compiled: Compiled, ledger: Ledger) -> list[int]:
+    """Optimus' first step: in FIFO order, every pending job whose minimum still fits is
+    moved to it in ``ledger``; returns the jobs admitted.
+
+    Greedy starts from it; the MIP's admission floor (``PolicyOptions.fair_floor``) makes
+    the jobs it admits start.  Running and frozen jobs stay at their floor (a frozen job
+    has one candidate, so it is never moved).
+    """
+    jobs = compiled.jobs
+    admitted: list[int] = []
+    for i in sorted(range(len(jobs)), key=lambda i: jobs[i].fifo):
+        job = jobs[i]
+        if not job.demand.is_running and len(job.sizes) > 1 and ledger.fits(i, 1):
+            ledger.move(i, 1)
+            admitted.append(i)
+    return admitted

@@ -52,7 +52,7 @@ import scipy.sparse as sp
 
 from slurm_elastic.policy.compiled import Compiled, IntArray
 from slurm_elastic.policy.lagrange import FlatModel, csr_of, fix, solve_dual
-from slurm_elastic.policy.ledger import Ledger
+from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +78,7 @@ def fair_floor_jobs(compiled: Compiled) -> set[int]:
     frozen job's current size, a pending job's "stay pending"; the jobs it admits are
     therefore always feasible together.
     """
-    ledger = Ledger(compiled)
-    jobs = compiled.jobs
-    started: set[int] = set()
-    for i in sorted(range(len(jobs)), key=lambda i: jobs[i].fifo):
-        job = jobs[i]
-        if not job.demand.is_running and len(job.sizes) > 1 and ledger.fits(i, 1):
-            ledger.move(i, 1)
-            started.add(i)
-    return started
+    return set(admit_fifo_minimums(compiled, Ledger(compiled)))
 
 
 def build_input(compiled: Compiled) -> MipInput:
