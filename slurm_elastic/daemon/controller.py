@@ -277,7 +277,7 @@ class Controller:
             if rec.end_time and not math.isnan(rec.end_time):
                 heapq.heappush(self._ending, (rec.end_time, rec.job_id))
         horizon = now - self.config.slurm.sacct_lookback_s
-        aged = self._aged(horizon, now)
+        aged = self._aged(horizon)
         for job_id in aged:
             del self._history[job_id]
         self.estimator.history_changed(records, aged)
@@ -285,11 +285,10 @@ class Controller:
         log.info("history.read", records=len(records), kept=len(self._history))
         return 1
 
-    def _aged(self, horizon: float, now: float) -> list[int]:
-        """Kept records whose job ended before ``horizon`` (one without an end counts as
-        ending ``now``): the jobs ``(h.end_time or now) < horizon`` selects."""
-        if horizon > now:  # a negative lookback ages even running jobs: check every record
-            return [j for j, h in self._history.items() if (h.end_time or now) < horizon]
+    def _aged(self, horizon: float) -> list[int]:
+        """Kept records whose job ended before ``horizon``.  A record with no end (None,
+        0 or NaN) never ages out: it counts as ending now, and the lookback is >= 0
+        (config), so only records with an end are in the heap."""
         aged: dict[int, None] = {}
         ending = self._ending
         while ending and ending[0][0] < horizon:

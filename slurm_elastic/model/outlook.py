@@ -138,7 +138,8 @@ class JobModel:
         self._pending_resize: tuple[float, int, float] | None = None
         self._costs: deque[float] = deque(maxlen=RESIZE_COSTS_KEPT)
         self._cache: JobFit | None = None
-        self._cache_key: tuple[int, int, ScalingParams | None, Prior | None] | None = None
+        self._cache_key: tuple[int, int, ScalingParams | None] | None = None
+        self._last_prior: Prior | None = None  # the prior the cached fit was given
         self._n_costs = 0
         self._ref_batch: int | None = None
         self._phi: float | None = None
@@ -283,15 +284,15 @@ class JobModel:
         tput = fit_throughput_many([obs])[0] if obs is not None else None
         return self.assemble(conv, tput, prior)
 
-    def _key(self, prior: Prior | None) -> tuple[int, int, ScalingParams | None, Prior | None]:
-        """What the fit depends on, then the prior it was given (kept for ``last_prior``).
+    def _key(self, prior: Prior | None) -> tuple[int, int, ScalingParams | None]:
+        """What the fit depends on.
 
         Of the prior, the fit reads only a measured scaling shape (``observations``); a
         prior rebuilt from a newer history with the same shape (new run times, say) does
         not make the fit stale.
         """
         shape = prior.scaling if prior is not None and prior.scaling_measured else None
-        return (self._n_reports, self._n_costs, shape, prior)
+        return (self._n_reports, self._n_costs, shape)
 
     @property
     def fitted(self) -> bool:
@@ -300,12 +301,11 @@ class JobModel:
     @property
     def last_prior(self) -> Prior | None:
         """The prior of the latest fit (None before the first)."""
-        return self._cache_key[3] if self._cache_key is not None else None
+        return self._last_prior
 
     def stale(self, prior: Prior | None = None) -> bool:
         """True when reports (or the prior's measured shape) changed since the last fit."""
-        key = self._cache_key
-        return self._cache is None or key is None or key[:3] != self._key(prior)[:3]
+        return self._cache is None or self._cache_key != self._key(prior)
 
     @property
     def family(self) -> str:
@@ -386,6 +386,7 @@ class JobModel:
             else None,
         )
         self._cache_key = self._key(prior)
+        self._last_prior = prior
         return self._cache
 
     def throughput_points(self) -> tuple[tuple[int, float], ...]:
@@ -469,16 +470,13 @@ class ModelBank:
         m = self._models.get(job_id)
         if m is None:
             return None
-        cached = m._cache
-        if cached is not None and not m.stale(prior):
-            return cached  # what ``m.fit(prior)`` returns, without asking ``stale`` twice
         if m.stale(prior):
             batch = [(m, prior)] + [
                 (o, o.last_prior)
                 for o in self._models.values()
                 if o is not m and o.fitted and o.stale(o.last_prior)
             ]
-            _refit(batch)
+            _refit(batch)  # ``assemble`` leaves every fit in the batch current
         return m.fit(prior)
 
     def fit_all(self, priors: Mapping[int, Prior] | None = None) -> dict[int, JobFit]:
