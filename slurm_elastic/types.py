@@ -389,6 +389,14 @@ class Plan:
                 return d.target_nodes
         return None
 
+    def targets(self) -> dict[int, int]:
+        """Every job's target (the first decision per job, as ``target``): for callers
+        that look up many jobs, where a scan per job would be quadratic."""
+        found: dict[int, int] = {}
+        for d in self.decisions:
+            found.setdefault(d.job_id, d.target_nodes)
+        return found
+
 
 # --------------------------------------------------------------------------- act
 

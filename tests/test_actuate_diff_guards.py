@@ -259,3 +259,12 @@ def test_shrink_layout_properties(parent_nodes: int, companion_sizes: list[int],
             extra=(("parent_nodes", str(layout.parent_nodes)),),
         )  # fmt: skip
         assert block_reason(action, ej, KNOBS, 0.0) == "would remove the batch host"
+
+
+def test_plan_targets_match_target_for_every_job() -> None:
+    why = Explanation(0.0, 0.0, "test")
+    decisions = (Decision(3, 1, 2, why), Decision(5, 0, 0, why), Decision(3, 1, 4, why))
+    plan = Plan(decisions, "mip", SolverStatus.OPTIMAL, 0.0)
+    assert plan.targets() == {3: 2, 5: 0}  # the first decision per job, as target()
+    assert all(plan.target(j) == t for j, t in plan.targets().items())
+    assert plan.target(7) is None and 7 not in plan.targets()

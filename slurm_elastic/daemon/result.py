@@ -114,11 +114,7 @@ def status_rows(
     for rec in records:
         # The last word on a job wins: an applied action over an earlier blocked one.
         by_job[rec.action.job_id] = _record_reason(rec)
-    # ``Plan.target`` scans the decisions; one dict (first decision per job wins, as
-    # there) keeps this linear in the queue length.
-    targets: dict[int, int] = {}
-    for d in plan.decisions:
-        targets.setdefault(d.job_id, d.target_nodes)
+    targets = plan.targets()
     rows: list[JobStatusRow] = []
     for job_id, job in sorted(cls.jobs.items()):
         ej = cls.elastic.get(job_id)

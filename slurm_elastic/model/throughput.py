@@ -129,14 +129,9 @@ class ThroughputFit:
 
     def throughput(self, n: float) -> float:
         """Steps per second at ``n`` nodes (finite, > 0)."""
-        # ScalingParams.throughput and correction written out (the same operations, so
-        # the same numbers): this runs for every allowed size of every job every cycle.
-        p = self.params
-        m = max(float(n), 1e-9)
-        step = max(p.t0 / m + p.t1 + p.t2 * m + (p.t3 if m > 1.0 else 0.0), _MIN_T)
         kn = self.knots
-        x = math.log(m)
-        smooth = math.log(1.0 / step) + (self._correction_at(x) if kn else 0.0)
+        x = math.log(max(float(n), 1e-9))
+        smooth = math.log(self.params.throughput(n)) + (self._correction_at(x) if kn else 0.0)
         if len(kn) < 2 or kn[0][0] <= x <= kn[-1][0]:
             return math.exp(smooth)
         (xa, ca), (xb, cb) = (kn[1], kn[0]) if x < kn[0][0] else (kn[-2], kn[-1])
