@@ -99,14 +99,14 @@ class Estimator:
         self._fed_until[job.job_id] = fed
         prior = self._priors.get(job.job_id)
         if prior is None:
-            args = (job.user, job.name, job.work_dir, max(ej.spec.min_nodes, job.node_count))
-            prior = self._built.get(args)
+            nodes = max(ej.spec.min_nodes, job.node_count)
+            key = (job.user, job.name, job.work_dir, nodes)
+            prior = self._built.get(key)
             if prior is None:
-                user, name, work_dir, nodes = args
-                prior = self._built[args] = build_prior(
-                    user=user,
-                    name=name,
-                    work_dir=work_dir,
+                prior = self._built[key] = build_prior(
+                    user=job.user,
+                    name=job.name,
+                    work_dir=job.work_dir,
                     requested_nodes=nodes,
                     history=self._index,
                 )
