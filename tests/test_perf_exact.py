@@ -90,10 +90,10 @@ def test_line_search_matches_plain_bisection() -> None:
     assert checked > 500
 
 
-def test_flat_model_dense_is_a() -> None:
+def test_flat_model_caches_are_a() -> None:
     model = _random_model(np.random.default_rng(1))
-    assert np.array_equal(model.a_dense, model.a.toarray())
-    assert np.array_equal(replace(model, dense=None).a_dense, model.a.toarray())
+    assert np.array_equal(model.dense, model.a.toarray())
+    assert np.array_equal(model.at.toarray(), model.a.toarray().T)
 
 
 def test_elastic_job_derived_sizes() -> None:

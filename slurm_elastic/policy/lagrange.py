@@ -51,12 +51,12 @@ class FlatModel:
     b: FloatArray  # (rows,)
     slot: IntArray  # (n,) position in a (jobs x width) grid: job * width + local index
     width: int  # most candidates of any job
-    # ``a.T``, made once: ``reduced`` runs at every subgradient step, and scipy builds a
-    # new array object on each ``.T`` (a large share of a small model's solve time).
-    at: sp.csc_array | None = None
+    # ``a.T``, made once (``make``): ``reduced`` runs at every subgradient step, and scipy
+    # builds a new array object on each ``.T`` (a large share of a small model's solve time).
+    at: sp.csc_array
     # ``a.toarray()``, made once for the same reason: the line search, the subgradient and
     # every incumbent read ``a`` densely (rows are few), and each made its own copy.
-    dense: FloatArray | None = None
+    dense: FloatArray
 
     @classmethod
     def make(cls, value: FloatArray, start: IntArray, a: sp.csr_array, b: FloatArray) -> FlatModel:
@@ -65,10 +65,6 @@ class FlatModel:
         width = int(counts.max()) if counts.size else 1
         slot = job * width + (np.arange(value.size) - start[job])
         return cls(value, start, job, a, b, slot, width, a.T, a.toarray())
-
-    @property
-    def a_dense(self) -> FloatArray:
-        return self.dense if self.dense is not None else self.a.toarray()
 
     @property
     def n_jobs(self) -> int:
@@ -94,8 +90,7 @@ def _segment_argmax(model: FlatModel, score: FloatArray) -> IntArray:
 
 
 def reduced(model: FlatModel, lam: FloatArray) -> FloatArray:
-    at = model.at if model.at is not None else model.a.T
-    return model.value - at @ lam
+    return model.value - model.at @ lam
 
 
 def bound(model: FlatModel, lam: FloatArray) -> float:
@@ -115,7 +110,7 @@ def _line_search(model: FlatModel, lam: FloatArray, row: int, iters: int = 60) -
     several levels ahead (every midpoint it could reach, computed as it computes them).
     The path, and so the result, is that of one point at a time.
     """
-    a_row = model.a_dense[row]
+    a_row = model.dense[row]
     base = reduced(model, lam) + lam[row] * a_row
     # The (jobs x width) grids of ``_segment_argmax``, laid out once for every step of the
     # search: a padding slot holds -inf in ``base`` and 0 in ``a``, so it stays -inf and is
@@ -207,7 +202,7 @@ def solve_dual(
         return lam, warm, best_ub
     lower = float(model.value[warm].sum())
     best_lam = lam.copy()
-    dense = model.a_dense
+    dense = model.dense
     step = 1.0
     stall = 0
     for it in range(1, iters + 1):
@@ -255,7 +250,7 @@ def incumbent(model: FlatModel, lam: FloatArray) -> IntArray:
     rounds of at most one move per job.
     """
     pick = _segment_argmax(model, reduced(model, lam))
-    dense = model.a_dense  # rows are few (Hall sets and reservations)
+    dense = model.dense  # rows are few (Hall sets and reservations)
     usage = dense[:, pick].sum(axis=1)
     ids = np.arange(model.value.size)
     over = usage > model.b + _TOL
