@@ -130,6 +130,11 @@ def _highs(
     h.setOptionValue("presolve", "off")  # measured: presolve costs more than it saves here
     h.setOptionValue("threads", 1)
     h.setOptionValue("random_seed", 0)
+    # The feasibility-jump primal heuristic costs 4-14 ms on every MIP, even a two-column
+    # one (measured with highspy 1.15: 0.4 ms without it), and its job, a first feasible
+    # point, is already done: the Lagrangian incumbent is passed in as the start.  On the
+    # 364 remainders of a 1,000-job simulation it cut HiGHS time 3.4x, same solutions.
+    h.setOptionValue("mip_heuristic_run_feasibility_jump", False)
     h.setOptionValue("time_limit", max(limit, 1e-3))
     h.setOptionValue("mip_rel_gap", gap)
     h.passModel(lp)
