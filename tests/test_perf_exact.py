@@ -10,7 +10,6 @@ import random
 from dataclasses import replace
 
 import numpy as np
-import scipy.sparse as sp
 
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.problem import node_pools
@@ -27,7 +26,6 @@ from slurm_elastic.policy.lagrange import (
     FlatModel,
     _line_search,
     _segment_argmax,
-    csr_of,
     reduced,
 )
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, NodeView, PartitionView
@@ -36,7 +34,7 @@ from tests.test_daemon_controller_data import job
 
 def _plain_line_search(model: FlatModel, lam: np.ndarray, row: int, iters: int) -> float:
     """The one-point-at-a-time bisection ``_line_search`` must reproduce."""
-    a_row = model.a[[row], :].toarray().ravel()
+    a_row = model.a[row]
     base = reduced(model, lam) + lam[row] * a_row
 
     def slope(mu: float) -> float:
@@ -73,7 +71,7 @@ def _random_model(rng: np.random.Generator) -> FlatModel:
     job_of = np.repeat(np.arange(jobs), counts)
     dense = np.where(member[:, job_of], sizes, 0.0)
     b = np.maximum(dense.sum(axis=1) * rng.uniform(0.05, 1.2), 1.0)
-    return FlatModel.make(value, start, sp.csr_array(dense), b)
+    return FlatModel.make(value, start, dense, b)
 
 
 def test_line_search_matches_plain_bisection() -> None:
@@ -88,12 +86,6 @@ def test_line_search_matches_plain_bisection() -> None:
                 assert got == _plain_line_search(model, lam, row, iters)
                 checked += 1
     assert checked > 500
-
-
-def test_flat_model_caches_are_a() -> None:
-    model = _random_model(np.random.default_rng(1))
-    assert np.array_equal(model.dense, model.a.toarray())
-    assert np.array_equal(model.at.toarray(), model.a.toarray().T)
 
 
 def test_elastic_job_derived_sizes() -> None:
@@ -216,19 +208,3 @@ def test_subset_constants() -> None:
     m = _SUBSETS[None, :, :]
     assert np.array_equal(_SUBSET_PAIRS, m[..., :, None] * m[..., None, :])
     assert np.array_equal(_SUBSET_EYE, np.eye(4) * (1.0 - m)[..., None])
-
-
-def test_csr_of_is_scipys_csr() -> None:
-    rng = np.random.default_rng(4)
-    shapes = [(0, 5), (3, 0), (1, 1)] + [
-        (int(rng.integers(1, 6)), int(rng.integers(1, 300))) for _ in range(50)
-    ]
-    for shape in shapes:
-        dense = np.where(rng.random(shape) < 0.4, rng.integers(-3, 9, size=shape), 0.0)
-        dense[rng.random(shape) < 0.05] = -0.0
-        got, want = csr_of(dense), sp.csr_array(dense)
-        assert got.shape == want.shape
-        for name in ("data", "indices", "indptr"):
-            g, w = getattr(got, name), getattr(want, name)
-            assert g.dtype == w.dtype and np.array_equal(g, w)
-        assert np.array_equal(got.toarray(), want.toarray())

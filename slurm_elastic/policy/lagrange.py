@@ -33,7 +33,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from slurm_elastic.policy.compiled import FloatArray, IntArray
 
@@ -42,44 +41,32 @@ _TOL = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class FlatModel:
-    """All candidates of all jobs side by side; job ``j`` owns ``start[j]:start[j+1]``."""
+    """All candidates of all jobs side by side; job ``j`` owns ``start[j]:start[j+1]``.
+
+    Row usage is held dense, ``(rows, candidates)``: rows are few (Hall sets and FIFO
+    reservations), every step here reads it densely, and a sparse copy beside it cost
+    more to build each cycle (scipy's per-array overhead) than it ever saved.
+    """
 
     value: FloatArray  # (n,)
     start: IntArray  # (jobs + 1,)
     job: IntArray  # (n,) owning job of each candidate
-    a: sp.csr_array  # (rows, n) row usage per candidate
+    a: FloatArray  # (rows, n) row usage per candidate
     b: FloatArray  # (rows,)
     slot: IntArray  # (n,) position in a (jobs x width) grid: job * width + local index
     width: int  # most candidates of any job
-    # ``a.T``, made once (``make``): ``reduced`` runs at every subgradient step, and scipy
-    # builds a new array object on each ``.T`` (a large share of a small model's solve time).
-    at: sp.csc_array
-    # ``a.toarray()``, made once for the same reason: the line search, the subgradient and
-    # every incumbent read ``a`` densely (rows are few), and each made its own copy.
-    dense: FloatArray
 
     @classmethod
-    def make(cls, value: FloatArray, start: IntArray, a: sp.csr_array, b: FloatArray) -> FlatModel:
+    def make(cls, value: FloatArray, start: IntArray, a: FloatArray, b: FloatArray) -> FlatModel:
         counts = np.diff(start)
         job = np.repeat(np.arange(counts.size), counts)
         width = int(counts.max()) if counts.size else 1
         slot = job * width + (np.arange(value.size) - start[job])
-        return cls(value, start, job, a, b, slot, width, a.T, a.toarray())
+        return cls(value, start, job, a, b, slot, width)
 
     @property
     def n_jobs(self) -> int:
         return self.start.size - 1
-
-
-def csr_of(dense: FloatArray) -> sp.csr_array:
-    """``sp.csr_array(dense)`` built directly from the nonzeros (the same arrays, dtypes
-    included, in half the time: the generic path goes through a COO copy)."""
-    if dense.size >= np.iinfo(np.int32).max:
-        return sp.csr_array(dense)  # 64-bit indices: scipy's own path
-    rows, cols = np.nonzero(dense)
-    indptr = np.zeros(dense.shape[0] + 1, dtype=np.int32)
-    np.cumsum(np.bincount(rows, minlength=dense.shape[0]), out=indptr[1:])
-    return sp.csr_array((dense[rows, cols], cols.astype(np.int32), indptr), shape=dense.shape)
 
 
 def _segment_argmax(model: FlatModel, score: FloatArray) -> IntArray:
@@ -90,7 +77,7 @@ def _segment_argmax(model: FlatModel, score: FloatArray) -> IntArray:
 
 
 def reduced(model: FlatModel, lam: FloatArray) -> FloatArray:
-    return model.value - model.at @ lam
+    return model.value - lam @ model.a
 
 
 def bound(model: FlatModel, lam: FloatArray) -> float:
@@ -110,7 +97,7 @@ def _line_search(model: FlatModel, lam: FloatArray, row: int, iters: int = 60) -
     several levels ahead (every midpoint it could reach, computed as it computes them).
     The path, and so the result, is that of one point at a time.
     """
-    a_row = model.dense[row]
+    a_row = model.a[row]
     base = reduced(model, lam) + lam[row] * a_row
     # The (jobs x width) grids of ``_segment_argmax``, laid out once for every step of the
     # search: a padding slot holds -inf in ``base`` and 0 in ``a``, so it stays -inf and is
@@ -202,7 +189,7 @@ def solve_dual(
         return lam, warm, best_ub
     lower = float(model.value[warm].sum())
     best_lam = lam.copy()
-    dense = model.dense
+    dense = model.a
     step = 1.0
     stall = 0
     for it in range(1, iters + 1):
@@ -250,7 +237,7 @@ def incumbent(model: FlatModel, lam: FloatArray) -> IntArray:
     rounds of at most one move per job.
     """
     pick = _segment_argmax(model, reduced(model, lam))
-    dense = model.dense  # rows are few (Hall sets and reservations)
+    dense = model.a  # rows are few (Hall sets and reservations)
     usage = dense[:, pick].sum(axis=1)
     ids = np.arange(model.value.size)
     over = usage > model.b + _TOL

@@ -19,10 +19,10 @@ Constraints
     through companion jobs queued behind them, so a plan that grows running jobs while an
     older pending job that fits stays pending is not what Slurm will carry out.
 
-The model is built straight into sparse arrays.  Before HiGHS sees it, ``lagrange``
-computes the LP bound from the Lagrangian dual and a near-optimal incumbent.  When the
-bound already proves the incumbent within ``PolicyOptions.mip_rel_gap`` (HiGHS's own
-stopping rule) that is the answer; otherwise every candidate that provably cannot beat
+The model is built straight into arrays (rows dense: they are few).  Before HiGHS sees
+it, ``lagrange`` computes the LP bound from the Lagrangian dual and a near-optimal
+incumbent.  When the bound already proves the incumbent within ``PolicyOptions.mip_rel_gap``
+(HiGHS's own stopping rule) that is the answer; otherwise every candidate that provably cannot beat
 the incumbent is removed (exact reduced-cost fixing) and HiGHS (``highspy``, presolve
 off, warm-started with the incumbent) solves what is left.
 
@@ -48,10 +48,9 @@ from dataclasses import dataclass
 
 import highspy
 import numpy as np
-import scipy.sparse as sp
 
 from slurm_elastic.policy.compiled import Compiled, IntArray
-from slurm_elastic.policy.lagrange import FlatModel, csr_of, fix, solve_dual
+from slurm_elastic.policy.lagrange import FlatModel, fix, solve_dual
 from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
 
 
@@ -94,8 +93,7 @@ def build_input(compiled: Compiled) -> MipInput:
     counts = np.bincount(job[cols], minlength=n_jobs)
     new_start = np.zeros(n_jobs + 1, dtype=np.int64)
     np.cumsum(counts, out=new_start[1:])
-    a = csr_of(compiled.coef[:, cols])
-    model = FlatModel.make(compiled.value[cols], new_start, a, compiled.rhs)
+    model = FlatModel.make(compiled.value[cols], new_start, compiled.coef[:, cols], compiled.rhs)
     return MipInput(model, local[cols])
 
 
@@ -105,25 +103,35 @@ def _highs(
     """HiGHS on the free jobs' surviving candidates; fixed jobs' usage leaves the rows."""
     fixed = np.ones(model.n_jobs, dtype=bool)
     fixed[free] = False
-    fixed_cols = warm[fixed]
-    b = model.b - np.asarray(model.a[:, fixed_cols].sum(axis=1)).ravel()
+    b = model.b - model.a[:, warm[fixed]].sum(axis=1)
     cols = alive[~fixed[model.job[alive]]]
     n = cols.size
-    job_of = model.job[cols]
-    _, eq_row = np.unique(job_of, return_inverse=True)
-    a_eq = sp.csr_array((np.ones(n), (eq_row, np.arange(n))), shape=(free.size, n))
-    mat = sp.vstack([a_eq, model.a[:, cols]]).tocsc()
+    # Column-wise matrix, built straight from the dense rows: each column holds its job's
+    # "one size" row (rows 0..free-1, in job order) then its capacity rows' nonzeros.
+    _, eq_row = np.unique(model.job[cols], return_inverse=True)
+    cap_col, cap_row = np.nonzero(model.a[:, cols].T)  # column-major: by column, then row
+    per_col = 1 + np.bincount(cap_col, minlength=n)
+    col_start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(per_col, out=col_start[1:])
+    index = np.empty(col_start[-1], dtype=np.int64)
+    value = np.ones(col_start[-1])
+    eq_at = col_start[:-1]
+    index[eq_at] = eq_row
+    rest = np.ones(col_start[-1], dtype=bool)
+    rest[eq_at] = False
+    index[rest] = free.size + cap_row
+    value[rest] = model.a[cap_row, cols[cap_col]]
     lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n, mat.shape[0]
+    lp.num_col_, lp.num_row_ = n, free.size + b.size
     lp.col_cost_ = -model.value[cols]
     lp.col_lower_ = np.zeros(n)
     lp.col_upper_ = np.ones(n)
     lp.row_lower_ = np.concatenate([np.ones(free.size), np.full(b.size, -highspy.kHighsInf)])
     lp.row_upper_ = np.concatenate([np.ones(free.size), b])
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = mat.indptr
-    lp.a_matrix_.index_ = mat.indices
-    lp.a_matrix_.value_ = mat.data
+    lp.a_matrix_.start_ = col_start
+    lp.a_matrix_.index_ = index
+    lp.a_matrix_.value_ = value
     lp.integrality_ = [highspy.HighsVarType.kInteger] * n
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
