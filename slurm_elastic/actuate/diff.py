@@ -31,17 +31,28 @@ def shrink_layout(ej: ElasticJob, target: int) -> ShrinkLayout:
     Companions go first because cancelling a job frees exactly its nodes, while the
     parent's ``NumNodes=N`` keeps its first N nodes, the batch host among them.
     """
-    kept = list(ej.running_companions)
-    cancel: list[int] = []
-    total = ej.effective_nodes
-    while kept and total - kept[-1].node_count >= target:
-        gone = kept.pop()
-        cancel.append(gone.job_id)
-        total -= gone.node_count
-    companion_nodes = sum(c.node_count for c in kept)
-    parent_nodes = min(ej.job.node_count, target - companion_nodes)
+    running = ej.running_companions
+    n_kept, parent_nodes = shrink_split(
+        ej.effective_nodes, ej.job.node_count, tuple(c.node_count for c in running), target
+    )
+    kept = running[:n_kept]
+    cancel = tuple(c.job_id for c in reversed(running[n_kept:]))
     keep = (*ej.job.nodes[:parent_nodes], *(n for c in kept for n in c.nodes))
-    return ShrinkLayout(tuple(cancel), parent_nodes, tuple(keep))
+    return ShrinkLayout(cancel, parent_nodes, tuple(keep))
+
+
+def shrink_split(
+    effective: int, own: int, companion_nodes: tuple[int, ...], target: int
+) -> tuple[int, int]:
+    """``shrink_layout`` in numbers: (how many running companions, oldest first, stay;
+    the parent's own node count afterwards) for a job of ``effective`` nodes, ``own`` of
+    them its own, whose running companions hold ``companion_nodes``."""
+    kept = len(companion_nodes)
+    total = effective
+    while kept and total - companion_nodes[kept - 1] >= target:
+        kept -= 1
+        total -= companion_nodes[kept]
+    return kept, min(own, target - sum(companion_nodes[:kept]))
 
 
 def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) -> list[Action]:

@@ -43,7 +43,7 @@ from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.problem import build_problem, not_eligible
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.daemon.result import CycleResult, JobStatusRow, status_rows
+from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError
 from slurm_elastic.marker import resolve_spec
 from slurm_elastic.slurm.backend import SlurmBackend
@@ -149,7 +149,7 @@ class Controller:
             ok=True,
             duration_s=round(result.duration_s, 4),
             slurm_calls=result.slurm_calls,
-            jobs=len(result.jobs),
+            jobs=result.job_count,
             actions=len(result.actions),
             applied=len(result.applied),
             mode=result.mode,
@@ -235,6 +235,7 @@ class Controller:
             else:
                 records.append(ActionRecord(action, "shadow", "shadow mode: not applied"))
 
+        actions = tuple(records)
         return CycleResult(
             now=now,
             ok=True,
@@ -245,8 +246,8 @@ class Controller:
             snapshot_age_s=now - snapshot.taken_at,
             mode=self.config.mode,
             plan=plan,
-            actions=tuple(records),
-            jobs=status_rows(cls, plan, frozen, records),
+            actions=actions,
+            rows_from=RowInputs(cls, plan, frozen, actions),
             explanations={d.job_id: d.explanation for d in plan.decisions},
         )
 

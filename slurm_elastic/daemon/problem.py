@@ -2,7 +2,7 @@
 
 * elastic demands: jobs with a valid elastic marker (see ``actuate.state.classify``),
   at their effective size (own nodes + running companions), frozen when a guard says so,
-  offered only the sizes a shrink can reach (``reachable``);
+  offered only the sizes a shrink can reach (``offered_sizes``);
 * rigid demands: every other active job — plain jobs, het components, jobs with a
   malformed marker, orphan companions — and the *pending* companions of elastic jobs
   (they will take nodes when Slurm starts them).  Running companions of an elastic job
@@ -22,15 +22,17 @@ import functools
 from collections import Counter
 from collections.abc import Mapping
 
-from slurm_elastic.actuate.diff import shrink_layout
+from slurm_elastic.actuate.diff import shrink_split
 from slurm_elastic.actuate.state import Classification, ElasticJob
 from slurm_elastic.types import (
     AllocationProblem,
     ClusterSnapshot,
     ElasticDemand,
+    ElasticSpec,
     JobState,
     JobView,
     NodePool,
+    NodeView,
     Outlook,
     PartitionView,
     RigidDemand,
@@ -79,12 +81,35 @@ def _membership(partitions: tuple[PartitionView, ...]) -> Mapping[str, frozenset
     return {node: frozenset(parts) for node, parts in membership.items()}
 
 
+# The last answer of ``node_pools`` and the (immutable) tuples it was computed from.
+_PoolsMemo = tuple[tuple[NodeView, ...], tuple[PartitionView, ...], tuple[NodePool, ...]]
+_last_pools: _PoolsMemo | None = None
+
+
 def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
-    membership = _membership(snapshot.partitions)
+    """Usable nodes grouped by the exact set of UP partitions they belong to.
+
+    A backend whose node view did not change may hand the very same tuples to the next
+    cycle (the simulator's does, between starts and ends); the answer is then the last
+    one, without a pass over every node (~0.5 us a node)."""
+    global _last_pools
+    nodes, partitions = snapshot.nodes, snapshot.partitions
+    last = _last_pools
+    if last is not None and last[0] is nodes and last[1] is partitions:
+        return last[2]
+    pools = _node_pools(nodes, partitions)
+    _last_pools = (nodes, partitions, pools)
+    return pools
+
+
+def _node_pools(
+    nodes: tuple[NodeView, ...], partitions: tuple[PartitionView, ...]
+) -> tuple[NodePool, ...]:
+    membership = _membership(partitions)
     # ``is_usable`` reads only a node's state and flags, which few distinct nodes differ in.
     usable: dict[tuple[str, tuple[str, ...]], bool] = {}
     counts: Counter[frozenset[str]] = Counter()
-    for node in snapshot.nodes:
+    for node in nodes:
         parts = membership.get(node.name)
         if not parts:
             continue
@@ -105,35 +130,55 @@ def first_partition(job: JobView) -> str:
     return job.partition.split(",")[0]
 
 
-def reachable(ej: ElasticJob, size: int) -> bool:
-    """Whether a running job can be shrunk to ``size`` the way ``actuate.diff`` shrinks.
+def offered_sizes(ej: ElasticJob) -> tuple[int, ...]:
+    """The sizes the policy may choose for the job, ascending: its spec's sizes, plus its
+    current size when running, less the sizes a shrink cannot reach.
 
-    A shrink cancels whole companions (newest first) and then trims the parent's own
-    nodes, keeping at least the batch host, so a size that would leave the parent with no
-    node of its own while companions remain (2 own + a 4-node companion cannot become 3)
-    cannot be reached; the guards would block that shrink.  Offering it to the policy
-    would let the plan count on nodes it cannot free (pending jobs it "starts" with them
-    stay pending), so it is not a candidate.
+    A shrink (``actuate.diff.shrink_layout``) cancels whole companions (newest first) and
+    then trims the parent's own nodes, keeping at least the batch host, so a size that
+    would leave the parent with no node of its own while companions remain (2 own + a
+    4-node companion cannot become 3) cannot be reached; the guards would block that
+    shrink.  Offering it to the policy would let the plan count on nodes it cannot free
+    (pending jobs it "starts" with them stay pending), so it is not a candidate.
     """
-    return size >= ej.effective_nodes or shrink_layout(ej, size).parent_nodes >= 1
+    running = ej.running_companions
+    return _offered_sizes(
+        ej.spec,
+        ej.effective_nodes,
+        ej.job.node_count,
+        tuple(c.node_count for c in running) if running else (),
+    )
+
+
+# Asked for every elastic job every cycle, from a few small numbers that rarely change
+# (~10 us a job with the set, the sort and a shrink layout per size): computed once each.
+@functools.lru_cache(maxsize=4096)
+def _offered_sizes(
+    spec: ElasticSpec, current: int, own: int, companion_nodes: tuple[int, ...]
+) -> tuple[int, ...]:
+    sizes = set(spec.allowed_sizes)
+    if current > 0:
+        # The current size is always a choice, so "no change" stays feasible whatever
+        # the step; it may lie off the grid after an earlier hard resize.
+        sizes.add(current)
+        if companion_nodes:
+            sizes = {
+                s
+                for s in sizes
+                if s >= current or shrink_split(current, own, companion_nodes, s)[1] >= 1
+            }
+    return tuple(sorted(sizes))
 
 
 def elastic_demand(
     ej: ElasticJob, outlook: Outlook, frozen: bool, weight: float = 1.0
 ) -> ElasticDemand:
     current = ej.effective_nodes
-    sizes = set(ej.spec.allowed_sizes)
-    if current > 0:
-        # The current size is always a choice, so "no change" stays feasible whatever
-        # the step; it may lie off the grid after an earlier hard resize.
-        sizes.add(current)
-        if ej.running_companions:
-            sizes = {s for s in sizes if reachable(ej, s)}
     return ElasticDemand(
         job_id=ej.job.job_id,
         partition=first_partition(ej.job),
         current_nodes=current,
-        allowed_sizes=tuple(sorted(sizes)),
+        allowed_sizes=offered_sizes(ej),
         outlook=outlook,
         weight=weight,
         submit_time=ej.job.submit_time or 0.0,

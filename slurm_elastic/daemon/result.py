@@ -8,7 +8,7 @@ on it, else why it is frozen, else what the plan says.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,21 @@ class JobStatusRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RowInputs:
+    """What ``status_rows`` reads: kept by a cycle's result, turned into rows when read."""
+
+    cls: Classification
+    plan: Plan
+    frozen: Mapping[int, str]
+    records: tuple[ActionRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
+    """``jobs`` (the status rows) is built on first read from ``rows_from``: the service
+    reads it once per cycle for the status document, the simulator never (building every
+    row of every cycle was ~2% of a 1,000-job simulation)."""
+
     now: float
     ok: bool
     error: str | None
@@ -59,8 +73,27 @@ class CycleResult:
     mode: str
     plan: Plan | None = None
     actions: tuple[ActionRecord, ...] = ()
-    jobs: tuple[JobStatusRow, ...] = ()
+    rows_from: RowInputs | None = None
     explanations: Mapping[int, Explanation] = field(default_factory=dict)
+    _rows: tuple[JobStatusRow, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @property
+    def jobs(self) -> tuple[JobStatusRow, ...]:
+        """One status row per active job (none for a failed cycle)."""
+        rows = self._rows
+        if rows is None:
+            src = self.rows_from
+            rows = () if src is None else status_rows(src.cls, src.plan, src.frozen, src.records)
+            object.__setattr__(self, "_rows", rows)
+        return rows
+
+    @property
+    def job_count(self) -> int:
+        """``len(self.jobs)`` without building the rows (one row per active job)."""
+        src = self.rows_from
+        return 0 if src is None else len(src.cls.jobs)
 
     @property
     def applied(self) -> tuple[ActionRecord, ...]:
@@ -108,7 +141,7 @@ def status_rows(
     cls: Classification,
     plan: Plan,
     frozen: Mapping[int, str],
-    records: list[ActionRecord],
+    records: Sequence[ActionRecord],
 ) -> tuple[JobStatusRow, ...]:
     by_job: dict[int, str] = {}
     for rec in records:

@@ -1,0 +1,148 @@
+"""The daemon cycle's speed-ups compute exactly what the plain code computed.
+
+Each test holds the plain computation (as the code read before it was made faster) and
+checks the fast path against it on many varied inputs: a speed-up may not move a decision.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from slurm_elastic.actuate.companion import companion_comment
+from slurm_elastic.actuate.diff import shrink_layout
+from slurm_elastic.actuate.executor import ActionRecord
+from slurm_elastic.actuate.state import ElasticJob, classify
+from slurm_elastic.daemon import problem
+from slurm_elastic.daemon.problem import node_pools, offered_sizes
+from slurm_elastic.daemon.result import CycleResult, RowInputs, status_rows
+from slurm_elastic.types import (
+    Action,
+    ActionKind,
+    Decision,
+    ElasticSpec,
+    Explanation,
+    JobState,
+    PartitionView,
+    Plan,
+    SolverStatus,
+)
+from tests.test_daemon_controller_data import job, pending, snapshot
+from tests.test_perf_exact import _plain_pools
+
+
+def _plain_sizes(ej: ElasticJob) -> tuple[int, ...]:
+    """``elastic_demand``'s sizes as written before they were memoised."""
+    current = ej.effective_nodes
+    sizes = set(ej.spec.allowed_sizes)
+    if current > 0:
+        sizes.add(current)
+        if ej.running_companions:
+            sizes = {
+                s
+                for s in sizes
+                if s >= ej.effective_nodes or shrink_layout(ej, s).parent_nodes >= 1
+            }
+    return tuple(sorted(sizes))
+
+
+def _random_elastic_job(rng: random.Random) -> ElasticJob:
+    names = iter(f"n{i}" for i in range(1, 64))
+    spec = ElasticSpec(lo := rng.randint(1, 4), rng.randint(lo, 12), rng.choice([1, 1, 2, 3]))
+    if rng.random() < 0.2:
+        parent = pending(1, lo=rng.randint(1, 4), hi=8)
+        comps = []
+    else:
+        parent = job(1, nodes=tuple(next(names) for _ in range(rng.randint(1, 6))))
+        comps = [
+            job(
+                10 + k,
+                nodes=tuple(next(names) for _ in range(rng.randint(1, 4))),
+                comment=companion_comment(1),
+                state=rng.choice([JobState.RUNNING, JobState.RUNNING, JobState.PENDING]),
+            )
+            for k in range(rng.choice([0, 0, 1, 2, 3]))
+        ]
+    return classify(snapshot([parent, *comps]), lambda j: spec).elastic[1]
+
+
+def test_offered_sizes_match_the_plain_set_and_shrink_layouts() -> None:
+    rng = random.Random(3)
+    seen = set()
+    for _ in range(2000):
+        ej = _random_elastic_job(rng)
+        got = offered_sizes(ej)
+        assert got == _plain_sizes(ej)
+        # Asked again (served from the memo) it is still the job's own answer.
+        assert offered_sizes(ej) == got
+        seen.add(bool(ej.running_companions))
+    assert seen == {True, False}
+
+
+def test_node_pools_of_reused_and_new_tuples_match_plain_grouping() -> None:
+    rng = random.Random(8)
+    base = snapshot([job(1, nodes=("n1", "n2"))])
+    parts = (
+        base.partitions,
+        (*base.partitions, PartitionView("gpu", ("n2", "n3"), False, True, "UP")),
+        (replace(base.partitions[0], state="DOWN"),),
+    )
+    snaps = [
+        replace(
+            base,
+            nodes=tuple(
+                replace(n, state=rng.choice(["idle", "down"]), flags=rng.choice([(), ("DRAIN",)]))
+                for n in base.nodes
+            ),
+            partitions=rng.choice(parts),
+        )
+        for _ in range(30)
+    ]
+    # A backend may hand the same tuples again (served from the last answer), or new
+    # tuples, or one of them new: every answer is the plain grouping of that snapshot.
+    for _ in range(300):
+        a, b = rng.choice(snaps), rng.choice(snaps)
+        snap = rng.choice([a, replace(a, taken_at=1.0), replace(a, partitions=b.partitions)])
+        got = [(p.partitions, p.nodes) for p in node_pools(snap)]
+        assert got == _plain_pools(snap)
+    assert problem._last_pools is not None
+
+
+def test_cycle_result_rows_are_built_on_read_from_its_inputs() -> None:
+    running = job(1, nodes=("n1", "n2"))
+    cls = classify(
+        snapshot([running, pending(2), job(3, nodes=("n3",), comment="")]),
+        lambda j: None if j.job_id == 3 else ElasticSpec(1, 4),
+    )
+    plan = Plan(
+        decisions=(
+            Decision(1, 2, 1, Explanation(1.0, 0.0, "r")),
+            Decision(2, 0, 2, Explanation(1.0, 0.0, "r")),
+        ),
+        solver="x",
+        status=SolverStatus.OPTIMAL,
+        objective=0.0,
+    )
+    records = (ActionRecord(Action(ActionKind.SHRINK, 1, 2, 1), "blocked", "cooldown"),)
+    frozen = {2: "held"}
+    result = CycleResult(
+        now=0.0,
+        ok=True,
+        error=None,
+        duration_s=0.0,
+        slurm_calls=3,
+        history_calls=0,
+        snapshot_age_s=0.0,
+        mode="enforce",
+        plan=plan,
+        actions=records,
+        rows_from=RowInputs(cls, plan, frozen, records),
+    )
+    assert result.job_count == 3
+    rows = result.jobs
+    assert rows == status_rows(cls, plan, frozen, list(records))
+    assert [r.reason for r in rows] == ["blocked: cooldown", "held", "not elastic"]
+    assert result.jobs is rows  # built once
+    assert result.to_json()["jobs"] == [r.to_json() for r in rows]
+    failed = replace(result, ok=False, rows_from=None)
+    assert failed.jobs == () and failed.job_count == 0
