@@ -10,16 +10,46 @@ problem then holds it rigid), never the cycle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import structlog
 
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.model.outlook import ModelBank, estimate_outlook
+from slurm_elastic.model.outlook import JobFit, ModelBank, OutlookBasis, outlook_basis
 from slurm_elastic.model.priors import HistoryIndex, Prior, build_prior
-from slurm_elastic.types import JobHistory, Outlook, ProgressReport
+from slurm_elastic.types import ElasticSpec, JobHistory, Outlook, ProgressReport
 
 log = structlog.get_logger("slurm_elastic.estimate")
+
+
+@dataclass(slots=True)
+class _Estimated:
+    """A job's last estimate: the inputs of its basis, the basis, and the outlook at the
+    last ``done``.  ``estimate_outlook`` is pure, so the same inputs give the same basis and
+    the same basis at the same ``done`` the same outlook."""
+
+    fit: JobFit | None
+    prior: Prior
+    spec: ElasticSpec
+    current_nodes: int
+    default_cost: float
+    basis: OutlookBasis
+    done: float | None = None
+    outlook: Outlook | None = None
+
+    def holds(
+        self, fit: JobFit | None, prior: Prior, spec: ElasticSpec, nodes: int, cost: float
+    ) -> bool:
+        # The fit is the bank's cached object until the job reports (a refit always makes a
+        # new one); a prior rebuilt from a changed history is often equal to the old one.
+        return (
+            fit is self.fit
+            and nodes == self.current_nodes
+            and cost == self.default_cost
+            and (prior is self.prior or prior == self.prior)
+            and (spec is self.spec or spec == self.spec)
+        )
 
 
 class Estimator:
@@ -39,6 +69,10 @@ class Estimator:
         # it was, and a third of the sim's reads are empty).
         self._built: dict[tuple[str, str, str, int], Prior] = {}
         self._index = HistoryIndex()  # the controller's sacct history, kept in step
+        # Per job, its last estimate: most jobs neither report nor change size or prior
+        # between two cycles, so their basis is reused, and a job whose progress is not
+        # extrapolated (pending, or silent for MAX_EXTRAPOLATION_S) gets the same outlook.
+        self._estimated: dict[int, _Estimated] = {}
 
     def history_changed(self, records: Iterable[JobHistory], removed: Iterable[int]) -> None:
         """An accounting read: ``records`` read, ``removed`` aged out.  Priors are rebuilt
@@ -59,6 +93,7 @@ class Estimator:
             self._fed_until.pop(job_id, None)
             self._seen.pop(job_id, None)
             self._priors.pop(job_id, None)
+            self._estimated.pop(job_id, None)
 
     def known_jobs(self) -> tuple[int, ...]:
         return tuple(self._fed_until)
@@ -114,15 +149,25 @@ class Estimator:
         return prior
 
     def _estimate(self, ej: ElasticJob, prior: Prior, now: float) -> Outlook:
+        """``estimate_outlook`` of the job, from its last basis while that still holds."""
         job = ej.job
+        spec = ej.spec
         elapsed = now - job.start_time if job.is_running and job.start_time is not None else None
-        return estimate_outlook(
-            job_id=job.job_id,
-            spec=ej.spec,
-            current_nodes=ej.effective_nodes,
-            fit=self.bank.fit(job.job_id, prior),
-            prior=prior,
-            now=now,
-            default_resize_cost_s=ej.spec.resize_cost_s or self.default_resize_cost_s,
-            elapsed_s=elapsed,
-        )
+        fit = self.bank.fit(job.job_id, prior)
+        nodes = ej.effective_nodes
+        cost = spec.resize_cost_s or self.default_resize_cost_s
+        last = self._estimated.get(job.job_id)
+        if last is None or not last.holds(fit, prior, spec, nodes, cost):
+            basis = outlook_basis(
+                job_id=job.job_id,
+                spec=spec,
+                current_nodes=nodes,
+                fit=fit,
+                prior=prior,
+                default_resize_cost_s=cost,
+            )
+            last = self._estimated[job.job_id] = _Estimated(fit, prior, spec, nodes, cost, basis)
+        done = last.basis.done(now, elapsed)
+        if last.outlook is None or done != last.done:
+            last.done, last.outlook = done, last.basis.outlook(done)
+        return last.outlook

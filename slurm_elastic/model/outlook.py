@@ -548,6 +548,143 @@ def _conv_confidence(fit: ConvergenceFit, pred: ConvergencePrediction, step: flo
     return conf if pred.reachable else conf * 0.5
 
 
+@dataclass(frozen=True, slots=True)
+class OutlookBasis:
+    """What a job's ``Outlook`` takes from its fit, prior and spec: everything but the
+    progress made since the last report, the one input that moves with the clock.
+
+    The daemon re-estimates every job every cycle, while a job's fit changes only when it
+    reports and its prior only when the history does: ``Estimator`` keeps a job's basis
+    until one of those changes and per cycle pays only for ``done`` and ``outlook``.
+    """
+
+    job_id: int
+    current_nodes: int
+    fit: JobFit | None
+    rates: tuple[tuple[int, float], ...]  # (n, speed) per allowed size, ascending
+    run_rate: float  # speed at the current size (the reference size while pending)
+    reported: bool
+    base: float  # progress at the last report (0.0 unreported)
+    extrapolates: bool  # still at the size of the last report: progress goes on at run_rate
+    prior_total: float
+    prior_conf: float
+    tp_conf: float
+    fitted: bool  # a throughput fit exists
+    prediction: ConvergencePrediction | None  # read only without a step budget
+    resize_cost_s: float
+
+    def done(self, now: float, elapsed_s: float | None) -> float:
+        """Progress at ``now``: at the last report plus the steps made since at the current
+        speed, for at most MAX_EXTRAPOLATION_S (a job that stopped reporting is not assumed
+        to progress); unreported, ``elapsed_s`` at the current speed."""
+        if self.reported:
+            fit = self.fit
+            assert fit is not None
+            since = (
+                min(max(now - fit.time, 0.0), MAX_EXTRAPOLATION_S) if math.isfinite(now) else 0.0
+            )
+            return self.base + (since * self.run_rate if self.extrapolates else 0.0)
+        return (_finite_pos(elapsed_s) or 0.0) * self.run_rate
+
+    def outlook(self, done: float) -> Outlook:
+        """The ``Outlook`` with ``done`` progress made (see ``done``)."""
+        fit, reported = self.fit, self.reported
+        # Prior: the typical whole run, converted into this job's unit, minus what is done.
+        floor = max(MIN_REMAINING_S * self.run_rate, MIN_REMAINING_FRACTION * done)
+        prior_remaining = max(self.prior_total - done, floor)
+        work, work_conf, source = prior_remaining, self.prior_conf, "prior"
+        if fit is not None and fit.total_steps is not None:
+            if reported:
+                # The budget is in optimizer steps at the current batch: convert what is left.
+                since_steps = (done - self.base) / fit.step_factor
+                left = fit.total_steps - fit.step - since_steps
+                work = max(left * fit.step_factor, 1.0)
+            else:
+                frac = max(1.0 - fit.step / fit.total_steps, MIN_REMAINING_FRACTION)
+                work = max(frac * self.prior_total, floor)
+            work_conf, source = (0.9 if reported else 0.4), "user"
+        elif self.prediction is not None and fit is not None and fit.convergence is not None:
+            pred = self.prediction
+            conv_remaining = max(pred.k - done, floor)
+            c = _conv_confidence(fit.convergence, pred, done)
+            work = math.exp(c * math.log(conv_remaining) + (1 - c) * math.log(prior_remaining))
+            work_conf, source = max(c, work_conf), "fitted"
+        if self.fitted and source == "prior":
+            source = "fitted"
+
+        work = work if math.isfinite(work) and work > 0 else max(floor, 1.0)
+        return Outlook(
+            job_id=self.job_id,
+            current_nodes=max(self.current_nodes, 0),
+            sizes=tuple(
+                SizeEstimate(nodes=n, throughput=f, remaining_s=work / f) for n, f in self.rates
+            ),
+            remaining_work=work,
+            resize_cost_s=self.resize_cost_s,
+            confidence=round(0.5 * work_conf + 0.5 * self.tp_conf, 3),
+            source=source,
+        )
+
+
+def outlook_basis(
+    *,
+    job_id: int,
+    spec: ElasticSpec,
+    current_nodes: int,
+    fit: JobFit | None,
+    prior: Prior,
+    default_resize_cost_s: float,
+) -> OutlookBasis:
+    """The time-independent part of ``estimate_outlook`` (pure, see ``OutlookBasis``)."""
+    sizes = spec.allowed_sizes or (max(spec.min_nodes, 1),)
+    tput = fit.throughput if fit is not None else None
+    # Speeds are memoised per (immutable) model: see ``_rates``.
+    model: ThroughputFit | ScalingParams = tput if tput is not None else prior.scaling
+    speed: Callable[[float], float] = functools.partial(_speed, model)
+    if tput is not None:
+        unit_real, tp_conf = True, tput.confidence
+    elif prior.scaling_measured:
+        unit_real, tp_conf = True, 0.3
+    else:
+        unit_real, tp_conf = False, 0.0
+    run_nodes = current_nodes if current_nodes > 0 else prior.reference_nodes
+    reported = fit is not None and fit.n_reports > 0 and unit_real
+    if unit_real and prior.total_steps is not None and prior.scaling_measured:
+        prior_total = prior.total_steps
+    else:
+        prior_total = prior.runtime_s * speed(prior.reference_nodes)
+    # Measured beats the user's estimate beats the configured default; 0.0 is a valid
+    # measurement (a restart that cost nothing), so test for None, not truth.
+    candidates = (fit.resize_cost_s if fit is not None else None, spec.resize_cost_s)
+    cost = next(
+        (c for c in map(_finite_pos, (*candidates, default_resize_cost_s)) if c is not None),
+        0.0,
+    )
+    with_curve = (
+        reported and fit is not None and fit.total_steps is None and fit.convergence is not None
+    )
+    return OutlookBasis(
+        job_id=job_id,
+        current_nodes=current_nodes,
+        fit=fit,
+        rates=_rates(model, tuple(sizes)),
+        run_rate=speed(run_nodes),
+        reported=reported,
+        base=(
+            (fit.progress if fit.progress is not None else float(fit.step))
+            if reported and fit is not None
+            else 0.0
+        ),
+        extrapolates=fit is not None and current_nodes == fit.nodes,
+        prior_total=prior_total,
+        prior_conf=0.3 if prior.source == "history" else 0.0,
+        tp_conf=tp_conf,
+        fitted=tput is not None,
+        prediction=_prediction(fit) if with_curve and fit is not None else None,
+        resize_cost_s=cost,
+    )
+
+
 def estimate_outlook(
     *,
     job_id: int,
@@ -564,81 +701,15 @@ def estimate_outlook(
     ``elapsed_s`` is how long the job has run (used only while it has not reported);
     ``now`` extrapolates progress since the last report (bounded).
     """
-    sizes = spec.allowed_sizes or (max(spec.min_nodes, 1),)
-    tput = fit.throughput if fit is not None else None
-    # Speeds are memoised per (immutable) model: see ``_rates``.
-    model: ThroughputFit | ScalingParams = tput if tput is not None else prior.scaling
-    speed: Callable[[float], float] = functools.partial(_speed, model)
-    if tput is not None:
-        unit_real, tp_conf = True, tput.confidence
-    elif prior.scaling_measured:
-        unit_real, tp_conf = True, 0.3
-    else:
-        unit_real, tp_conf = False, 0.0
-    run_nodes = current_nodes if current_nodes > 0 else prior.reference_nodes
-    run_rate = speed(run_nodes)
-
-    reported = fit is not None and fit.n_reports > 0 and unit_real
-    if reported and fit is not None:
-        # Steps made since the last report, at the current speed, for at most
-        # MAX_EXTRAPOLATION_S: a job that stopped reporting is not assumed to progress.
-        since = min(max(now - fit.time, 0.0), MAX_EXTRAPOLATION_S) if math.isfinite(now) else 0.0
-        base = fit.progress if fit.progress is not None else float(fit.step)
-        done = base + (since * run_rate if current_nodes == fit.nodes else 0.0)
-    else:
-        base = 0.0
-        done = (_finite_pos(elapsed_s) or 0.0) * run_rate
-
-    # Prior: the typical whole run, converted into this job's unit, minus what is done.
-    if unit_real and prior.total_steps is not None and prior.scaling_measured:
-        prior_total = prior.total_steps
-    else:
-        prior_total = prior.runtime_s * speed(prior.reference_nodes)
-    floor = max(MIN_REMAINING_S * run_rate, MIN_REMAINING_FRACTION * done)
-    prior_remaining = max(prior_total - done, floor)
-    work, work_conf, source = prior_remaining, (0.3 if prior.source == "history" else 0.0), "prior"
-
-    if fit is not None and fit.total_steps is not None:
-        if reported:
-            # The budget is in optimizer steps at the current batch: convert what is left.
-            since_steps = (done - base) / fit.step_factor
-            left = fit.total_steps - fit.step - since_steps
-            work = max(left * fit.step_factor, 1.0)
-        else:
-            frac = max(1.0 - fit.step / fit.total_steps, MIN_REMAINING_FRACTION)
-            work = max(frac * prior_total, floor)
-        work_conf, source = (0.9 if reported else 0.4), "user"
-    elif reported and fit is not None and fit.convergence is not None:
-        pred = _prediction(fit)
-        if pred is not None:
-            conv_remaining = max(pred.k - done, floor)
-            c = _conv_confidence(fit.convergence, pred, done)
-            work = math.exp(c * math.log(conv_remaining) + (1 - c) * math.log(prior_remaining))
-            work_conf, source = max(c, work_conf), "fitted"
-    if tput is not None and source == "prior":
-        source = "fitted"
-
-    work = work if math.isfinite(work) and work > 0 else max(floor, 1.0)
-    estimates = tuple(
-        SizeEstimate(nodes=n, throughput=f, remaining_s=work / f)
-        for n, f in _rates(model, tuple(sizes))
-    )
-    # Measured beats the user's estimate beats the configured default; 0.0 is a valid
-    # measurement (a restart that cost nothing), so test for None, not truth.
-    candidates = (fit.resize_cost_s if fit is not None else None, spec.resize_cost_s)
-    cost = next(
-        (c for c in map(_finite_pos, (*candidates, default_resize_cost_s)) if c is not None),
-        0.0,
-    )
-    return Outlook(
+    basis = outlook_basis(
         job_id=job_id,
-        current_nodes=max(current_nodes, 0),
-        sizes=estimates,
-        remaining_work=work,
-        resize_cost_s=cost,
-        confidence=round(0.5 * work_conf + 0.5 * tp_conf, 3),
-        source=source,
+        spec=spec,
+        current_nodes=current_nodes,
+        fit=fit,
+        prior=prior,
+        default_resize_cost_s=default_resize_cost_s,
     )
+    return basis.outlook(basis.done(now, elapsed_s))
 
 
 def progress_over(outlook: Outlook, nodes: int, horizon_s: float) -> float:
