@@ -150,6 +150,9 @@ class Journal:
         # Read every cycle, written far less often: kept until this object writes again.
         self._open: tuple[JournalEntry, ...] | None = None
         self._specs: dict[int, ElasticSpec] | None = None
+        # Open rows this object wrote: id -> (job id, kind), so that closing one moves the
+        # last_resize_at mirror without reading the row and its job's rows back.
+        self._written_open: dict[int, tuple[int, str]] = {}
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path) -> Journal:
@@ -181,14 +184,18 @@ class Journal:
         instruction_id: str | None = None,
         deadline: float | None = None,
     ) -> int:
-        with self._tx() as db:
-            cur = db.execute(
+        kind = str(action.kind)
+        with self._lock:
+            # One statement in autocommit mode is its own transaction, committed (and,
+            # with synchronous=FULL, on disk) before execute returns: the intent is
+            # written before the caller acts, as with an explicit BEGIN/COMMIT around it.
+            cur = self._db.execute(
                 "INSERT INTO actions (job_id, kind, from_nodes, to_nodes, status, created_at,"
                 " updated_at, reason, extra, instruction_id, deadline)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     action.job_id,
-                    str(action.kind),
+                    kind,
                     action.from_nodes,
                     action.to_nodes,
                     str(status),
@@ -202,8 +209,10 @@ class Journal:
             )
             action_id = int(cur.lastrowid or 0)
             self._open = None
-        if not status.is_open:
-            self._resize_row_changed(action_id)
+            if status.is_open:
+                self._written_open[action_id] = (action.job_id, kind)
+            else:
+                self._resize_closed(action.job_id, kind, now)
         log.info("journal.intent", action_id=action_id, job_id=action.job_id, kind=action.kind)
         return action_id
 
@@ -216,14 +225,21 @@ class Journal:
         detail: str = "",
         companion_id: int | None = None,
     ) -> None:
-        with self._tx() as db:
-            db.execute(
+        with self._lock:
+            self._db.execute(  # one statement: its own transaction (see record_intent)
                 "UPDATE actions SET status=?, updated_at=?, detail=?,"
                 " companion_id=COALESCE(?, companion_id) WHERE id=?",
                 (str(status), now, detail, companion_id, action_id),
             )
             self._open = None
-        self._resize_row_changed(action_id)  # after the commit: the row is written first
+            # After the write: the mirror follows the row.
+            written = self._written_open.get(action_id)
+            if written is None:
+                self._resize_row_changed(action_id)
+            elif not status.is_open:
+                # An open row of ours closes: it joins its job's closed rows.
+                del self._written_open[action_id]
+                self._resize_closed(*written, now)
         log.info("journal.mark", action_id=action_id, status=str(status), detail=detail)
 
     def get(self, action_id: int) -> JournalEntry | None:
@@ -260,6 +276,18 @@ class Journal:
             if job_ids is None:
                 return dict(known)
             return {j: known[j] for j in job_ids if j in known}
+
+    def _resize_closed(self, job_id: int, kind: str, at: float) -> None:
+        """A closed row of ``job_id`` updated at ``at`` was added to the table: the
+        mirror's MAX(updated_at) for the job takes it in (a shrink or grow only)."""
+        with self._lock:
+            if self._resized is None or kind not in ("shrink", "grow"):
+                return
+            if at != at:  # NaN is stored as NULL, which MAX skips: read the table back
+                self._resized = None
+                return
+            before = self._resized.get(job_id)
+            self._resized[job_id] = at if before is None else max(before, at)
 
     def _resize_row_changed(self, action_id: int) -> None:
         """Refresh the mirror for the job of one written row (a shrink or grow only)."""
@@ -333,16 +361,16 @@ class Journal:
     def link_companion(
         self, parent_id: int, companion_id: int, nodes: int, action_id: int | None, now: float
     ) -> None:
-        with self._tx() as db:
-            db.execute(
+        with self._lock:  # one statement: its own transaction (see record_intent)
+            self._db.execute(
                 "INSERT OR IGNORE INTO companions (companion_id, parent_id, nodes, action_id,"
                 " linked_at) VALUES (?,?,?,?,?)",
                 (companion_id, parent_id, nodes, action_id, now),
             )
 
     def end_companion(self, companion_id: int, now: float) -> None:
-        with self._tx() as db:
-            db.execute(
+        with self._lock:  # one statement: its own transaction (see record_intent)
+            self._db.execute(
                 "UPDATE companions SET ended_at=? WHERE companion_id=? AND ended_at IS NULL",
                 (now, companion_id),
             )
