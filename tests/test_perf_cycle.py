@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from slurm_elastic.actuate.companion import companion_comment
 from slurm_elastic.actuate.diff import shrink_layout
@@ -16,6 +19,9 @@ from slurm_elastic.actuate.state import ElasticJob, classify
 from slurm_elastic.daemon import problem
 from slurm_elastic.daemon.problem import node_pools, offered_sizes
 from slurm_elastic.daemon.result import CycleResult, RowInputs, status_rows
+from slurm_elastic.sim.engine import Cluster, SimJob
+from slurm_elastic.sim.runner import ControllerDriver, SimSettings, simulate
+from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
 from slurm_elastic.types import (
     Action,
     ActionKind,
@@ -29,6 +35,7 @@ from slurm_elastic.types import (
 )
 from tests.test_daemon_controller_data import job, pending, snapshot
 from tests.test_perf_exact import _plain_pools
+from tests.test_sim_engine import _contended, _spec
 
 
 def _plain_sizes(ej: ElasticJob) -> tuple[int, ...]:
@@ -146,3 +153,47 @@ def test_cycle_result_rows_are_built_on_read_from_its_inputs() -> None:
     assert result.to_json()["jobs"] == [r.to_json() for r in rows]
     failed = replace(result, ok=False, rows_from=None)
     assert failed.jobs == () and failed.job_count == 0
+
+
+def _plain_schedule(cluster: Cluster) -> list[int]:
+    """The jobs ``Cluster.schedule`` started before it skipped partitions where nothing fits."""
+    by_part: dict[str, list[SimJob]] = {}
+    for j in cluster.active.values():
+        if j.state is JobState.PENDING:
+            by_part.setdefault(j.partition, []).append(j)
+    started: list[int] = []
+    for part, queue in by_part.items():
+        queue.sort(key=lambda j: (j.submit, j.job_id))
+        waiting = [Waiting(j.job_id, j.request, cluster._runtime(j)) for j in queue]
+        holding = [
+            Holding(len(j.nodes), cluster.expected_end(j))
+            for j in cluster.active.values()
+            if j.partition == part and j.state is JobState.RUNNING
+        ]
+        started += fifo_easy_backfill(cluster.now, len(cluster.free[part]), waiting, holding)
+    return started
+
+
+def test_schedule_starts_what_the_plain_backfill_pass_starts(
+    shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, start = Cluster.schedule, Cluster.start
+    started: list[int] = []
+    passes = {"started": 0, "none": 0}
+
+    def record_start(self: Cluster, j: SimJob) -> None:
+        started.append(j.job_id)
+        start(self, j)
+
+    def checked(self: Cluster) -> None:
+        expected = _plain_schedule(self)
+        started.clear()
+        fast(self)
+        assert started == expected
+        passes["started" if expected else "none"] += 1
+
+    monkeypatch.setattr(Cluster, "start", record_start)
+    monkeypatch.setattr(Cluster, "schedule", checked)
+    wl = _contended(shared_dir / "traces")
+    simulate(wl, _spec(16), SimSettings(policy="mip"), driver_factory=ControllerDriver)
+    assert passes["started"] > 10 and passes["none"] > 10

@@ -418,6 +418,12 @@ class Cluster:
             if job.state is JobState.PENDING:
                 by_part.setdefault(job.partition, []).append(job)
         for part, pending in by_part.items():
+            free = len(self.free[part])
+            if all(j.request > free for j in pending):
+                # fifo_easy_backfill starts only jobs that fit in the free nodes: none
+                # does, so skip building its inputs (an expected end per running job;
+                # most passes on a busy cluster end here).
+                continue
             pending.sort(key=lambda j: (j.submit, j.job_id))
             waiting = [Waiting(j.job_id, j.request, self._runtime(j)) for j in pending]
             holding = [
@@ -425,7 +431,7 @@ class Cluster:
                 for j in self.active.values()
                 if j.partition == part and j.state is JobState.RUNNING
             ]
-            for job_id in fifo_easy_backfill(self.now, len(self.free[part]), waiting, holding):
+            for job_id in fifo_easy_backfill(self.now, free, waiting, holding):
                 self.start(self.jobs[job_id])
 
     def _runtime(self, job: SimJob) -> float:
