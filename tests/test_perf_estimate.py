@@ -1,8 +1,8 @@
 """The estimate step's reuse of earlier work gives exactly what computing afresh gives.
 
 ``Estimator`` keeps each job's ``OutlookBasis`` (and its last outlook) while the job's fit,
-prior, spec and size stay the same; every cycle of a random run is checked bit for bit
-against ``estimate_outlook`` called on that cycle's inputs.
+prior, spec and size stay the same, and ``ModelBank`` a job's throughput fit while its
+observations stay the same; random runs check both against the plain computation.
 """
 
 from __future__ import annotations
@@ -13,7 +13,18 @@ import random
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.model.outlook import estimate_outlook
+from slurm_elastic.model.outlook import (
+    EXACT_BATCH_WIDTH,
+    RATE_WINDOW,
+    ModelBank,
+    estimate_outlook,
+)
+from slurm_elastic.model.throughput import (
+    Observations,
+    ScalingParams,
+    ThroughputFit,
+    fit_throughput_many,
+)
 from slurm_elastic.types import ElasticSpec, JobState, Outlook, ProgressReport
 from tests.test_daemon_controller_data import job
 from tests.test_model_priors import _hist
@@ -144,3 +155,69 @@ def test_reused_estimates_equal_fresh_ones() -> None:
     sources = {o.source for o in previous.values()}
     assert reused > 0 and math.isfinite(now)
     assert sources <= {"prior", "fitted", "user"}
+
+
+def _observations(rng: random.Random, width: int) -> Observations:
+    sizes = sorted(rng.sample(range(1, 300), width))
+    return (
+        sizes,
+        [rng.uniform(0.01, 50.0) for _ in sizes],
+        [math.sqrt(rng.randint(1, RATE_WINDOW)) for _ in sizes],
+        ScalingParams(*(rng.uniform(0.0, 2.0) for _ in range(4))) if rng.random() < 0.5 else None,
+    )
+
+
+def test_narrow_batches_fit_each_job_as_alone() -> None:
+    """What makes reusing a job's throughput fit exact: within EXACT_BATCH_WIDTH, a job's
+    fit does not depend on which other jobs share its batch (padding included)."""
+    rng = random.Random(8)
+    for _ in range(300):
+        items = [
+            _observations(rng, rng.randint(1, EXACT_BATCH_WIDTH)) for _ in range(rng.randint(1, 9))
+        ]
+        together = fit_throughput_many(items)
+        for item, fit in zip(items, together, strict=True):
+            assert fit == fit_throughput_many([item])[0]
+
+
+def test_reused_throughput_fits_equal_the_batched_solve() -> None:
+    """Every cycle's fits equal one ``fit_throughput_many`` over all stale jobs, as the
+    bank computed them before it reused fits from unchanged observations."""
+    rng = random.Random(3)
+    bank = ModelBank()
+    n_jobs = 12
+    # Few distinct speeds per size, so that medians and (past RATE_WINDOW reports) weights
+    # repeat; jobs 11 and 12 visit more than EXACT_BATCH_WIDTH sizes.
+    widths = {j: (10 if j > 10 else rng.randint(1, 4)) for j in range(1, n_jobs + 1)}
+    speeds = {j: {n: rng.choice((8.0, 8.5)) * n**0.7 for n in range(1, 11)} for j in widths}
+    step = dict.fromkeys(widths, 0)
+    reused = 0
+    last: dict[int, ThroughputFit | None] = {}
+    for cycle in range(400):
+        now = 60.0 * (cycle + 1)
+        for j, width in widths.items():
+            if rng.random() < (0.1 if width > EXACT_BATCH_WIDTH else 0.6):
+                n = rng.randint(1, width)
+                step[j] += 100
+                bank.update(
+                    ProgressReport(
+                        job_id=j,
+                        time=now,
+                        step=step[j],
+                        nodes=n,
+                        samples_per_s=speeds[j][n] * (1.01 if rng.random() < 0.05 else 1.0),
+                        global_batch=32,
+                        total_steps=10**6,
+                    )
+                )
+        stale = [j for j in widths if j in bank and bank.model(j).stale(None)]
+        observed = [(j, o) for j in stale if (o := bank.model(j).observations(None)) is not None]
+        plain = fit_throughput_many([o for _, o in observed])
+        want = dict(zip([j for j, _ in observed], plain, strict=True))
+        fits = bank.fit_all()
+        for j in stale:
+            got = fits[j].throughput
+            assert got == want.get(j), (cycle, j)
+            reused += got is not None and got is last.get(j)
+        last = {j: f.throughput for j, f in fits.items()}
+    assert reused > 50
