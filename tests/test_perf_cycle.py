@@ -78,6 +78,12 @@ def test_offered_sizes_match_the_plain_set_and_shrink_layouts() -> None:
     seen = set()
     for _ in range(2000):
         ej = _random_elastic_job(rng)
+        # The sizes derived at construction, as the plain formulas give them.
+        running = tuple(c for c in ej.companions if c.state is JobState.RUNNING)
+        assert ej.running_companions == running
+        assert ej.effective_nodes == (
+            ej.job.node_count + sum(c.node_count for c in running) if ej.job.is_running else 0
+        )
         got = offered_sizes(ej)
         assert got == _plain_sizes(ej)
         # Asked again (served from the memo) it is still the job's own answer.

@@ -10,6 +10,7 @@ the one batched queue read, so no extra Slurm call is needed to find companions.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Mapping
 
@@ -22,6 +23,9 @@ __all__ = ["COMPANION_PREFIX", "companion_comment", "companion_parent", "orphan_
 companion_comment = format_companion
 
 
+# Pure, and read for every active job every cycle (twice for a companion: classify, then
+# orphan_reason): parsed once per distinct comment.
+@functools.lru_cache(maxsize=4096)
 def companion_parent(comment: str) -> int | None:
     """The parent job id when ``comment`` links a companion job, else None.
 

@@ -13,16 +13,12 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from slurm_elastic.actuate.companion import companion_parent, orphan_reason
 from slurm_elastic.errors import MarkerError
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
-
-# Pure, and read for every active job every cycle: parsed once per distinct comment.
-_companion_parent = functools.lru_cache(maxsize=4096)(companion_parent)
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker).
 SpecResolver = Callable[[JobView], ElasticSpec | None]
@@ -39,10 +35,13 @@ class ElasticJob:
     _effective: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        running = tuple(c for c in self.companions if c.state is JobState.RUNNING)
-        effective = (
-            self.job.node_count + sum(c.node_count for c in running) if self.job.is_running else 0
-        )
+        # Built for every elastic job every cycle, and most have no companion.
+        running: tuple[JobView, ...] = ()
+        grown = 0
+        if self.companions:
+            running = tuple(c for c in self.companions if c.state is JobState.RUNNING)
+            grown = sum(c.node_count for c in running)
+        effective = self.job.node_count + grown if self.job.is_running else 0
         object.__setattr__(self, "_running", running)
         object.__setattr__(self, "_effective", effective)
 
@@ -84,7 +83,7 @@ def classify(
     companions_of: dict[int, list[JobView]] = {}
     companion_parent_of: dict[int, int] = {}
     for job in active.values():
-        parent_id = _companion_parent(job.comment)
+        parent_id = companion_parent(job.comment)
         if parent_id is not None:
             companion_parent_of[job.job_id] = parent_id
             companions_of.setdefault(parent_id, []).append(job)
@@ -100,9 +99,13 @@ def classify(
     orphans: list[tuple[JobView, str]] = []
     for job_id, spec in elastic_specs.items():
         parent = active[job_id]
-        mine = companions_of.get(job_id, [])
+        mine = companions_of.get(job_id)
         # Another user's job naming this parent is not ours to count (or to cancel).
-        kept = tuple(sorted((c for c in mine if c.user == parent.user), key=lambda c: c.job_id))
+        kept = (
+            tuple(sorted((c for c in mine if c.user == parent.user), key=lambda c: c.job_id))
+            if mine
+            else ()
+        )
         elastic[job_id] = ElasticJob(job=parent, spec=spec, companions=kept)
     for comp_id in sorted(companion_parent_of):
         why = orphan_reason(active[comp_id], active)
