@@ -10,6 +10,7 @@ import random
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.problem import node_pools
@@ -22,6 +23,7 @@ from slurm_elastic.model.throughput import (
     ScalingParams,
     fit_throughput_many,
 )
+from slurm_elastic.policy import lagrange
 from slurm_elastic.policy.lagrange import (
     FlatModel,
     _line_search,
@@ -30,6 +32,8 @@ from slurm_elastic.policy.lagrange import (
 )
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, NodeView, PartitionView
 from tests.test_daemon_controller_data import job
+
+lagrange_guess = lagrange._guessed_bisection
 
 
 def _plain_line_search(model: FlatModel, lam: np.ndarray, row: int, iters: int) -> float:
@@ -59,9 +63,9 @@ def _plain_line_search(model: FlatModel, lam: np.ndarray, row: int, iters: int) 
     return hi
 
 
-def _random_model(rng: np.random.Generator) -> FlatModel:
+def _random_model(rng: np.random.Generator, max_jobs: int = 400) -> FlatModel:
     """Jobs with ascending node counts as candidates, rows that count nodes (as compiled)."""
-    jobs = int(rng.integers(1, 400))
+    jobs = int(rng.integers(1, max_jobs))
     counts = rng.integers(1, 7, size=jobs)
     start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     sizes = np.concatenate([np.cumsum(rng.integers(0, 5, size=c)) for c in counts]).astype(float)
@@ -86,6 +90,37 @@ def test_line_search_matches_plain_bisection() -> None:
                 assert got == _plain_line_search(model, lam, row, iters)
                 checked += 1
     assert checked > 500
+
+
+def test_guessed_bisection_paths_are_the_bisections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small models take the guessed path (checked in one evaluation); where the guess is
+    wrong the plain bisection runs: both give the bisection's result, bit for bit."""
+    outcomes: list[bool] = []
+
+    def counted(*args: object) -> float | None:
+        got = lagrange_guess(*args)
+        outcomes.append(got is not None)
+        return got
+
+    monkeypatch.setattr(lagrange, "_guessed_bisection", counted)
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        model = _random_model(rng, max_jobs=40)
+        lam = rng.uniform(0.0, 50.0, size=model.b.size) * rng.integers(0, 2)
+        for row in range(model.b.size):
+            for iters in (60, 3):
+                assert _line_search(model, lam, row, iters) == _plain_line_search(
+                    model, lam, row, iters
+                )
+    # A tie exactly at the first midpoint of the bracket [1, 4]: the guess (made between
+    # breakpoints) is wrong there, and the search falls back to plain bisection.
+    tie = FlatModel.make(
+        np.array([0.0, 2.5]), np.array([0, 2]), np.array([[0.0, 1.0]]), np.array([0.5])
+    )
+    before = len(outcomes)
+    assert _line_search(tie, np.zeros(1), 0) == _plain_line_search(tie, np.zeros(1), 0, 60)
+    assert outcomes[before:] == [False]
+    assert outcomes.count(True) > 300
 
 
 def test_elastic_job_derived_sizes() -> None:
