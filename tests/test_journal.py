@@ -156,12 +156,27 @@ def test_what_is_read_every_cycle_follows_every_write(tmp_path: Path) -> None:
         now = float(step)
         op = rng.random()
         if op < 0.3 or not ids:
-            action = Action(rng.choice(kinds), rng.randrange(1, 20), 4, 2, "test")
+            extra = rng.choice(((), (("parent_nodes", "2"), ("keep_nodes", "a,b"))))
+            action = Action(rng.choice(kinds), rng.randrange(1, 20), 4, 2, "test", extra)
             status = rng.choice((ActionStatus.INTENT, ActionStatus.WAITING, ActionStatus.APPLIED))
-            ids.append(journal.record_intent(action, now, status=status))
+            ids.append(
+                journal.record_intent(
+                    action,
+                    now,
+                    status=status,
+                    instruction_id=rng.choice((None, f"i{step}")),
+                    deadline=rng.choice((None, now + 60.0)),
+                )
+            )
         elif op < 0.7:
             status = rng.choice(list(ActionStatus))
-            journal.mark(rng.choice(ids), status, now - rng.random() * 50.0)
+            journal.mark(
+                rng.choice(ids),
+                status,
+                now - rng.random() * 50.0,
+                detail=rng.choice(("", "why")),
+                companion_id=rng.choice((None, step)),
+            )
         elif op < 0.8:
             job = rng.randrange(1, 20)
             journal.remember_specs({job: ElasticSpec(1, rng.randrange(1, 9))}, now)
@@ -169,6 +184,8 @@ def test_what_is_read_every_cycle_follows_every_write(tmp_path: Path) -> None:
             journal.forget_specs(rng.sample(range(1, 20), 3))
         else:
             journal.prune(now - 40.0)
+        if rng.random() < 0.3:
+            continue  # several writes between reads, too
         fresh = Journal.in_state_dir(tmp_path)
         assert journal.last_resize_at() == fresh.last_resize_at()
         some = rng.sample(range(1, 25), 5)

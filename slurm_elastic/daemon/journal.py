@@ -23,7 +23,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import structlog
@@ -147,12 +147,11 @@ class Journal:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
         self._resized: dict[int, float] | None = None  # last_resize_at's mirror
-        # Read every cycle, written far less often: kept until this object writes again.
+        # Read every cycle: the open rows are loaded once and kept in step by this
+        # object's writes (the daemon is the journal's only writer); the specs are kept
+        # until this object writes them again.
         self._open: tuple[JournalEntry, ...] | None = None
         self._specs: dict[int, ElasticSpec] | None = None
-        # Open rows this object wrote: id -> (job id, kind), so that closing one moves the
-        # last_resize_at mirror without reading the row and its job's rows back.
-        self._written_open: dict[int, tuple[int, str]] = {}
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path) -> Journal:
@@ -185,6 +184,19 @@ class Journal:
         deadline: float | None = None,
     ) -> int:
         kind = str(action.kind)
+        row = (
+            action.job_id,
+            kind,
+            action.from_nodes,
+            action.to_nodes,
+            str(status),
+            now,
+            now,
+            action.reason,
+            json.dumps([list(p) for p in action.extra]),
+            instruction_id,
+            deadline,
+        )
         with self._lock:
             # One statement in autocommit mode is its own transaction, committed (and,
             # with synchronous=FULL, on disk) before execute returns: the intent is
@@ -193,26 +205,15 @@ class Journal:
                 "INSERT INTO actions (job_id, kind, from_nodes, to_nodes, status, created_at,"
                 " updated_at, reason, extra, instruction_id, deadline)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    action.job_id,
-                    kind,
-                    action.from_nodes,
-                    action.to_nodes,
-                    str(status),
-                    now,
-                    now,
-                    action.reason,
-                    json.dumps([list(p) for p in action.extra]),
-                    instruction_id,
-                    deadline,
-                ),
+                row,
             )
             action_id = int(cur.lastrowid or 0)
-            self._open = None
-            if status.is_open:
-                self._written_open[action_id] = (action.job_id, kind)
-            else:
+            if not status.is_open:
                 self._resize_closed(action.job_id, kind, now)
+            elif self._open is not None:
+                # The newest row: last in id order.  Read as _select would read it back.
+                entry = _entry((action_id, *row[:8], "", row[8], instruction_id, deadline, None))
+                self._open = (*self._open, entry)
         log.info("journal.intent", action_id=action_id, job_id=action.job_id, kind=action.kind)
         return action_id
 
@@ -226,20 +227,34 @@ class Journal:
         companion_id: int | None = None,
     ) -> None:
         with self._lock:
+            before = self.open_actions()  # loaded once, then kept in step here
             self._db.execute(  # one statement: its own transaction (see record_intent)
                 "UPDATE actions SET status=?, updated_at=?, detail=?,"
                 " companion_id=COALESCE(?, companion_id) WHERE id=?",
                 (str(status), now, detail, companion_id, action_id),
             )
-            self._open = None
-            # After the write: the mirror follows the row.
-            written = self._written_open.get(action_id)
-            if written is None:
+            # After the write: the in-memory views follow the row.
+            i = next((k for k, e in enumerate(before) if e.id == action_id), None)
+            if i is None:
+                # The row was closed (or is unknown): the open rows change only if it
+                # reopens, and its job's last resize is read back from the table.
+                if status.is_open:
+                    self._open = None
                 self._resize_row_changed(action_id)
-            elif not status.is_open:
-                # An open row of ours closes: it joins its job's closed rows.
-                del self._written_open[action_id]
-                self._resize_closed(*written, now)
+            elif status.is_open:
+                entry = before[i]
+                entry = replace(
+                    entry,
+                    status=ActionStatus(str(status)),
+                    updated_at=float(now),
+                    detail=str(detail),
+                    companion_id=entry.companion_id if companion_id is None else int(companion_id),
+                )
+                self._open = (*before[:i], entry, *before[i + 1 :])
+            else:
+                # An open row closes: it leaves the open rows and joins its job's closed ones.
+                self._open = (*before[:i], *before[i + 1 :])
+                self._resize_closed(before[i].job_id, str(before[i].kind), now)
         log.info("journal.mark", action_id=action_id, status=str(status), detail=detail)
 
     def get(self, action_id: int) -> JournalEntry | None:
@@ -427,7 +442,9 @@ class Journal:
         if ids:
             with self._tx() as db:
                 db.executemany("DELETE FROM specs WHERE job_id=?", ids)
-                self._specs = None
+                if self._specs is not None:
+                    for (job_id,) in ids:  # deleted rows: exactly these keys go
+                        self._specs.pop(job_id, None)
 
     # ------------------------------------------------------------------ start-up
 
