@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.reports import ReportStore
@@ -221,3 +223,32 @@ def test_reused_throughput_fits_equal_the_batched_solve() -> None:
             reused += got is not None and got is last.get(j)
         last = {j: f.throughput for j, f in fits.items()}
     assert reused > 50
+
+
+def test_a_failed_batch_fit_leaves_each_job_its_own_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without this cycle's ``fit_all`` the jobs are fitted one by one, to the same outlooks."""
+    reports = ReportStore()
+    estimator = Estimator(reports, 45.0)
+    spec = ElasticSpec(1, 4)
+    for i in range(1, 6):
+        reports.add(
+            ProgressReport(
+                job_id=3,
+                time=60.0 * i,
+                step=100 * i,
+                nodes=2,
+                samples_per_s=40.0,
+                global_batch=32,
+                total_steps=5000,
+            )
+        )
+    elastic = {3: ElasticJob(job(3, nodes=("n1", "n2"), lo=1, hi=4), spec)}
+    want = estimator.outlooks(elastic, 400.0)[3]
+
+    def broken(priors: object = None) -> None:
+        raise RuntimeError("injected")
+
+    fresh = Estimator(reports, 45.0)
+    monkeypatch.setattr(fresh.bank, "fit_all", broken)
+    got = fresh.outlooks(elastic, 400.0)[3]
+    assert got.source == "user" and _same(got, want)

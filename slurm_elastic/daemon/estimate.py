@@ -109,14 +109,15 @@ class Estimator:
                 priors[job_id] = self._feed(ej)
             except Exception as exc:
                 log.exception("estimate.failed", job_id=job_id, error=str(exc))
+        fits: Mapping[int, JobFit] | None = None
         try:
-            self.bank.fit_all(self._priors)
+            fits = self.bank.fit_all(self._priors)
         except Exception as exc:  # the per-job fits below still isolate each job
             log.exception("estimate.batch_failed", error=str(exc))
         result: dict[int, Outlook] = {}
         for job_id, prior in priors.items():
             try:
-                result[job_id] = self._estimate(elastic[job_id], prior, now)
+                result[job_id] = self._estimate(elastic[job_id], prior, now, fits)
             except Exception as exc:
                 log.exception("estimate.failed", job_id=job_id, error=str(exc))
         return result
@@ -148,12 +149,17 @@ class Estimator:
             self._priors[job.job_id] = prior
         return prior
 
-    def _estimate(self, ej: ElasticJob, prior: Prior, now: float) -> Outlook:
-        """``estimate_outlook`` of the job, from its last basis while that still holds."""
+    def _estimate(
+        self, ej: ElasticJob, prior: Prior, now: float, fits: Mapping[int, JobFit] | None
+    ) -> Outlook:
+        """``estimate_outlook`` of the job, from its last basis while that still holds.
+
+        ``fits``: this cycle's ``fit_all`` (every job's current fit under the prior it was
+        given, which is ``prior``), or None when it failed: the job is then fitted alone."""
         job = ej.job
         spec = ej.spec
         elapsed = now - job.start_time if job.is_running and job.start_time is not None else None
-        fit = self.bank.fit(job.job_id, prior)
+        fit = fits.get(job.job_id) if fits is not None else self.bank.fit(job.job_id, prior)
         nodes = ej.effective_nodes
         cost = spec.resize_cost_s or self.default_resize_cost_s
         last = self._estimated.get(job.job_id)
