@@ -29,6 +29,7 @@ from slurm_elastic.types import (
     ElasticSpec,
     Explanation,
     JobState,
+    NodeView,
     PartitionView,
     Plan,
     SolverStatus,
@@ -92,32 +93,45 @@ def test_offered_sizes_match_the_plain_set_and_shrink_layouts() -> None:
     assert seen == {True, False}
 
 
-def test_node_pools_of_reused_and_new_tuples_match_plain_grouping() -> None:
+def test_node_pools_of_reused_and_new_views_match_plain_grouping() -> None:
     rng = random.Random(8)
     base = snapshot([job(1, nodes=("n1", "n2"))])
+    names = tuple(f"n{i}" for i in range(1, 13))
     parts = (
-        base.partitions,
-        (*base.partitions, PartitionView("gpu", ("n2", "n3"), False, True, "UP")),
-        (replace(base.partitions[0], state="DOWN"),),
+        (replace(base.partitions[0], nodes=names),),
+        (
+            replace(base.partitions[0], nodes=names),
+            PartitionView("gpu", names[3:7], False, True, "UP"),
+        ),
+        (replace(base.partitions[0], nodes=names[:6], state="DOWN"),),
     )
+
+    def view(name: str) -> NodeView:
+        state = rng.choice(["idle", "allocated", "down"])
+        return replace(base.nodes[0], name=name, state=state, flags=rng.choice([(), ("DRAIN",)]))
+
     snaps = [
-        replace(
-            base,
-            nodes=tuple(
-                replace(n, state=rng.choice(["idle", "down"]), flags=rng.choice([(), ("DRAIN",)]))
-                for n in base.nodes
-            ),
-            partitions=rng.choice(parts),
-        )
-        for _ in range(30)
+        replace(base, nodes=tuple(view(n) for n in names), partitions=rng.choice(parts))
+        for _ in range(20)
     ]
-    # A backend may hand the same tuples again (served from the last answer), or new
-    # tuples, or one of them new: every answer is the plain grouping of that snapshot.
-    for _ in range(300):
-        a, b = rng.choice(snaps), rng.choice(snaps)
-        snap = rng.choice([a, replace(a, taken_at=1.0), replace(a, partitions=b.partitions)])
+    prev = snaps[0]
+    for _ in range(1000):
+        r = rng.random()
+        if r < 0.15:
+            snap = rng.choice(snaps)  # new tuples
+        elif r < 0.25:
+            snap = replace(prev, partitions=rng.choice(snaps).partitions)
+        elif r < 0.35:
+            snap = replace(prev, taken_at=1.0)  # the very same tuples
+        else:
+            # A few node views new (maybe equal to the old), the rest the very same objects.
+            nodes = list(prev.nodes)
+            for i in rng.sample(range(len(nodes)), rng.choice([0, 1, 1, 2, 3, 8])):
+                nodes[i] = view(nodes[i].name)
+            snap = replace(prev, nodes=tuple(nodes))
         got = [(p.partitions, p.nodes) for p in node_pools(snap)]
         assert got == _plain_pools(snap)
+        prev = snap
     assert problem._last_pools is not None
 
 
