@@ -19,6 +19,7 @@ from slurm_elastic.actuate.state import ElasticJob, classify
 from slurm_elastic.daemon import problem
 from slurm_elastic.daemon.problem import node_pools, offered_sizes
 from slurm_elastic.daemon.result import CycleResult, RowInputs, status_rows
+from slurm_elastic.sim.backend import SimBackend
 from slurm_elastic.sim.engine import Cluster, SimJob
 from slurm_elastic.sim.runner import ControllerDriver, SimSettings, simulate
 from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
@@ -82,6 +83,9 @@ def test_offered_sizes_match_the_plain_set_and_shrink_layouts() -> None:
         # The sizes derived at construction, as the plain formulas give them.
         running = tuple(c for c in ej.companions if c.state is JobState.RUNNING)
         assert ej.running_companions == running
+        assert ej.pending_companions == tuple(
+            c for c in ej.companions if c.state is JobState.PENDING
+        )
         assert ej.effective_nodes == (
             ej.job.node_count + sum(c.node_count for c in running) if ej.job.is_running else 0
         )
@@ -197,7 +201,8 @@ def _plain_schedule(cluster: Cluster) -> list[int]:
 def test_schedule_starts_what_the_plain_backfill_pass_starts(
     shared_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fast, start = Cluster.schedule, Cluster.start
+    """And, on the way, the busy-node count and the backend's node views are the plain ones."""
+    fast, start, read_nodes = Cluster.schedule, Cluster.start, SimBackend.read_nodes
     started: list[int] = []
     passes = {"started": 0, "none": 0}
 
@@ -206,12 +211,21 @@ def test_schedule_starts_what_the_plain_backfill_pass_starts(
         start(self, j)
 
     def checked(self: Cluster) -> None:
+        assert self.busy_nodes() == sum(1 for o in self.owner if o)
         expected = _plain_schedule(self)
         started.clear()
         fast(self)
         assert started == expected
         passes["started" if expected else "none"] += 1
 
+    def checked_nodes(self: SimBackend) -> tuple[NodeView, ...]:
+        nodes = read_nodes(self)
+        assert self._node_views is not None
+        views = self._node_views
+        assert nodes == tuple(views[i][o != 0] for i, o in enumerate(self.cluster.owner))
+        return nodes
+
+    monkeypatch.setattr(SimBackend, "read_nodes", checked_nodes)
     monkeypatch.setattr(Cluster, "start", record_start)
     monkeypatch.setattr(Cluster, "schedule", checked)
     wl = _contended(shared_dir / "traces")

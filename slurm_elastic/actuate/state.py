@@ -32,17 +32,21 @@ class ElasticJob:
     # Derived from the fields above once, at construction (the object is immutable): a
     # cycle reads them several times per job, and they were a visible share of its cost.
     _running: tuple[JobView, ...] = field(init=False, repr=False, compare=False)
+    _pending: tuple[JobView, ...] = field(init=False, repr=False, compare=False)
     _effective: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Built for every elastic job every cycle, and most have no companion.
         running: tuple[JobView, ...] = ()
+        pending: tuple[JobView, ...] = ()
         grown = 0
         if self.companions:
             running = tuple(c for c in self.companions if c.state is JobState.RUNNING)
+            pending = tuple(c for c in self.companions if c.state is JobState.PENDING)
             grown = sum(c.node_count for c in running)
         effective = self.job.node_count + grown if self.job.is_running else 0
         object.__setattr__(self, "_running", running)
+        object.__setattr__(self, "_pending", pending)
         object.__setattr__(self, "_effective", effective)
 
     @property
@@ -51,7 +55,7 @@ class ElasticJob:
 
     @property
     def pending_companions(self) -> tuple[JobView, ...]:
-        return tuple(c for c in self.companions if c.state is JobState.PENDING)
+        return self._pending
 
     @property
     def effective_nodes(self) -> int:

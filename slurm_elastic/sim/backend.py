@@ -11,6 +11,7 @@ carries ``slurm-elastic:companion-of=<PARENT>``.
 from __future__ import annotations
 
 import bisect
+from operator import getitem
 
 from slurm_elastic.actuate.companion import companion_parent
 from slurm_elastic.errors import SlurmRejected
@@ -144,8 +145,8 @@ class SimBackend:
                 )
                 for name, part in zip(c.node_names, c.node_partition, strict=True)
             ]
-        views = self._node_views
-        self._nodes_cache = tuple(views[i][owner != 0] for i, owner in enumerate(c.owner))
+        # Each node's (idle, allocated) view, picked by whether it has an owner (0: none).
+        self._nodes_cache = tuple(map(getitem, self._node_views, map(bool, c.owner)))
         self._nodes_owner = list(c.owner)
         return self._nodes_cache
 

@@ -442,7 +442,7 @@ class Cluster:
 
     # ------------------------------------------------------------ invariants
     def busy_nodes(self) -> int:
-        return sum(1 for o in self.owner if o)
+        return len(self.owner) - self.owner.count(0)  # asked at every event: one C pass
 
     def check_capacity(self) -> None:
         """Every node has at most one owner and every job holds what it thinks it holds."""
