@@ -7,6 +7,7 @@ checks the fast path against it on many varied inputs: a speed-up may not move a
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from slurm_elastic.types import (
     ElasticSpec,
     Explanation,
     JobState,
+    JobView,
     NodeView,
     PartitionView,
     Plan,
@@ -231,3 +233,53 @@ def test_schedule_starts_what_the_plain_backfill_pass_starts(
     wl = _contended(shared_dir / "traces")
     simulate(wl, _spec(16), SimSettings(policy="mip"), driver_factory=ControllerDriver)
     assert passes["started"] > 10 and passes["none"] > 10
+
+
+def test_classify_reusing_the_last_cycles_elastic_jobs_equals_a_fresh_one() -> None:
+    rng = random.Random(4)
+    specs = [ElasticSpec(1, 8), ElasticSpec(1, 8), ElasticSpec(2, 6, 2)]
+
+    def views() -> dict[int, JobView]:
+        out: list[JobView] = []
+        for parent in (1, 2, 3):
+            if rng.random() < 0.3:
+                out.append(pending(parent))
+                continue
+            own = tuple(f"p{parent}-{k}" for k in range(rng.randint(1, 3)))
+            out.append(job(parent, nodes=own))
+            for k in range(rng.choice([0, 1, 2])):
+                state = rng.choice([JobState.RUNNING, JobState.PENDING])
+                nodes = (f"c{parent}-{k}",) if state is JobState.RUNNING else ()
+                comment = companion_comment(parent)
+                out.append(job(10 * parent + k, state=state, nodes=nodes, comment=comment))
+        return {v.job_id: v for v in out}
+
+    def resolver(spec_of: dict[int, ElasticSpec]) -> Callable[[JobView], ElasticSpec | None]:
+        return lambda j: spec_of.get(j.job_id)
+
+    current = views()
+    spec_of = {j: specs[0] for j in (1, 2, 3)}
+    previous = None
+    reused = 0
+    for _ in range(300):
+        # Most views stay the very same objects, some are renewed; specs change now and then.
+        fresh = views()
+        current = {
+            i: current[i] if i in current and rng.random() < 0.7 else v for i, v in fresh.items()
+        }
+        if rng.random() < 0.2:
+            spec_of = {j: rng.choice(specs) for j in (1, 2, 3)}
+        snap = snapshot(list(current.values()))
+        plain = classify(snap, resolver(spec_of))
+        got = classify(snap, resolver(spec_of), previous=previous)
+        assert got == plain
+        for job_id, ej in got.elastic.items():
+            want = plain.elastic[job_id]
+            assert (ej.effective_nodes, ej.running_companions, ej.pending_companions) == (
+                want.effective_nodes,
+                want.running_companions,
+                want.pending_companions,
+            )
+            reused += previous is not None and ej is previous.elastic.get(job_id)
+        previous = got
+    assert reused > 100
