@@ -16,13 +16,10 @@ import pytest
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.model.outlook import (
-    EXACT_BATCH_WIDTH,
-    RATE_WINDOW,
-    ModelBank,
-    estimate_outlook,
-)
+from slurm_elastic.model.outlook import RATE_WINDOW, ModelBank, estimate_outlook
 from slurm_elastic.model.throughput import (
+    _FITS,
+    EXACT_BATCH_WIDTH,
     Observations,
     ScalingParams,
     ThroughputFit,
@@ -171,6 +168,17 @@ def _observations(rng: random.Random, width: int) -> Observations:
     )
 
 
+def _plain(items: list[Observations]) -> list[ThroughputFit | None]:
+    """``fit_throughput_many`` solving every job (its memo set aside, then put back)."""
+    kept = dict(_FITS)
+    _FITS.clear()
+    try:
+        return fit_throughput_many(items)
+    finally:
+        _FITS.clear()
+        _FITS.update(kept)
+
+
 def test_narrow_batches_fit_each_job_as_alone() -> None:
     """What makes reusing a job's throughput fit exact: within EXACT_BATCH_WIDTH, a job's
     fit does not depend on which other jobs share its batch (padding included)."""
@@ -179,14 +187,38 @@ def test_narrow_batches_fit_each_job_as_alone() -> None:
         items = [
             _observations(rng, rng.randint(1, EXACT_BATCH_WIDTH)) for _ in range(rng.randint(1, 9))
         ]
-        together = fit_throughput_many(items)
+        together = _plain(items)
         for item, fit in zip(items, together, strict=True):
-            assert fit == fit_throughput_many([item])[0]
+            assert fit == _plain([item])[0]
+
+
+def test_memoised_fits_equal_solved_ones() -> None:
+    """Batches drawn from a small pool of observations (so that most rows were fitted
+    before, in other batches), narrow and wide: each equals its plain solve."""
+    rng = random.Random(12)
+    pool = [_observations(rng, rng.randint(1, 9)) for _ in range(40)]
+    hits = 0
+    for _ in range(400):
+        items = rng.sample(pool, rng.randint(1, 6))
+        before = len(_FITS)
+        got = fit_throughput_many(items)
+        want = _plain(items)
+        assert [_bits(f) for f in got] == [_bits(f) for f in want]
+        hits += len(_FITS) == before
+    assert hits > 50
+
+
+def _bits(fit: ThroughputFit | None) -> object:
+    if fit is None:
+        return None
+    p = fit.params
+    floats = [p.t0, p.t1, p.t2, p.t3, fit.rel_rmse, *(v for kn in fit.knots for v in kn)]
+    return fit.sizes, fit.n_obs, [v.hex() for v in floats]
 
 
 def test_reused_throughput_fits_equal_the_batched_solve() -> None:
-    """Every cycle's fits equal one ``fit_throughput_many`` over all stale jobs, as the
-    bank computed them before it reused fits from unchanged observations."""
+    """Every cycle's fits equal one plain solve over all stale jobs (what the bank
+    computed before fits were memoised)."""
     rng = random.Random(3)
     bank = ModelBank()
     n_jobs = 12
@@ -216,7 +248,7 @@ def test_reused_throughput_fits_equal_the_batched_solve() -> None:
                 )
         stale = [j for j in widths if j in bank and bank.model(j).stale(None)]
         observed = [(j, o) for j in stale if (o := bank.model(j).observations(None)) is not None]
-        plain = fit_throughput_many([o for _, o in observed])
+        plain = _plain([o for _, o in observed])
         want = dict(zip([j for j, _ in observed], plain, strict=True))
         fits = bank.fit_all()
         for j in stale:

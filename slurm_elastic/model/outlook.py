@@ -83,12 +83,6 @@ MAX_EXTRAPOLATION_S = 600.0  # progress assumed after the last report, at most
 RESELECT_GROWTH = 1.25
 PREDICTIONS_CACHED = 8192  # see _predict
 RATES_CACHED = 16384  # see _rates
-# ``fit_throughput_many`` pads every job's sizes to the widest job of the batch.  While the
-# batch is at most this wide, numpy sums each row's few terms in order, so a job's fit is
-# bit for bit the same whichever jobs share its batch; wider rows are summed in unrolled
-# blocks where the zero padding moves the rounding (numpy 2.4; tests/test_perf_estimate.py
-# checks it).  Within this width a job's fit from unchanged observations is reused.
-EXACT_BATCH_WIDTH = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +140,6 @@ class JobModel:
         self._cache: JobFit | None = None
         self._cache_key: tuple[int, int, ScalingParams | None] | None = None
         self._last_prior: Prior | None = None  # the prior the cached fit was given
-        # The observations of the last throughput fit made in a batch at most
-        # EXACT_BATCH_WIDTH wide, and that fit (see ``reusable_throughput``).
-        self._tput_memo: tuple[Observations, ThroughputFit | None] | None = None
         self._n_costs = 0
         self._ref_batch: int | None = None
         self._phi: float | None = None
@@ -420,46 +411,6 @@ class JobModel:
             shape = prior.scaling.scaled(prior.scaling.throughput(sizes[i]) / max(rates[i], 1e-300))
         return sizes, rates, weights, shape
 
-    def reusable_throughput(self, obs: Observations) -> tuple[bool, ThroughputFit | None]:
-        """``(True, fit)`` when ``fit`` is this job's throughput fit from the same ``obs``
-        (made in a batch at most EXACT_BATCH_WIDTH wide), else ``(False, None)``."""
-        memo = self._tput_memo
-        if memo is not None and memo[0] == obs:
-            return True, memo[1]
-        return False, None
-
-    def keep_throughput(self, obs: Observations, fit: ThroughputFit | None) -> None:
-        """Remember ``fit`` as made from ``obs`` in a batch at most EXACT_BATCH_WIDTH wide."""
-        self._tput_memo = (obs, fit)
-
-
-def _fit_throughputs(
-    batch: list[tuple[JobModel, Observations | None]],
-) -> dict[int, ThroughputFit | None]:
-    """``fit_throughput_many`` over the batch's observed jobs, by job id.
-
-    Most refits are of a job that made one more report at a size it had reported at: its
-    rates and weights are often the same as at its last fit (a steady speed, and a full
-    window of RATE_WINDOW reports), so the last fit is reused when the batch is narrow
-    enough for that to be exact (see EXACT_BATCH_WIDTH).  Half of a 1,000-job
-    simulation's fits are such repeats.
-    """
-    observed = [(m, o) for m, o in batch if o is not None]
-    exact = max((len(o[0]) for _, o in observed), default=0) <= EXACT_BATCH_WIDTH
-    out: dict[int, ThroughputFit | None] = {}
-    todo: list[tuple[JobModel, Observations]] = []
-    for m, o in observed:
-        known, fit = m.reusable_throughput(o) if exact else (False, None)
-        if known:
-            out[m.job_id] = fit
-        else:
-            todo.append((m, o))
-    for (m, o), fit in zip(todo, fit_throughput_many([o for _, o in todo]), strict=True):
-        out[m.job_id] = fit
-        if exact:
-            m.keep_throughput(o, fit)
-    return out
-
 
 def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
     """Refit the given jobs: curves in one vectorised solve per family (jobs that declared
@@ -477,7 +428,11 @@ def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
             strict=True,
         )
     )
-    tputs = _fit_throughputs([(m, m.observations(p)) for m, p in batch])
+    obs = [(m.job_id, m.observations(p)) for m, p in batch]
+    rated = [(j, o) for j, o in obs if o is not None]
+    tputs = dict(
+        zip((j for j, _ in rated), fit_throughput_many([o for _, o in rated]), strict=True)
+    )
     for m, p in batch:
         m.assemble(convs.get(m.job_id), tputs.get(m.job_id), p)
 
