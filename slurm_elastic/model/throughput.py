@@ -214,7 +214,6 @@ _SUBSETS = np.array([[(i >> b) & 1 for b in range(4)] for i in range(1, 16)], dt
 # Per subset: the mask of its (a, b) entries and the identity on the parameters it leaves
 # out, (1, 15, 4, 4) each.  Constant, so made once, not in every cycle's (often 1-job) fit.
 _SUBSET_PAIRS = _SUBSETS[None, :, :, None] * _SUBSETS[None, :, None, :]
-_DIAG = np.arange(4)
 _SUBSET_EYE = np.eye(4) * (1.0 - _SUBSETS[None, :, :])[..., None]
 
 
@@ -277,23 +276,21 @@ def fit_throughput_many(
     multi = (N > 1.0).astype(np.float64)
     # Relative residuals (row / T_obs); ridge toward the prior, each parameter measured by
     # its share of the typical step time so that the penalty is dimensionless.
-    phi = np.empty((J, S, 4))
+    phi = np.ones((J, S, 4))
     phi[:, :, 0] = 1.0 / N
-    phi[:, :, 1] = 1.0
     phi[:, :, 2] = N
     phi[:, :, 3] = multi
     phi /= T[:, :, None]
     n_ref = np.exp(logN.sum(axis=1) / cnt)
     t_ref = np.exp(LT.sum(axis=1) / cnt)
-    cs2 = np.empty((J, 4))
+    cs2 = np.ones((J, 4))
     cs2[:, 0] = 1.0 / n_ref
-    cs2[:, 1] = 1.0
     cs2[:, 2] = n_ref
-    cs2[:, 3] = 1.0
     cs2 = (cs2 / t_ref[:, None]) ** 2
     lam = max(prior_strength, 0.0)
     A = np.einsum("js,jsa,jsb->jab", W, phi, phi)
-    A[:, _DIAG, _DIAG] += lam * cs2 + 1e-12 * np.trace(A, axis1=1, axis2=2)[:, None]
+    diag = A.reshape(J, 16)[:, ::5]  # a view of each A's diagonal
+    diag += lam * cs2 + 1e-12 * diag.sum(axis=1)[:, None]
     b = np.einsum("js,jsa->ja", W, phi) + lam * cs2 * P
     m = _SUBSETS[None, :, :]  # (1, 15, 4)
     A_s = A[:, None] * _SUBSET_PAIRS + _SUBSET_EYE
@@ -302,7 +299,8 @@ def fit_throughput_many(
     value = np.where((x >= -1e-12).all(axis=2), -(b_s * x).sum(axis=2), np.inf)
     sol = np.maximum(x[np.arange(J), value.argmin(axis=1)], 0)
     bad = ~np.isfinite(sol).all(axis=1) | (sol.sum(axis=1) <= 0.0)
-    sol[bad] = P[bad]  # a degenerate solve keeps the prior, which is never wrong-signed
+    if bad.any():
+        sol[bad] = P[bad]  # a degenerate solve keeps the prior, which is never wrong-signed
     pred = sol[:, 0:1] / N + sol[:, 1:2] + sol[:, 2:3] * N + sol[:, 3:4] * multi
     pred = np.maximum(pred, _MIN_T)
     rel = np.sqrt(np.where(mask, ((pred - T) / T) ** 2, 0.0).sum(axis=1) / cnt)
