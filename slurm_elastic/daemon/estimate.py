@@ -17,7 +17,7 @@ import structlog
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import JobFit, ModelBank, OutlookBasis, outlook_basis
-from slurm_elastic.model.priors import HistoryIndex, Prior, build_prior
+from slurm_elastic.model.priors import HistoryIndex, Prior, prior_from_similar
 from slurm_elastic.types import ElasticSpec, JobHistory, Outlook, ProgressReport
 
 log = structlog.get_logger("slurm_elastic.estimate")
@@ -52,6 +52,20 @@ class _Estimated:
         )
 
 
+@dataclass(slots=True)
+class _Built:
+    """A prior and the similar jobs it was built from (see ``Estimator._prior``)."""
+
+    similar: list[JobHistory]
+    prior: Prior
+    version: int = -1  # the index version it was last found current at
+
+    def same_jobs(self, similar: list[JobHistory]) -> bool:
+        return len(similar) == len(self.similar) and all(
+            a is b for a, b in zip(similar, self.similar, strict=True)
+        )
+
+
 class Estimator:
     def __init__(
         self, reports: ReportStore, default_resize_cost_s: float, curve_family: str = "exp"
@@ -64,10 +78,12 @@ class Estimator:
         # nothing arrived and the job's stored reports need no new pass.
         self._seen: dict[int, ProgressReport] = {}
         self._priors: dict[int, Prior] = {}
-        # ``build_prior`` is a pure function of its arguments and the history index: its
-        # results are kept until the index changes (an empty accounting read leaves it as
-        # it was, and a third of the sim's reads are empty).
-        self._built: dict[tuple[str, str, str, int], Prior] = {}
+        # ``build_prior`` is a pure function of the similar jobs (immutable records) and the
+        # size: per (user, name, work_dir, size), the prior and the similar jobs it was built
+        # from, kept across accounting reads while those stay the same records (most reads
+        # change few users' buckets).  ``_version`` counts the index's changes.
+        self._built: dict[tuple[str, str, str, int], _Built] = {}
+        self._version = 0
         self._index = HistoryIndex()  # the controller's sacct history, kept in step
         # Per job, its last estimate: most jobs neither report nor change size or prior
         # between two cycles, so their basis is reused, and a job whose progress is not
@@ -80,7 +96,10 @@ class Estimator:
         records, removed = list(records), list(removed)
         if records or removed:
             self._index.update(records, removed)
-            self._built.clear()
+            # Keys not looked up since the previous change go: the memo holds the jobs of
+            # the last two reads, not every job type ever seen.
+            self._built = {k: b for k, b in self._built.items() if b.version == self._version}
+            self._version += 1
         self._priors.clear()
 
     def resized(self, job_id: int, now: float, to_nodes: int) -> None:
@@ -136,18 +155,21 @@ class Estimator:
         prior = self._priors.get(job.job_id)
         if prior is None:
             nodes = max(ej.spec.min_nodes, job.node_count)
-            key = (job.user, job.name, job.work_dir, nodes)
-            prior = self._built.get(key)
-            if prior is None:
-                prior = self._built[key] = build_prior(
-                    user=job.user,
-                    name=job.name,
-                    work_dir=job.work_dir,
-                    requested_nodes=nodes,
-                    history=self._index,
-                )
-            self._priors[job.job_id] = prior
+            prior = self._priors[job.job_id] = self._prior(job.user, job.name, job.work_dir, nodes)
         return prior
+
+    def _prior(self, user: str, name: str, work_dir: str, nodes: int) -> Prior:
+        """``build_prior(..., history=self._index)``, reused while the similar jobs are the
+        same records."""
+        key = (user, name, work_dir, nodes)
+        built = self._built.get(key)
+        if built is not None and built.version == self._version:
+            return built.prior
+        similar = self._index.similar(user, name, work_dir)
+        if built is None or not built.same_jobs(similar):
+            built = self._built[key] = _Built(similar, prior_from_similar(similar, nodes))
+        built.version = self._version
+        return built.prior
 
     def _estimate(
         self, ej: ElasticJob, prior: Prior, now: float, fits: Mapping[int, JobFit] | None

@@ -215,7 +215,25 @@ def build_prior(
     by the daemon from reports).
     """
     index = history if isinstance(history, HistoryIndex) else HistoryIndex(history)
-    similar = index.similar(user, name, work_dir)
+    return prior_from_similar(
+        index.similar(user, name, work_dir),
+        requested_nodes,
+        past_throughput=past_throughput,
+        past_steps=past_steps,
+        site=site,
+    )
+
+
+def prior_from_similar(
+    similar: Sequence[JobHistory],
+    requested_nodes: int,
+    *,
+    past_throughput: Mapping[int, Sequence[tuple[int, float]]] | None = None,
+    past_steps: Mapping[int, float] | None = None,
+    site: SiteDefaults = SiteDefaults(),
+) -> Prior:
+    """``build_prior`` once the similar jobs are found (``HistoryIndex.similar``): a pure
+    function of them (immutable records) and the other arguments."""
     if not similar:
         return site_prior(requested_nodes, site)
     completed = [h for h in similar if h.state is JobState.COMPLETED]
