@@ -18,7 +18,7 @@ from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Allocate, Controller
 from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
-from slurm_elastic.daemon.problem import build_problem, not_eligible_reason
+from slurm_elastic.daemon.problem import build_problem, not_eligible, not_eligible_reason
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.marker import resolve_spec
 from slurm_elastic.slurm import parse_json, parse_text
@@ -102,6 +102,12 @@ def test_ineligible_jobs_get_no_capacity_and_reserve_nothing() -> None:
     )
     assert problem.elastic == ()  # every elastic job waits on something else
     assert {(r.job_id, r.running) for r in problem.rigid} == {(781, True), (790, False)}
+    # The controller hands over the not_eligible it computed: the same problem.
+    kw = {"now": 0.0, "horizon_s": 600.0, "time_limit_s": 1.0}
+    given = build_problem(
+        snap, cls, outlooks(list(cls.elastic)), {}, waiting=not_eligible(cls), **kw
+    )
+    assert given == problem
 
 
 def test_controller_plans_around_them_and_says_why() -> None:

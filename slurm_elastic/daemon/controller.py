@@ -190,7 +190,8 @@ class Controller:
                 frozen[rec.action.job_id] = f"shrink {rec.outcome} this cycle"
         # Held / dependency / begin-time jobs get no capacity (build_problem leaves them
         # out); as "frozen" they are not acted on and their REASON says why.
-        for job_id, why in not_eligible(cls).items():
+        waiting = not_eligible(cls)
+        for job_id, why in waiting.items():
             frozen.setdefault(job_id, why)
         for job_id, ej in cls.elastic.items():
             if job_id in frozen:
@@ -214,6 +215,7 @@ class Controller:
             now=now,
             horizon_s=self.config.policy.horizon_s,
             time_limit_s=self.config.policy.time_limit_s,
+            waiting=waiting,
         )
         plan = self._decide(problem)
 

@@ -251,14 +251,17 @@ def build_problem(
     now: float,
     horizon_s: float,
     time_limit_s: float,
+    waiting: Mapping[int, str] | None = None,
 ) -> AllocationProblem:
     """An elastic job without an outlook (the model failed on it) is held rigid at its size.
 
     A pending elastic job Slurm cannot start now (``not_eligible``) is neither elastic nor
-    rigid: it has no size to keep and must not have nodes set aside for it.
+    rigid: it has no size to keep and must not have nodes set aside for it.  ``waiting``:
+    ``not_eligible(classification)`` when the caller has it already (the controller does).
     """
     elastic: list[ElasticDemand] = []
-    waiting = not_eligible(classification)
+    if waiting is None:
+        waiting = not_eligible(classification)
     for job_id, ej in sorted(classification.elastic.items()):
         if job_id in waiting:
             continue
