@@ -11,6 +11,7 @@ carries ``slurm-elastic:companion-of=<PARENT>``.
 from __future__ import annotations
 
 import bisect
+import functools
 from operator import getitem
 
 from slurm_elastic.actuate.companion import companion_parent
@@ -34,6 +35,9 @@ SIM_WORK_DIR = "/sim"
 CPUS_PER_NODE = 4  # as the local test cluster's nodes; the daemon does not size by CPUs
 
 
+# Pure, and asked for every view and accounting record of every elastic job: formatted once
+# per distinct range.
+@functools.lru_cache(maxsize=1024)
 def elastic_comment(min_nodes: int, max_nodes: int, step: int) -> str:
     """The elastic marker a user would put in ``--comment`` (see ``slurm_elastic.marker``)."""
     return format_marker(ElasticSpec(min_nodes=min_nodes, max_nodes=max_nodes, step=step))
