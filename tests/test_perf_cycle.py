@@ -203,8 +203,9 @@ def _plain_schedule(cluster: Cluster) -> list[int]:
 def test_schedule_starts_what_the_plain_backfill_pass_starts(
     shared_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """And, on the way, the busy-node count and the backend's node views are the plain ones."""
-    fast, start, read_nodes = Cluster.schedule, Cluster.start, SimBackend.read_nodes
+    """And, on the way, the busy-node count and the backend's views are the plain ones."""
+    fast, start = Cluster.schedule, Cluster.start
+    read_nodes, read_jobs = SimBackend.read_nodes, SimBackend.read_jobs
     started: list[int] = []
     passes = {"started": 0, "none": 0}
 
@@ -227,7 +228,13 @@ def test_schedule_starts_what_the_plain_backfill_pass_starts(
         assert nodes == tuple(views[i][o != 0] for i, o in enumerate(self.cluster.owner))
         return nodes
 
+    def checked_jobs(self: SimBackend) -> tuple[JobView, ...]:
+        jobs = read_jobs(self)
+        assert jobs == tuple(self._job_view(j) for j in self.cluster.active.values())
+        return jobs
+
     monkeypatch.setattr(SimBackend, "read_nodes", checked_nodes)
+    monkeypatch.setattr(SimBackend, "read_jobs", checked_jobs)
     monkeypatch.setattr(Cluster, "start", record_start)
     monkeypatch.setattr(Cluster, "schedule", checked)
     wl = _contended(shared_dir / "traces")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import functools
 from operator import getitem
+from typing import NamedTuple
 
 from slurm_elastic.actuate.companion import companion_parent
 from slurm_elastic.errors import SlurmRejected
@@ -43,6 +44,17 @@ def elastic_comment(min_nodes: int, max_nodes: int, step: int) -> str:
     return format_marker(ElasticSpec(min_nodes=min_nodes, max_nodes=max_nodes, step=step))
 
 
+class _Shown(NamedTuple):
+    """A job's view and the changing fields of the job it was built from."""
+
+    state: JobState
+    nodes: list[int]  # a copy
+    request: int
+    admin_comment: str
+    start: float | None
+    view: JobView
+
+
 class SimBackend:
     """Implements ``slurm_elastic.slurm.backend.SlurmBackend`` over a :class:`Cluster`."""
 
@@ -53,7 +65,7 @@ class SimBackend:
         self._nodes_owner: list[int] | None = None
         self._node_views: list[tuple[NodeView, ...]] | None = None
         # Job views by id with the state they show: rebuilt only when that state changed.
-        self._views: dict[int, tuple[tuple[object, ...], JobView]] = {}
+        self._views: dict[int, _Shown] = {}
         self._partitions = tuple(
             PartitionView(
                 name=p.name,
@@ -81,15 +93,29 @@ class SimBackend:
         )
 
     def read_jobs(self) -> tuple[JobView, ...]:
-        views = {}
+        views: dict[int, _Shown] = {}
         for job in self.cluster.active.values():
-            key = (job.state, tuple(job.nodes), job.request, job.admin_comment, job.start)
-            cached = self._views.get(job.job_id)
-            views[job.job_id] = (
-                cached if cached and cached[0] == key else (key, self._job_view(job))
-            )
+            shown = self._views.get(job.job_id)
+            # Field by field, without building a key per job per read (half the read's cost).
+            if (
+                shown is None
+                or shown.state is not job.state
+                or shown.request != job.request
+                or shown.start != job.start
+                or shown.admin_comment != job.admin_comment
+                or shown.nodes != job.nodes
+            ):
+                shown = _Shown(
+                    job.state,
+                    list(job.nodes),
+                    job.request,
+                    job.admin_comment,
+                    job.start,
+                    self._job_view(job),
+                )
+            views[job.job_id] = shown
         self._views = views  # ended jobs drop out
-        return tuple(view for _, view in views.values())
+        return tuple(shown.view for shown in views.values())
 
     @staticmethod
     def _comment(job: SimJob) -> str:
