@@ -156,8 +156,9 @@ def test_what_is_read_every_cycle_follows_every_write(tmp_path: Path) -> None:
         now = float(step)
         op = rng.random()
         if op < 0.3 or not ids:
-            extra = rng.choice(((), (("parent_nodes", "2"), ("keep_nodes", "a,b"))))
-            action = Action(rng.choice(kinds), rng.randrange(1, 20), 4, 2, "test", extra)
+            # The last extra is not plain strings: it reads back as strings in a tuple.
+            extra = rng.choice(((), (("parent_nodes", "2"), ("keep_nodes", "a,b")), [("n", 2)]))
+            action = Action(rng.choice(kinds), rng.randrange(1, 20), 4, 2, "test", extra)  # type: ignore[arg-type]
             status = rng.choice((ActionStatus.INTENT, ActionStatus.WAITING, ActionStatus.APPLIED))
             ids.append(
                 journal.record_intent(
