@@ -43,12 +43,13 @@ only the last of each run is kept, and rows after the first one that is 0 are im
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from slurm_elastic.errors import SolverError
-from slurm_elastic.types import AllocationProblem, ElasticDemand, RigidDemand
+from slurm_elastic.types import AllocationProblem, ElasticDemand, NodePool, RigidDemand
 
 CAPACITY = "capacity"
 RESERVATION = "fifo-reservation"
@@ -56,6 +57,12 @@ RESERVATION = "fifo-reservation"
 Class = frozenset[str]
 
 
+# The results below are pure functions of small immutable inputs that recur every cycle
+# (a cluster has a handful of partitions), so they are memoised.
+_MEMO = 256
+
+
+@functools.lru_cache(maxsize=_MEMO)
 def demand_class(partition: str) -> Class:
     """Partitions a job may run in (``a,b`` = either)."""
     names = frozenset(p.strip() for p in partition.split(",") if p.strip())
@@ -96,11 +103,11 @@ def _connected_subsets(members: list[int], adj: dict[int, int]) -> Iterator[int]
             yield mask
 
 
+@functools.lru_cache(maxsize=_MEMO)
 def hall_sets(
-    classes: list[Class], problem: AllocationProblem, max_component: int
-) -> list[tuple[frozenset[Class], int]]:
+    classes: tuple[Class, ...], pools: tuple[NodePool, ...], max_component: int
+) -> tuple[tuple[frozenset[Class], int], ...]:
     """Every connected set of demand classes with the nodes of the pools it touches."""
-    pools = problem.pools
     touch = {c: frozenset(i for i, p in enumerate(pools) if p.partitions & c) for c in classes}
     order = sorted(classes, key=lambda c: sorted(c))
     # components of the "share a pool" graph, by union-find on class indices
@@ -140,9 +147,10 @@ def hall_sets(
             chosen = frozenset(order[members[a]] for a in range(len(members)) if mask >> a & 1)
             pool_ids = frozenset().union(*(touch[c] for c in chosen))
             out.append((chosen, sum(pools[i].nodes for i in pool_ids)))
-    return out
+    return tuple(out)
 
 
+@functools.lru_cache(maxsize=_MEMO)
 def _name(classes: frozenset[Class]) -> str:
     return "+".join(sorted(",".join(sorted(c)) for c in classes))
 
@@ -158,13 +166,14 @@ def build_rows(
         set(classes_of.values()) | set(rigid_classes.values()), key=lambda c: sorted(c)
     )
     rows: list[RowSpec] = []
-    for classes, cap in hall_sets(all_classes, problem, max_component):
+    for classes, cap in hall_sets(tuple(all_classes), tuple(problem.pools), max_component):
         rigid_in = [r for r in problem.rigid if rigid_classes[r.job_id] in classes]
-        elastic_in = [e for e in problem.elastic if classes_of[e.job_id] in classes]
         rigid_running = sum(r.nodes for r in rigid_in if r.running)
         name = _name(classes)
         rows.append(RowSpec(f"{CAPACITY}:{name}", CAPACITY, float(cap - rigid_running), classes))
-        rows.extend(_reservations(name, classes, cap - rigid_running, rigid_in, elastic_in))
+        rows.extend(
+            _reservations(name, classes, cap - rigid_running, rigid_in, problem.elastic, classes_of)
+        )
     return rows
 
 
@@ -173,13 +182,15 @@ def _reservations(
     classes: frozenset[Class],
     free_of_rigid: int,
     rigid_in: list[RigidDemand],
-    elastic_in: list[ElasticDemand],
+    elastic: tuple[ElasticDemand, ...],
+    classes_of: dict[int, Class],
 ) -> list[RowSpec]:
     pending_rigid = sorted(
         (r for r in rigid_in if not r.running), key=lambda r: fifo_key(r.submit_time, r.job_id)
     )
     if not pending_rigid:
         return []
+    elastic_in = [e for e in elastic if classes_of[e.job_id] in classes]
     running_cur = sum(e.current_nodes for e in elastic_in if e.is_running)
     pending = sorted(
         (fifo_key(e.submit_time, e.job_id), e.min_nodes) for e in elastic_in if not e.is_running

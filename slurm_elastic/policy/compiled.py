@@ -85,9 +85,14 @@ class Row:
     rhs: float
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class JobModel:
-    """One elastic job's candidates and what each costs and buys."""
+    """One elastic job's candidates and what each costs and buys.
+
+    Read-only by convention, not ``frozen``: a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``, 3.3 us for these 13 fields against 0.6 us
+    (measured), and ``compile_problem`` builds one per job every cycle.
+    """
 
     demand: ElasticDemand
     legal: IntArray  # every size allowed this cycle (before dominance pruning)
@@ -118,28 +123,30 @@ class Compiled:
     options: PolicyOptions
     jobs: tuple[JobModel, ...]  # in the problem's order
     rows: tuple[Row, ...]
+    rhs: FloatArray  # per row, read-only (the rows' rhs as one array, built once)
     start: IntArray  # flat view: job j's candidates are start[j]:start[j+1]
     value: FloatArray  # flat candidate values
     coef: FloatArray  # dense (rows x flat candidates) row usage
+    sizes: IntArray  # flat candidate sizes
+    progress: FloatArray  # flat candidate progress
+    throughput: FloatArray  # flat candidate throughput
+    keep: IntArray  # flat index of each job's current size ("no change")
 
-    def _at(self, choice: Sequence[int]) -> IntArray:
+    def at(self, choice: Sequence[int]) -> IntArray:
+        """Flat index of each job's chosen candidate."""
         return self.start[:-1] + np.asarray(choice, dtype=np.int64).reshape(-1)
 
     def floor_usage(self) -> FloatArray:
-        return self.usage([0] * len(self.jobs))
+        return self.coef[:, self.start[:-1]].sum(axis=1)
 
     def usage(self, choice: Sequence[int]) -> FloatArray:
-        return self.coef[:, self._at(choice)].sum(axis=1)
+        return self.coef[:, self.at(choice)].sum(axis=1)
 
     def objective(self, choice: Sequence[int]) -> float:
-        return float(self.value[self._at(choice)].sum())
+        return float(self.value[self.at(choice)].sum())
 
     def feasible(self, choice: Sequence[int]) -> bool:
         return bool(np.all(self.usage(choice) <= self.rhs + _EPS))
-
-    @property
-    def rhs(self) -> FloatArray:
-        return np.array([r.rhs for r in self.rows], dtype=float)
 
 
 # --------------------------------------------------------------------------- validation
@@ -156,7 +163,8 @@ def _validate(problem: AllocationProblem) -> None:
             raise SolverError(f"job {d.job_id} appears twice in the problem")
         seen.add(d.job_id)
         sizes = d.allowed_sizes
-        if not sizes or any(s < 1 for s in sizes) or list(sizes) != sorted(set(sizes)):
+        # Ascending and distinct, so all >= 1 exactly when the first is.
+        if not sizes or sizes[0] < 1 or list(sizes) != sorted(set(sizes)):
             raise SolverError(
                 f"job {d.job_id}: allowed_sizes must be ascending, distinct and >= 1, got {sizes!r}"
             )
@@ -166,8 +174,9 @@ def _validate(problem: AllocationProblem) -> None:
             raise SolverError(f"job {d.job_id}: weight must be finite and >= 0, got {d.weight}")
         if d.outlook.resize_cost_s < 0 or math.isnan(d.outlook.resize_cost_s):
             raise SolverError(f"job {d.job_id}: resize_cost_s must be >= 0")
-        if any(not s.throughput >= 0 for s in d.outlook.sizes):
-            raise SolverError(f"job {d.job_id}: outlook throughput must be >= 0")
+        for est in d.outlook.sizes:
+            if not est.throughput >= 0:
+                raise SolverError(f"job {d.job_id}: outlook throughput must be >= 0")
     for r in problem.rigid:
         if r.job_id in seen:
             raise SolverError(f"job {r.job_id} appears twice in the problem")
@@ -200,14 +209,22 @@ def _static_size(d: ElasticDemand) -> int:
 
 
 def _throughput(d: ElasticDemand, sizes: list[int]) -> list[float]:
-    est = {e.nodes: e.throughput for e in d.outlook.sizes}
+    est = d.outlook.sizes
     if not est:
         return [float(s) for s in sizes]  # no estimate: assume linear speed-up
-    got = [est.get(s) if s > 0 else 0.0 for s in sizes]
+    # Usually the outlook has exactly the positive candidates, in order: read them off
+    # (the lookup below would find the same numbers; this skips its dict).
+    nodes = [e.nodes for e in est]
+    if nodes == sizes:
+        return [float(e.throughput) for e in est]
+    if sizes[0] == 0 and nodes == sizes[1:]:
+        return [0.0, *(float(e.throughput) for e in est)]
+    by_nodes = {e.nodes: e.throughput for e in est}
+    got = [by_nodes.get(s) if s > 0 else 0.0 for s in sizes]
     if None not in got:
         return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, got, strict=True)]
-    xs = sorted(est)
-    thr = np.interp(np.array(sizes, dtype=float), xs, [est[x] for x in xs])
+    xs = sorted(by_nodes)
+    thr = np.interp(np.array(sizes, dtype=float), xs, [by_nodes[x] for x in xs])
     return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, thr, strict=True)]
 
 
@@ -222,6 +239,9 @@ class _Flat:
     progress: FloatArray
     throughput: FloatArray
     remaining: FloatArray
+    current: FloatArray  # the job's current size, per candidate
+    running: npt.NDArray[np.bool_]  # per candidate
+    fifo: list[tuple[float, int]]  # per job
 
 
 def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
@@ -235,28 +255,48 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     """
     demands = problem.elastic
     horizon = problem.horizon_s
-    legal = [_legal_sizes(d) for d in demands]
-    counts = np.array([len(x) for x in legal], dtype=np.int64)
-    start = np.zeros(len(demands) + 1, dtype=np.int64)
-    np.cumsum(counts, out=start[1:])
-    job = np.repeat(np.arange(len(demands)), counts)
-    sizes = np.array([s for x in legal for s in x], dtype=np.int64)
-    thr = np.array([t for d, x in zip(demands, legal, strict=True) for t in _throughput(d, x)])
-
-    def per_job(xs: list[float]) -> FloatArray:
-        return np.array(xs, dtype=float)[job] if demands else np.zeros(0)
-
-    cur = per_job([d.current_nodes for d in demands])
-    running = per_job([d.is_running for d in demands]) > 0
-    cost = per_job([d.outlook.resize_cost_s for d in demands])
-    weight = per_job([d.weight for d in demands])
-    raw_work = per_job([max(d.outlook.remaining_work, 0.0) for d in demands])
-    top = np.maximum.reduceat(thr, start[:-1]) if demands else np.zeros(0)
+    n = len(demands)
+    # One pass over the jobs gathers everything; the arithmetic below is on flat arrays.
+    # A cycle has about 16 jobs, so numpy calls (about 1 us each) and Python objects, not
+    # arithmetic, are the cost: each array is built once, not once per job.
+    all_sizes: list[int] = []
+    all_thr: list[float] = []
+    counts: list[int] = []
+    per_job: list[tuple[float, bool, float, float, float]] = []
+    fifo: list[tuple[float, int]] = []
+    for d in demands:
+        legal = _legal_sizes(d)
+        all_sizes += legal
+        all_thr += _throughput(d, legal)
+        counts.append(len(legal))
+        out = d.outlook
+        per_job.append(
+            (
+                d.current_nodes,
+                d.is_running,
+                out.resize_cost_s,
+                d.weight,
+                max(out.remaining_work, 0.0),
+            )
+        )
+        fifo.append(fifo_key(d.submit_time, d.job_id))
+    count = np.array(counts, dtype=np.int64)
+    start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(count, out=start[1:])
+    job = np.repeat(np.arange(n), count)
+    sizes = np.array(all_sizes, dtype=np.int64)
+    thr = np.array(all_thr, dtype=float)
+    # Per-job numbers repeated onto each of the job's candidates, all five at once.
+    cur, run, cost, weight, raw_work = np.repeat(
+        np.array(per_job, dtype=float).reshape(n, 5), count, axis=0
+    ).T
+    running = run > 0
+    top = np.maximum.reduceat(thr, start[:-1]) if n else np.zeros(0)
+    best = top[job]
     # Unknown remaining work: at least ten horizons at the job's best speed.
-    work = np.where(np.isfinite(raw_work), raw_work, 10.0 * horizon * top[job] if demands else 0)
+    work = np.where(np.isfinite(raw_work), raw_work, 10.0 * horizon * best)
     resized = running & (sizes != cur)
     heff = np.where(resized, np.maximum(horizon - cost, 0.0), horizon)
-    best = top[job] if demands else np.zeros(0)
     with np.errstate(divide="ignore", invalid="ignore"):
         tau = np.where(thr > 0, work / thr, np.inf) + np.where(resized, cost, 0.0)
         # Beyond the horizon the rest runs at the job's best speed: an estimate that does
@@ -270,19 +310,15 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     # Tie-breaks far below any real difference: change as little as possible, and among
     # equally good pending jobs start the older one.
     tick = options.change_penalty * horizon
-    rank = np.empty(len(demands))
-    rank[
-        sorted(
-            range(len(demands)), key=lambda i: fifo_key(demands[i].submit_time, demands[i].job_id)
-        )
-    ] = np.arange(len(demands))
-    older = 1.0 - rank / max(len(demands), 1)
+    rank = np.empty(n)
+    rank[sorted(range(n), key=fifo.__getitem__)] = np.arange(n)
+    older = 1.0 - rank / max(n, 1)
     value = value - tick * (sizes != cur) + 0.5 * tick * older[job] * (~running & (sizes > 0))
     progress = np.minimum(raw_work, thr * heff)
-    return _Flat(start, job, sizes, value, progress, thr, tau)
+    return _Flat(start, job, sizes, value, progress, thr, tau, cur, running, fifo)
 
 
-def _undominated(flat: _Flat, protect: FloatArray) -> FloatArray:
+def _undominated(flat: _Flat, protect: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
     """Mask of candidates worth more than every smaller candidate of the same job."""
     n_jobs = flat.start.size - 1
     local = np.arange(flat.sizes.size) - flat.start[flat.job]
@@ -298,33 +334,43 @@ def _undominated(flat: _Flat, protect: FloatArray) -> FloatArray:
 
 
 def _row_coefficients(
-    problem: AllocationProblem,
+    demands: Sequence[ElasticDemand],
     specs: list[RowSpec],
     classes: list[Class],
+    flat: _Flat,
+    kept: IntArray,
     sizes: IntArray,
     job: IntArray,
-) -> tuple[FloatArray, FloatArray]:
-    """Dense (rows x candidates) usage, and a (rows x jobs) mask of who is in each row."""
-    demands = problem.elastic
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """Dense (rows x kept candidates) usage, and a (rows x jobs) mask of who is in each row.
+
+    ``sizes`` and ``job`` are ``flat``'s at ``kept``.
+    """
     s = sizes.astype(float)
-    running = np.array([d.is_running for d in demands], dtype=bool)[job]
-    cur = np.array([d.current_nodes for d in demands], dtype=float)[job]
-    mins = np.array([d.min_nodes for d in demands], dtype=float)[job]
-    submit = np.array([d.submit_time for d in demands], dtype=float)
-    ids = np.array([d.job_id for d in demands], dtype=np.int64)
     distinct = sorted(set(classes), key=sorted)
-    class_ix = np.array([distinct.index(c) for c in classes], dtype=np.int64)
+    position = {c: i for i, c in enumerate(distinct)}
+    class_ix = np.array([position[c] for c in classes], dtype=np.int64)
     coef = np.zeros((len(specs), sizes.size))
     member = np.zeros((len(specs), len(demands)), dtype=bool)
+    if any(spec.kind != CAPACITY and spec.cutoff is not None for spec in specs):
+        running, cur = flat.running[kept], flat.current[kept]
+        mins = np.array([d.min_nodes for d in demands], dtype=float)[job]
+        submit = np.array([d.submit_time for d in demands], dtype=float)
+        ids = np.array([d.job_id for d in demands], dtype=np.int64)
     for i, spec in enumerate(specs):
-        member[i] = np.array([c in spec.classes for c in distinct], dtype=bool)[class_ix]
+        inside = [c in spec.classes for c in distinct]
         if spec.kind == CAPACITY or spec.cutoff is None:
             row = s
         else:
             at, by = spec.cutoff
             older = ((submit < at) | ((submit == at) & (ids < by)))[job]  # FIFO key < cutoff
             row = np.where(running, s - cur, np.where(older, np.where(sizes > 0, s - mins, 0.0), s))
-        coef[i] = np.where(member[i][job], row, 0.0)
+        if all(inside):  # the usual single partition: every job is in the row
+            member[i] = True
+            coef[i] = row
+        else:
+            member[i] = np.array(inside, dtype=bool)[class_ix]
+            coef[i] = np.where(member[i][job], row, 0.0)
     return coef, member
 
 
@@ -332,6 +378,7 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
     """Validate and compile; raises SolverError with a one-line reason on bad input."""
     _validate(problem)
     demands = problem.elastic
+    n = len(demands)
     classes = [demand_class(d.partition) for d in demands]
     specs = build_rows(
         problem,
@@ -339,43 +386,42 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
         options.max_component_classes,
     )
     flat = _values(problem, options)
-    cur = np.array([d.current_nodes for d in demands], dtype=np.int64)
     static = np.array([_static_size(d) for d in demands], dtype=np.int64)
-    protect = (
-        (flat.sizes == cur[flat.job]) | (flat.sizes == static[flat.job])
-        if demands
-        else np.zeros(0, dtype=bool)
-    )
+    protect = (flat.sizes == flat.current) | (flat.sizes == static[flat.job])
     kept = np.flatnonzero(_undominated(flat, protect))
-    kjob = flat.job[kept]
-    kstart = np.searchsorted(kjob, np.arange(len(demands) + 1))
-    coef, member = _row_coefficients(problem, specs, classes, flat.sizes[kept], kjob)
+    kjob, ksizes = flat.job[kept], flat.sizes[kept]
+    kstart = np.searchsorted(kjob, np.arange(n + 1))
+    coef, member = _row_coefficients(demands, specs, classes, flat, kept, ksizes, kjob)
 
     # Relax each row to what the jobs' floors already use (never force below min), and
     # drop rows that no choice can violate (candidates ascend, so usage does too).
-    floor = coef[:, kstart[:-1]].sum(axis=1) if demands else np.zeros(len(specs))
-    top = coef[:, kstart[1:] - 1].sum(axis=1) if demands else np.zeros(len(specs))
+    floor = coef[:, kstart[:-1]].sum(axis=1)
+    top = coef[:, kstart[1:] - 1].sum(axis=1)
     rhs = np.maximum([s.rhs for s in specs], floor) if specs else np.zeros(0)
     live = np.flatnonzero(top > rhs + _EPS)
     rows = tuple(Row(specs[i].name, specs[i].kind, float(rhs[i])) for i in live)
-    coef, member = coef[live], member[live]
+    coef, member, rhs = coef[live], member[live], rhs[live]
+    rhs.flags.writeable = False  # shared by every reader of this Compiled
 
-    ksizes = flat.sizes[kept]
-    keep_at = np.flatnonzero(ksizes == cur[kjob]) - kstart[:-1]  # one hit per job (protected)
+    keep_at = np.flatnonzero(ksizes == flat.current[kept])  # one hit per job (protected)
     static_at = np.flatnonzero(ksizes == static[kjob]) - kstart[:-1]
     # Gathered once; each job's candidates are then a slice (this loop runs per cycle).
     kvalue, kprogress = flat.value[kept], flat.progress[kept]
     kthroughput, kremaining = flat.throughput[kept], flat.remaining[kept]
     ks, ls = kstart.tolist(), flat.start.tolist()
-    keeps, statics = keep_at.tolist(), static_at.tolist()
-    rows_of: dict[Class, IntArray] = {}
+    keeps, statics = (keep_at - kstart[:-1]).tolist(), static_at.tolist()
+    # Per demand class: its rows, and whether that is every row (then each job's usage
+    # is a view of ``coef``, not a fancy-indexed copy: 0.4 us against 2.5 us per job).
+    rows_of: dict[Class, tuple[IntArray, bool]] = {}
     jobs = []
     for j, d in enumerate(demands):
         a, b = ks[j], ks[j + 1]
         la, lb = ls[j], ls[j + 1]
-        in_rows = rows_of.get(classes[j])
-        if in_rows is None:
-            in_rows = rows_of[classes[j]] = np.flatnonzero(member[:, j])
+        got = rows_of.get(classes[j])
+        if got is None:
+            in_rows = np.flatnonzero(member[:, j])
+            got = rows_of[classes[j]] = (in_rows, in_rows.size == len(rows))
+        in_rows, every_row = got
         jobs.append(
             JobModel(
                 demand=d,
@@ -387,13 +433,26 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
                 throughput=kthroughput[a:b],
                 remaining_s=kremaining[a:b],
                 rows=in_rows,
-                coef=coef[in_rows, a:b],
+                coef=coef[:, a:b] if every_row else coef[in_rows, a:b],
                 keep=keeps[j],
                 static=statics[j],
-                fifo=fifo_key(d.submit_time, d.job_id),
+                fifo=flat.fifo[j],
             )
         )
-    return Compiled(problem, options, tuple(jobs), rows, kstart, kvalue, coef)
+    return Compiled(
+        problem,
+        options,
+        tuple(jobs),
+        rows,
+        rhs,
+        kstart,
+        kvalue,
+        coef,
+        ksizes,
+        kprogress,
+        kthroughput,
+        keep_at,
+    )
 
 
 __all__ = ["CAPACITY", "RESERVATION", "Compiled", "JobModel", "Row", "compile_problem"]

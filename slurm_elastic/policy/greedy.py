@@ -32,10 +32,12 @@ def solve_greedy(compiled: Compiled) -> list[int]:
 
     def push(i: int) -> None:
         job, k = jobs[i], ledger.choice[i]
-        if k + 1 >= len(job.sizes):
+        if k + 1 >= job.sizes.size:
             return
-        drop = job.remaining_s[k] - job.remaining_s[k + 1]
-        gain = job.demand.weight * drop / float(job.sizes[k + 1] - job.sizes[k])
+        # Python numbers (``item``), not numpy scalars: the same IEEE arithmetic, cheaper.
+        left, size = job.remaining_s.item, job.sizes.item
+        drop = left(k) - left(k + 1)
+        gain = job.demand.weight * drop / float(size(k + 1) - size(k))
         if gain > 0:
             heapq.heappush(heap, (-gain, job.fifo, i))
 
