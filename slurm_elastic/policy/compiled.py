@@ -53,6 +53,7 @@ Greedy's utility is Optimus' own: remaining time ``T_j(s) = c_j [resized] + W_j 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -195,6 +196,8 @@ def _legal_sizes(d: ElasticDemand) -> list[int]:
     if d.frozen:
         return [d.current_nodes]
     if d.is_running:
+        if d.current_nodes in d.allowed_sizes:  # on the grid (ascending, distinct): as is
+            return list(d.allowed_sizes)
         return sorted(set(d.allowed_sizes) | {d.current_nodes})
     return [0, *d.allowed_sizes]
 
@@ -234,6 +237,8 @@ class _Flat:
 
     start: IntArray
     job: IntArray
+    local: IntArray  # index within its job
+    width: int  # most candidates of any job
     sizes: IntArray
     value: FloatArray
     progress: FloatArray
@@ -261,6 +266,7 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     # arithmetic, are the cost: each array is built once, not once per job.
     all_sizes: list[int] = []
     all_thr: list[float] = []
+    all_local: list[int] = []
     counts: list[int] = []
     per_job: list[tuple[float, bool, float, float, float]] = []
     fifo: list[tuple[float, int]] = []
@@ -268,6 +274,7 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
         legal = _legal_sizes(d)
         all_sizes += legal
         all_thr += _throughput(d, legal)
+        all_local += range(len(legal))
         counts.append(len(legal))
         out = d.outlook
         per_job.append(
@@ -281,8 +288,7 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
         )
         fifo.append(fifo_key(d.submit_time, d.job_id))
     count = np.array(counts, dtype=np.int64)
-    start = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(count, out=start[1:])
+    start = np.array(list(itertools.accumulate(counts, initial=0)), dtype=np.int64)
     job = np.repeat(np.arange(n), count)
     sizes = np.array(all_sizes, dtype=np.int64)
     thr = np.array(all_thr, dtype=float)
@@ -315,14 +321,14 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     older = 1.0 - rank / max(n, 1)
     value = value - tick * (sizes != cur) + 0.5 * tick * older[job] * (~running & (sizes > 0))
     progress = np.minimum(raw_work, thr * heff)
-    return _Flat(start, job, sizes, value, progress, thr, tau, cur, running, fifo)
+    local = np.array(all_local, dtype=np.int64)
+    width = max(counts, default=1)
+    return _Flat(start, job, local, width, sizes, value, progress, thr, tau, cur, running, fifo)
 
 
 def _undominated(flat: _Flat, protect: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
     """Mask of candidates worth more than every smaller candidate of the same job."""
-    n_jobs = flat.start.size - 1
-    local = np.arange(flat.sizes.size) - flat.start[flat.job]
-    width = int(local.max()) + 1 if local.size else 1
+    n_jobs, local, width = flat.start.size - 1, flat.local, flat.width
     grid = np.full((n_jobs, width), -np.inf)
     grid[flat.job, local] = flat.value
     best_before = np.maximum.accumulate(grid, axis=1)

@@ -94,7 +94,8 @@ def build_plan(
         resized = d.is_running and target != d.current_nodes
         cost = speed[i] * min(d.outlook.resize_cost_s, horizon) if resized else 0.0
         rule, why = rules[i]
-        detail = "; ".join(x for x in (_detail(job, target), why) if x)
+        what = _detail(job, target)  # never empty
+        detail = f"{what}; {why}" if why else what
         decisions.append(
             Decision(
                 job_id=d.job_id,
