@@ -301,8 +301,10 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     best = top[job]
     # Unknown remaining work: at least ten horizons at the job's best speed.
     work = np.where(np.isfinite(raw_work), raw_work, 10.0 * horizon * best)
-    resized = running & (sizes != cur)
+    changed, positive = sizes != cur, sizes > 0
+    resized = running & changed
     heff = np.where(resized, np.maximum(horizon - cost, 0.0), horizon)
+    reach = thr * heff  # steps inside the horizon, before the cap at the work left
     with np.errstate(divide="ignore", invalid="ignore"):
         tau = np.where(thr > 0, work / thr, np.inf) + np.where(resized, cost, 0.0)
         # Beyond the horizon the rest runs at the job's best speed: an estimate that does
@@ -310,17 +312,17 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
         saved = np.where(
             tau <= horizon,
             horizon + work / best - tau,  # C(0) - C(s), finishing inside the horizon
-            thr * heff / best,  # C(0) - C(s) = f(s) H_eff / f_max, beyond it
+            reach / best,  # C(0) - C(s) = f(s) H_eff / f_max, beyond it
         )
-    value = np.where((sizes > 0) & (work > 0) & (best > 0), weight * saved, 0.0)
+    value = np.where(positive & (work > 0) & (best > 0), weight * saved, 0.0)
     # Tie-breaks far below any real difference: change as little as possible, and among
     # equally good pending jobs start the older one.
     tick = options.change_penalty * horizon
     rank = np.empty(n)
     rank[sorted(range(n), key=fifo.__getitem__)] = np.arange(n)
     older = 1.0 - rank / max(n, 1)
-    value = value - tick * (sizes != cur) + 0.5 * tick * older[job] * (~running & (sizes > 0))
-    progress = np.minimum(raw_work, thr * heff)
+    value = value - tick * changed + 0.5 * tick * older[job] * (~running & positive)
+    progress = np.minimum(raw_work, reach)
     local = np.array(all_local, dtype=np.int64)
     width = max(counts, default=1)
     return _Flat(start, job, local, width, sizes, value, progress, thr, tau, cur, running, fifo)
