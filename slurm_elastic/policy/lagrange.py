@@ -94,6 +94,11 @@ _BATCH_CELLS = 1 << 10
 _GUESS_CELLS = 1 << 15
 
 
+def _bracketed(lo: float, hi: float) -> bool:
+    """The bisection's stopping rule: the bracket is within 1e-12 (relative) of its end."""
+    return hi - lo <= 1e-12 * max(1.0, hi)
+
+
 def _guessed_bisection(
     base_grid: FloatArray,
     a_grid: FloatArray,
@@ -117,7 +122,7 @@ def _guessed_bisection(
     with np.errstate(divide="ignore", invalid="ignore"):  # equal usage, padding: no tie
         ties = (base[:, None, :] - base[:, :, None]) / (a[:, None, :] - a[:, :, None])
     ties = np.unique(ties[(ties > lo) & (ties < hi)])
-    if (ties.size + 1) * cells > _GUESS_CELLS:
+    if (ties.size + 1) * cells > _GUESS_CELLS:  # the caller bounds the path's own evaluation
         return None
     edges = [lo, *ties.tolist(), hi]
     sign = slopes_negative([0.5 * (x + y) for x, y in itertools.pairwise(edges)])
@@ -132,10 +137,8 @@ def _guessed_bisection(
             lo = mid
         else:
             hi = mid
-        if hi - lo <= 1e-12 * max(1.0, hi):
+        if _bracketed(lo, hi):
             break
-    if path and len(path) * cells > _GUESS_CELLS:
-        return None
     return hi if slopes_negative(path) == predicted else None
 
 
@@ -166,18 +169,17 @@ def _line_search(model: FlatModel, lam: FloatArray, row: int, iters: int = 60) -
     per_batch = max(1, _BATCH_CELLS // max(cells, 1))
 
     def slopes_negative(mus: list[float]) -> list[bool]:
-        """``negative`` in one evaluation, however many points."""
+        """Whether the slope at each of ``mus`` is < 0 (L still falls there), in one
+        evaluation however many points."""
         mu = np.array(mus)[:, None, None]
         pick = (base_grid - mu * a_grid).argmax(axis=2)
         return (b_row - a_grid[0][rows, pick].sum(axis=1) < 0).tolist()
 
     def negative(mus: list[float]) -> list[bool]:
-        """Whether the slope at each of ``mus`` is < 0 (L still falls there)."""
+        """``slopes_negative`` in batches of at most ``_BATCH_CELLS`` scores."""
         out: list[bool] = []
         for i in range(0, len(mus), per_batch):
-            mu = np.array(mus[i : i + per_batch])[:, None, None]
-            pick = (base_grid - mu * a_grid).argmax(axis=2)
-            out += (b_row - a_grid[0][rows, pick].sum(axis=1) < 0).tolist()
+            out += slopes_negative(mus[i : i + per_batch])
         return out
 
     # Bracket: the slope at 0, then at 1, 4, 16, ... until it is >= 0 (past 1e15: give up).
@@ -198,7 +200,7 @@ def _line_search(model: FlatModel, lam: FloatArray, row: int, iters: int = 60) -
         k += 1
     lo, hi = ups[k - 1], ups[k]
     left = iters
-    if cells <= _GUESS_CELLS // 64:  # a few dozen points per evaluation at most
+    if cells * left <= _GUESS_CELLS:  # the whole path fits in one evaluation
         guessed = _guessed_bisection(base_grid, a_grid, slopes_negative, lo, hi, left)
         if guessed is not None:
             return guessed
@@ -221,7 +223,7 @@ def _line_search(model: FlatModel, lam: FloatArray, row: int, iters: int = 60) -
                 lo, i = mids[i], 2 * i + 2
             else:
                 hi, i = mids[i], 2 * i + 1
-            if hi - lo <= 1e-12 * max(1.0, hi):
+            if _bracketed(lo, hi):
                 return hi
     return hi
 

@@ -21,10 +21,11 @@ Constraints
 
 The model is built straight into arrays (rows dense: they are few).  Before HiGHS sees
 it, ``lagrange`` computes the LP bound from the Lagrangian dual and a near-optimal
-incumbent.  When the bound already proves the incumbent within ``PolicyOptions.mip_rel_gap``
-(HiGHS's own stopping rule) that is the answer; otherwise every candidate that provably cannot beat
-the incumbent is removed (exact reduced-cost fixing) and HiGHS (``highspy``, presolve
-off, warm-started with the incumbent) solves what is left.
+incumbent.  When the bound already proves the incumbent within
+``PolicyOptions.mip_rel_gap`` (HiGHS's own stopping rule) that is the answer; otherwise
+every candidate that provably cannot beat the incumbent is removed (exact reduced-cost
+fixing) and HiGHS (``highspy``, presolve off, warm-started with the incumbent) solves
+what is left.
 
 pulp was the named modelling layer.  Building its per-variable Python objects alone
 takes about 1 s at 10,000 jobs, and pulp + HiGHS on the full model about 1 s at 1,000
