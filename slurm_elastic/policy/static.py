@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurm_elastic.policy.compiled import Compiled, compile_problem
-from slurm_elastic.policy.ledger import Ledger
+from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
 from slurm_elastic.types import AllocationProblem
 
 
@@ -35,12 +35,9 @@ def solve_static(compiled: Compiled) -> list[int]:
     """Candidate indices (into ``compiled``'s jobs) of the static plan."""
     rigid = compile_problem(rigidified(compiled.problem), compiled.options)
     ledger = Ledger(rigid)
-    jobs = rigid.jobs
-    for i in sorted(range(len(jobs)), key=lambda i: jobs[i].fifo):
-        if len(jobs[i].sizes) > 1 and ledger.fits(i, 1):
-            ledger.move(i, 1)
+    admit_fifo_minimums(rigid, ledger)  # a pending job's minimum is its whole request here
     choice = []
-    for job, r, k in zip(compiled.jobs, jobs, ledger.choice, strict=True):
+    for job, r, k in zip(compiled.jobs, rigid.jobs, ledger.choice, strict=True):
         idx = job.index(int(r.sizes[k]))
         if idx is None:  # the static size is protected from pruning in compile
             raise AssertionError(f"job {job.job_id}: static size missing from candidates")
