@@ -23,7 +23,6 @@ from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
 def solve_greedy(compiled: Compiled) -> list[int]:
     ledger = Ledger(compiled)
     jobs = compiled.jobs
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i].fifo)
     started = [job.demand.is_running or job.demand.frozen for job in jobs]
     for i in admit_fifo_minimums(compiled, ledger):
         started[i] = True
@@ -41,7 +40,9 @@ def solve_greedy(compiled: Compiled) -> list[int]:
         if gain > 0:
             heapq.heappush(heap, (-gain, job.fifo, i))
 
-    for i in order:
+    # Heap keys are unique (a job is in the heap at most once, FIFO keys are distinct),
+    # so the pop order does not depend on the push order.
+    for i in range(len(jobs)):
         if started[i]:
             push(i)
     while heap:
