@@ -25,14 +25,13 @@ log = structlog.get_logger("slurm_elastic.estimate")
 
 @dataclass(slots=True)
 class _Estimated:
-    """A job's last estimate: the inputs of its basis, the basis, and the outlook at the
-    last ``done``.  ``estimate_outlook`` is pure, so the same inputs give the same basis and
-    the same basis at the same ``done`` the same outlook."""
+    """A job's last estimate: the inputs of its basis (its fit and current size are the
+    basis's own), the basis, and the outlook at the last ``done``.  ``estimate_outlook`` is
+    pure, so the same inputs give the same basis and the same basis at the same ``done`` the
+    same outlook."""
 
-    fit: JobFit | None
     prior: Prior
     spec: ElasticSpec
-    current_nodes: int
     default_cost: float
     basis: OutlookBasis
     done: float | None = None
@@ -43,9 +42,10 @@ class _Estimated:
     ) -> bool:
         # The fit is the bank's cached object until the job reports (a refit always makes a
         # new one); a prior rebuilt from a changed history is often equal to the old one.
+        basis = self.basis
         return (
-            fit is self.fit
-            and nodes == self.current_nodes
+            fit is basis.fit
+            and nodes == basis.current_nodes
             and cost == self.default_cost
             and (prior is self.prior or prior == self.prior)
             and (spec is self.spec or spec == self.spec)
@@ -194,7 +194,7 @@ class Estimator:
                 prior=prior,
                 default_resize_cost_s=cost,
             )
-            last = self._estimated[job.job_id] = _Estimated(fit, prior, spec, nodes, cost, basis)
+            last = self._estimated[job.job_id] = _Estimated(prior, spec, cost, basis)
         done = last.basis.done(now, elapsed)
         if last.outlook is None or done != last.done:
             last.done, last.outlook = done, last.basis.outlook(done)
