@@ -211,22 +211,10 @@ class Journal:
             if not status.is_open:
                 self._resize_closed(action.job_id, kind, now)
             elif self._open is not None:
-                # The newest row, last in id order, as _select would read it back.
-                if _reads_back(action, status):
-                    entry = JournalEntry(
-                        action_id,
-                        action,
-                        status,
-                        float(now),
-                        float(now),
-                        "",
-                        None if instruction_id is None else str(instruction_id),
-                        None if deadline is None else float(deadline),
-                    )
-                else:
-                    entry = _entry(
-                        (action_id, *row[:8], "", row[8], instruction_id, deadline, None)
-                    )
+                # The newest row, last in id order, as _select would read it back; a plain
+                # action reads back as itself (no need to parse what was just written).
+                read = action if _reads_back(action) else _action(*row[:4], action.reason, row[8])
+                entry = _entry_of(action_id, read, row[4], now, now, "", instruction_id, deadline)
                 self._open = (*self._open, entry)
         log.info("journal.intent", action_id=action_id, job_id=action.job_id, kind=action.kind)
         return action_id
@@ -581,13 +569,11 @@ class Journal:
             report.cancelled.append(job.job_id)
 
 
-def _reads_back(action: Action, status: ActionStatus) -> bool:
-    """Whether a row written from ``action`` and ``status`` reads back (``_entry``) as these
-    very values: plain ints and strings, string pairs (no need to parse what was just
-    written; ~10 us an intent in the simulator)."""
+def _reads_back(action: Action) -> bool:
+    """Whether a row written from ``action`` reads back (``_action``) as this very action:
+    plain ints and strings, string pairs (~10 us an intent in the simulator)."""
     return (
-        type(status) is ActionStatus
-        and type(action.kind) is ActionKind
+        type(action.kind) is ActionKind
         and type(action.job_id) is int
         and type(action.from_nodes) is int
         and type(action.to_nodes) is int
@@ -600,14 +586,36 @@ def _reads_back(action: Action, status: ActionStatus) -> bool:
     )
 
 
+def _action(
+    job_id: object, kind: object, frm: object, to: object, reason: object, extra: object
+) -> Action:
+    """An action as its row's columns read back (``extra`` is JSON)."""
+    pairs = tuple((str(k), str(v)) for k, v in json.loads(str(extra)))
+    return Action(ActionKind(kind), int(job_id), int(frm), int(to), str(reason), pairs)  # type: ignore[call-overload]
+
+
 def _entry(row: tuple[object, ...]) -> JournalEntry:
     (aid, job_id, kind, frm, to, status, created, updated, reason, detail, extra, iid, dl, comp) = (
         row
     )
-    pairs = tuple((str(k), str(v)) for k, v in json.loads(str(extra)))
+    action = _action(job_id, kind, frm, to, reason, extra)
+    return _entry_of(aid, action, status, created, updated, detail, iid, dl, comp)
+
+
+def _entry_of(
+    aid: object,
+    action: Action,
+    status: object,
+    created: object,
+    updated: object,
+    detail: object,
+    iid: object,
+    dl: object,
+    comp: object = None,
+) -> JournalEntry:
     return JournalEntry(
         id=int(aid),  # type: ignore[call-overload]
-        action=Action(ActionKind(kind), int(job_id), int(frm), int(to), str(reason), pairs),  # type: ignore[call-overload]
+        action=action,
         status=ActionStatus(status),
         created_at=float(created),  # type: ignore[arg-type]
         updated_at=float(updated),  # type: ignore[arg-type]
