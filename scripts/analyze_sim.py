@@ -30,7 +30,7 @@ import numpy as np
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sim import TRACES
+from bench_sim import TRACES, make_study
 
 from slurm_elastic.policy import allocate
 from slurm_elastic.policy.options import PolicyOptions
@@ -39,7 +39,6 @@ from slurm_elastic.sim.runner import ControllerDriver, SimSettings, simulate
 from slurm_elastic.sim.traces import Trace, read_trace
 from slurm_elastic.sim.workload import WorkloadConfig
 
-DEFAULT_NODES = {"cluster06": 128, "philly": 256}  # the bench's default cluster sizes
 LENGTH_EDGES = (0.0, 600.0, 3600.0, 4 * 3600.0, 24 * 3600.0, np.inf)
 SIZE_EDGES = (1, 2, 4, 8, 16, 10**9)
 
@@ -111,8 +110,7 @@ def buckets(values: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
 
 
 def run(trace: Trace, name: str, policy: str, nodes: int, traces_dir: Path, seed: int) -> dict:
-    cfg = WorkloadConfig(seed=seed)
-    st = study.Study(trace, name, traces_dir, cfg, SimSettings(), nodes, cfg.gpus_per_node)
+    st = make_study(trace, name, traces_dir, nodes=nodes, cfg=WorkloadConfig(seed=seed))
     wl = st.workload()
     holder: dict[str, CountingDriver] = {}
 
@@ -194,9 +192,11 @@ def main() -> int:
         use_options(dict(parse_option(o) for o in args.option))
     full = read_trace(args.traces / TRACES[args.trace])
     trace = Trace(full.name, full.format, full.jobs[: args.jobs])
+    # The whole trace's default cluster (bench_sim's), whatever prefix is replayed.
+    nodes = study.default_nodes(full, WorkloadConfig(), args.traces)
     res = {}
     for p in args.policies.split(","):
-        res[p] = r = run(trace, args.trace, p, DEFAULT_NODES[args.trace], args.traces, args.seed)
+        res[p] = r = run(trace, args.trace, p, nodes, args.traces, args.seed)
         print(
             f"{p}: {r['n']} jobs, avg_jct {r['avg_jct']:.0f} s, avg_queue {r['avg_queue']:.0f} s,"
             f" resizes {r['resizes']}, cycles {r['cycles']}, wall {r['wall_s']:.0f} s,"

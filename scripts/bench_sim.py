@@ -47,8 +47,15 @@ def tiled(trace: Trace, count: int) -> Trace:
     return Trace(name=f"{trace.name}x{k}", format=trace.format, jobs=tuple(jobs))
 
 
-def make_study(trace: Trace, path: str, traces_dir: Path, nodes: int | None = None) -> study.Study:
-    cfg = WorkloadConfig()
+def make_study(
+    trace: Trace,
+    path: str,
+    traces_dir: Path,
+    nodes: int | None = None,
+    cfg: WorkloadConfig | None = None,
+) -> study.Study:
+    """Default settings on ``trace``; ``nodes`` None: the trace's default cluster size."""
+    cfg = cfg or WorkloadConfig()
     return study.Study(
         trace=trace,
         trace_path=path,
