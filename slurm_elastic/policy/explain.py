@@ -44,7 +44,7 @@ def _rules(
     has_next = at + 1 < start[1:]
     nxt = np.where(has_next, at + 1, at)
     coef = compiled.coef
-    usage = coef[:, at].sum(axis=1) if len(jobs) else np.zeros(len(compiled.rows))
+    usage = coef[:, at].sum(axis=1)  # zeros per row when there are no jobs
     delta = coef[:, nxt] - coef[:, at]
     over = (usage[:, None] + delta > compiled.rhs[:, None] + _EPS) & (delta > 0)
     blocked = over.any(axis=0).tolist()
