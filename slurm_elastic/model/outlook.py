@@ -529,11 +529,12 @@ def _prediction(fit: JobFit) -> ConvergencePrediction | None:
 @functools.lru_cache(maxsize=RATES_CACHED)
 def _rates(
     model: ThroughputFit | ScalingParams, sizes: tuple[int, ...]
-) -> tuple[tuple[int, float], ...]:
-    """``(n, model.throughput(n))`` per distinct size, ascending.  A pure function of two
-    immutable values, and every cycle asks again for each job with the same fit and sizes
-    (a fit changes only when the job reports): computed once, not per cycle."""
-    return tuple({n: model.throughput(n) for n in sorted(sizes)}.items())
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The distinct sizes, ascending, and ``model.throughput`` at each.  A pure function of
+    two immutable values, and every cycle asks again for each job with the same fit and
+    sizes (a fit changes only when the job reports): computed once, not per cycle."""
+    rates = {n: model.throughput(n) for n in sorted(sizes)}
+    return tuple(rates), tuple(rates.values())
 
 
 @functools.lru_cache(maxsize=RATES_CACHED)
@@ -665,7 +666,7 @@ def outlook_basis(
     with_curve = (
         reported and fit is not None and fit.total_steps is None and fit.convergence is not None
     )
-    nodes, speeds = zip(*_rates(model, tuple(sizes)), strict=True)
+    nodes, speeds = _rates(model, tuple(sizes))
     return OutlookBasis(
         job_id=job_id,
         current_nodes=current_nodes,
