@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import is_not
@@ -108,22 +108,19 @@ def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
     """
     global _last_pools
     nodes, partitions = snapshot.nodes, snapshot.partitions
-    membership = _membership(partitions)
     last = _last_pools
+    if last is not None and last.nodes is nodes and last.partitions is partitions:
+        return last.pools
+    membership = _membership(partitions)
     counts: Mapping[frozenset[str], int]
     if last is not None and last.partitions is partitions and len(last.nodes) == len(nodes):
-        if last.nodes is nodes:
-            return last.pools
         changed = list(compress(range(len(nodes)), map(is_not, nodes, last.nodes)))
         if len(changed) * 4 > len(nodes):
             counts = _count_pools(nodes, membership)  # most changed: count afresh
         else:
-            moved = dict(last.counts)
-            for i in changed:
-                for node, step in ((last.nodes[i], -1), (nodes[i], 1)):
-                    parts = membership.get(node.name)
-                    if parts and node.is_usable:
-                        moved[parts] = moved.get(parts, 0) + step
+            moved = Counter(last.counts)
+            moved.subtract(_count_pools([last.nodes[i] for i in changed], membership))
+            moved.update(_count_pools([nodes[i] for i in changed], membership))
             counts = {parts: n for parts, n in moved.items() if n}
     else:
         counts = _count_pools(nodes, membership)
@@ -139,7 +136,7 @@ def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
 
 
 def _count_pools(
-    nodes: tuple[NodeView, ...], membership: Mapping[str, frozenset[str]]
+    nodes: Sequence[NodeView], membership: Mapping[str, frozenset[str]]
 ) -> Counter[frozenset[str]]:
     # ``is_usable`` reads only a node's state and flags, which few distinct nodes differ in.
     usable: dict[tuple[str, tuple[str, ...]], bool] = {}
