@@ -442,10 +442,12 @@ class Journal:
     def forget_specs(self, job_ids: Iterable[int]) -> None:
         ids = [(job_id,) for job_id in job_ids]
         if ids:
-            with self._tx() as db:
-                db.executemany("DELETE FROM specs WHERE job_id=?", ids)
+            with self._lock:
+                with self._tx() as db:
+                    db.executemany("DELETE FROM specs WHERE job_id=?", ids)
+                # Committed: exactly these keys go (a rolled-back delete leaves the cache).
                 if self._specs is not None:
-                    for (job_id,) in ids:  # deleted rows: exactly these keys go
+                    for (job_id,) in ids:
                         self._specs.pop(job_id, None)
 
     # ------------------------------------------------------------------ start-up
