@@ -36,7 +36,7 @@ import functools
 import math
 import statistics
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -641,9 +641,8 @@ def outlook_basis(
     """The time-independent part of ``estimate_outlook`` (pure, see ``OutlookBasis``)."""
     sizes = spec.allowed_sizes or (max(spec.min_nodes, 1),)
     tput = fit.throughput if fit is not None else None
-    # Speeds are memoised per (immutable) model: see ``_rates``.
+    # Speeds are memoised per (immutable) model: see ``_rates`` and ``_speed``.
     model: ThroughputFit | ScalingParams = tput if tput is not None else prior.scaling
-    speed: Callable[[float], float] = functools.partial(_speed, model)
     if tput is not None:
         unit_real, tp_conf = True, tput.confidence
     elif prior.scaling_measured:
@@ -655,7 +654,7 @@ def outlook_basis(
     if unit_real and prior.total_steps is not None and prior.scaling_measured:
         prior_total = prior.total_steps
     else:
-        prior_total = prior.runtime_s * speed(prior.reference_nodes)
+        prior_total = prior.runtime_s * _speed(model, prior.reference_nodes)
     # Measured beats the user's estimate beats the configured default; 0.0 is a valid
     # measurement (a restart that cost nothing), so test for None, not truth.
     candidates = (fit.resize_cost_s if fit is not None else None, spec.resize_cost_s)
@@ -663,9 +662,9 @@ def outlook_basis(
         (c for c in map(_finite_pos, (*candidates, default_resize_cost_s)) if c is not None),
         0.0,
     )
-    with_curve = (
-        reported and fit is not None and fit.total_steps is None and fit.convergence is not None
-    )
+    prediction = None
+    if reported and fit is not None and fit.total_steps is None and fit.convergence is not None:
+        prediction = _prediction(fit)
     nodes, speeds = _rates(model, tuple(sizes))
     return OutlookBasis(
         job_id=job_id,
@@ -673,7 +672,7 @@ def outlook_basis(
         fit=fit,
         nodes=nodes,
         speeds=speeds,
-        run_rate=speed(run_nodes),
+        run_rate=_speed(model, run_nodes),
         reported=reported,
         base=(
             (fit.progress if fit.progress is not None else float(fit.step))
@@ -685,7 +684,7 @@ def outlook_basis(
         prior_conf=0.3 if prior.source == "history" else 0.0,
         tp_conf=tp_conf,
         fitted=tput is not None,
-        prediction=_prediction(fit) if with_curve and fit is not None else None,
+        prediction=prediction,
         resize_cost_s=cost,
     )
 
