@@ -169,7 +169,7 @@ def test_cycle_result_rows_are_built_on_read_from_its_inputs() -> None:
         mode="enforce",
         plan=plan,
         actions=records,
-        rows_from=RowInputs(cls, plan, frozen, records),
+        rows_from=RowInputs(cls, frozen),
     )
     assert result.job_count == 3
     rows = result.jobs

@@ -240,7 +240,6 @@ class Controller:
             else:
                 records.append(ActionRecord(action, "shadow", "shadow mode: not applied"))
 
-        actions = tuple(records)
         return CycleResult(
             now=now,
             ok=True,
@@ -251,8 +250,8 @@ class Controller:
             snapshot_age_s=now - snapshot.taken_at,
             mode=self.config.mode,
             plan=plan,
-            actions=actions,
-            rows_from=RowInputs(cls, plan, frozen, actions),
+            actions=tuple(records),
+            rows_from=RowInputs(cls, frozen),
             explanations={d.job_id: d.explanation for d in plan.decisions},
         )
 

@@ -49,17 +49,17 @@ class JobStatusRow:
 
 @dataclass(frozen=True, slots=True)
 class RowInputs:
-    """What ``status_rows`` reads: kept by a cycle's result, turned into rows when read."""
+    """What ``status_rows`` reads beyond a cycle's result's own ``plan`` and ``actions``:
+    kept by the result, turned into rows when read."""
 
     cls: Classification
-    plan: Plan
     frozen: Mapping[int, str]
-    records: tuple[ActionRecord, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class CycleResult:
-    """``jobs`` (the status rows) is built on first read from ``rows_from``: the service
+    """``jobs`` (the status rows) is built on first read from ``rows_from`` with the
+    result's ``plan`` and ``actions``: the service
     reads it once per cycle for the status document, the simulator never (building every
     row of every cycle was ~2% of a 1,000-job simulation)."""
 
@@ -84,8 +84,12 @@ class CycleResult:
         """One status row per active job (none for a failed cycle)."""
         rows = self._rows
         if rows is None:
-            src = self.rows_from
-            rows = () if src is None else status_rows(src.cls, src.plan, src.frozen, src.records)
+            src, plan = self.rows_from, self.plan
+            if src is None:
+                rows = ()
+            else:
+                assert plan is not None  # a result with rows has its plan
+                rows = status_rows(src.cls, plan, src.frozen, self.actions)
             object.__setattr__(self, "_rows", rows)
         return rows
 
