@@ -8,12 +8,12 @@ what the guard rails did with each cycle's plan, on a prefix of a real trace.
 Runs each policy over the first ``N`` jobs of the trace (untiled, the trace's own
 arrivals) on the trace's default cluster (``bench_sim``'s sizes: 128 / 256 GPUs), with the
 daemon's own Controller in the loop exactly as ``slurm-elastic simulate`` does; the driver
-is only wrapped to count the outcome of every proposed action.  Prints, per policy:
-mean JCT and queueing per bucket of the job's trace duration and requested size, the
-action outcomes (applied / blocked by which guard / ...), and at how many cycles pending
-jobs whose minimum fitted were left pending.  ``--option`` sets a ``PolicyOptions`` field
-for this run only (e.g. ``fair_floor=true``), to compare a policy variant before changing
-a default.  Last line ``key=value``.
+only counts the outcome of every proposed action (``ControllerDriver.observe``).  Prints,
+per policy: mean JCT and queueing per bucket of the job's trace duration and requested
+size, the action outcomes (applied / blocked by which guard / ...), and at how many cycles
+pending jobs whose minimum fitted were left pending.  ``--option`` sets a ``PolicyOptions``
+field for this run only (e.g. ``fair_floor=false``), to compare a policy variant before
+changing a default.  Last line ``key=value``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_sim import TRACES, make_study
 
-from slurm_elastic.policy import allocate
+from slurm_elastic.daemon.result import CycleResult
 from slurm_elastic.policy.options import PolicyOptions
-from slurm_elastic.sim import runner, study
+from slurm_elastic.sim import study
 from slurm_elastic.sim.runner import ControllerDriver, SimSettings, simulate
 from slurm_elastic.sim.traces import Trace, read_trace
 from slurm_elastic.sim.workload import WorkloadConfig
@@ -51,50 +51,22 @@ class CountingDriver(ControllerDriver):
         self.outcomes: Counter[str] = Counter()
         self.idle_pending = 0  # (cycle, job) pairs: planned 0 although free nodes >= min
 
-    def cycle(self, now: float) -> None:
+    def observe(self, result: CycleResult) -> None:
+        for rec in result.actions:
+            # The guard's rule, without its figures ("payback: gain 3 <= cost 5 steps").
+            why = rec.detail.split("(")[0].split(":")[0].strip() if rec.outcome == "blocked" else ""
+            self.outcomes[f"{rec.action.kind}:{rec.outcome}{':' + why if why else ''}"] += 1
+        plan = result.plan
+        if plan is None:
+            return
         c = self.cluster
-        run_once = self.controller.run_once
-        seen: list[object] = []
-
-        def spy(t: float) -> object:
-            r = run_once(t)
-            seen.append(r)
-            return r
-
-        self.controller.run_once = spy  # type: ignore[method-assign]
-        try:
-            super().cycle(now)
-        finally:
-            del self.controller.run_once
-        for r in seen:
-            for rec in r.actions:  # type: ignore[attr-defined]
-                # The guard's rule, without its figures ("payback: gain 3 <= cost 5 steps").
-                why = (
-                    rec.detail.split("(")[0].split(":")[0].strip()
-                    if rec.outcome == "blocked"
-                    else ""
-                )
-                self.outcomes[f"{rec.action.kind}:{rec.outcome}{':' + why if why else ''}"] += 1
-            plan = r.plan  # type: ignore[attr-defined]
-            if plan is None:
+        free = c.spec.total_nodes - c.busy_nodes()
+        for d in plan.decisions:
+            job = c.active.get(d.job_id)
+            if job is None or job.spec is None or job.start is not None:
                 continue
-            free = c.spec.total_nodes - c.busy_nodes()
-            for d in plan.decisions:
-                job = c.active.get(d.job_id)
-                if job is None or job.spec is None or job.start is not None:
-                    continue
-                if d.target_nodes == 0 and job.spec.min_nodes <= free:
-                    self.idle_pending += 1
-
-
-def use_options(fields: dict[str, object]) -> None:
-    """Make the simulator's in-process allocate use these ``PolicyOptions`` fields."""
-    options = PolicyOptions(isolate=False, **fields)  # type: ignore[arg-type]
-
-    def patched(problem, policy):  # type: ignore[no-untyped-def]
-        return allocate(problem, policy, options=options)
-
-    runner._in_process_allocate = patched  # type: ignore[assignment]
+            if d.target_nodes == 0 and job.spec.min_nodes <= free:
+                self.idle_pending += 1
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -109,13 +81,21 @@ def buckets(values: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
     return np.searchsorted(np.asarray(edges[1:-1], dtype=float), values, side="right")
 
 
-def run(trace: Trace, name: str, policy: str, nodes: int, traces_dir: Path, seed: int) -> dict:
+def run(
+    trace: Trace,
+    name: str,
+    policy: str,
+    nodes: int,
+    traces_dir: Path,
+    seed: int,
+    options: PolicyOptions | None,
+) -> dict:
     st = make_study(trace, name, traces_dir, nodes=nodes, cfg=WorkloadConfig(seed=seed))
     wl = st.workload()
     holder: dict[str, CountingDriver] = {}
 
     def factory(backend, cluster, settings):  # type: ignore[no-untyped-def]
-        holder["d"] = CountingDriver(backend, cluster, settings)
+        holder["d"] = CountingDriver(backend, cluster, settings, options)
         return holder["d"]
 
     t0 = time.perf_counter()
@@ -188,15 +168,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="figures and per-job rows, JSON")
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    if args.option:
-        use_options(dict(parse_option(o) for o in args.option))
+    options = PolicyOptions(**dict(parse_option(o) for o in args.option))  # type: ignore[arg-type]
     full = read_trace(args.traces / TRACES[args.trace])
     trace = Trace(full.name, full.format, full.jobs[: args.jobs])
     # The whole trace's default cluster (bench_sim's), whatever prefix is replayed.
     nodes = study.default_nodes(full, WorkloadConfig(), args.traces)
     res = {}
     for p in args.policies.split(","):
-        res[p] = r = run(trace, args.trace, p, nodes, args.traces, args.seed)
+        res[p] = r = run(trace, args.trace, p, nodes, args.traces, args.seed, options)
         print(
             f"{p}: {r['n']} jobs, avg_jct {r['avg_jct']:.0f} s, avg_queue {r['avg_queue']:.0f} s,"
             f" resizes {r['resizes']}, cycles {r['cycles']}, wall {r['wall_s']:.0f} s,"

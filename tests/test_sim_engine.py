@@ -200,3 +200,38 @@ def test_partitions_keep_jobs_on_their_nodes(tmp_path: Path, traces: Path) -> No
     out = simulate(wl, spec, settings, driver_factory=ControllerDriver, on_step=check)
     assert len(out.jobs) == 12
     assert conservation_errors(out.all_jobs) == []
+
+
+def test_driver_passes_policy_options_and_shows_each_result(
+    hand_trace: Path, traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variant's options reach every solve (in process), and ``observe`` sees each cycle."""
+    import slurm_elastic.policy as policy
+    from slurm_elastic.policy.options import PolicyOptions
+
+    solved_with: list[PolicyOptions] = []
+    real = policy.allocate
+
+    def spy(problem, name, *, options=None):  # type: ignore[no-untyped-def]
+        solved_with.append(options)
+        return real(problem, name, options=options)
+
+    monkeypatch.setattr(policy, "allocate", spy)
+    seen: list[object] = []
+
+    class Watching(ControllerDriver):
+        def observe(self, result: object) -> None:
+            seen.append(result)
+
+    variant = PolicyOptions(fair_floor=False, isolate=True)
+    wl = _workload(hand_trace, traces, 4, elastic_fraction=1.0)
+    out = simulate(
+        wl,
+        _spec(4),
+        SimSettings(policy="mip", interval_s=10.0),
+        driver_factory=lambda b, c, s: Watching(b, c, s, variant),
+    )
+    assert len(seen) == out.cycles > 0
+    assert solved_with and all(
+        o == PolicyOptions(fair_floor=False, isolate=False) for o in solved_with
+    )

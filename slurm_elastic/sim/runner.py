@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurm_elastic.sim.backend import SimBackend
 from slurm_elastic.sim.engine import (
@@ -32,6 +32,10 @@ from slurm_elastic.sim.engine import (
 )
 from slurm_elastic.sim.workload import Workload
 from slurm_elastic.types import AllocationProblem, JobState, Plan, ProgressReport, SolverStatus
+
+if TYPE_CHECKING:
+    from slurm_elastic.daemon.result import CycleResult
+    from slurm_elastic.policy.options import PolicyOptions
 
 #: Simulated clocks start here (2023-11-14 UTC) so that every time the daemon sees is a
 #: plausible POSIX time; results are reported relative to the first submission.
@@ -206,23 +210,38 @@ def report_for(job: SimJob, cluster: Cluster, now: float, *, total_steps: bool) 
     )
 
 
-def _in_process_allocate(problem: AllocationProblem, policy: str) -> Plan:
-    """``policy.allocate`` with the MIP solved in this process.
+def _in_process_allocate(
+    problem: AllocationProblem, policy: str, options: PolicyOptions | None = None
+) -> Plan:
+    """``policy.allocate`` with ``options`` (default: the daemon's), the MIP solved in this
+    process.
 
     The daemon forks a child per solve so that a hung solver cannot stall the service
     (``PolicyOptions.isolate``); the simulator is a batch run where a fork per cycle would
     cost more than the solve, and HiGHS still stops at the same time limit.
     """
+    from dataclasses import replace
+
     from slurm_elastic.policy import allocate
     from slurm_elastic.policy.options import PolicyOptions
 
-    return allocate(problem, policy, options=PolicyOptions(isolate=False))
+    return allocate(problem, policy, options=replace(options or PolicyOptions(), isolate=False))
 
 
 class ControllerDriver:
-    """The daemon's own Controller, in enforce mode, driving the simulated cluster."""
+    """The daemon's own Controller, in enforce mode, driving the simulated cluster.
 
-    def __init__(self, backend: SimBackend, cluster: Cluster, settings: SimSettings) -> None:
+    ``options``: policy options other than the daemon's defaults (to study a variant, as
+    ``scripts/analyze_sim.py --option`` does).  ``observe`` sees every cycle's result.
+    """
+
+    def __init__(
+        self,
+        backend: SimBackend,
+        cluster: Cluster,
+        settings: SimSettings,
+        options: PolicyOptions | None = None,
+    ) -> None:
         from slurm_elastic.config import Config
         from slurm_elastic.daemon.controller import Controller
         from slurm_elastic.daemon.instructions import InstructionBoard
@@ -247,7 +266,7 @@ class ControllerDriver:
             reports=self.reports,
             journal=Journal(":memory:"),
             agents=self.board,
-            allocate=_in_process_allocate,
+            allocate=lambda problem, policy: _in_process_allocate(problem, policy, options),
         )
         self._held: dict[int, str] = {}  # job id -> instruction id being checkpointed for
         self._reported: dict[int, tuple[float, int]] = {}  # job id -> (time, world) last sent
@@ -271,6 +290,7 @@ class ControllerDriver:
                 )
                 self._reported[job.job_id] = (now, job.world)
         result = self.controller.run_once(now)
+        self.observe(result)
         if not result.ok:
             self.errors += 1
         if result.plan is not None:
@@ -278,6 +298,9 @@ class ControllerDriver:
             if result.plan.status in (SolverStatus.FALLBACK, SolverStatus.NO_CHANGE):
                 self.fallbacks += 1
         self._follow_instructions(now)
+
+    def observe(self, result: CycleResult) -> None:
+        """Each cycle's result, as the controller returned it (nothing to do here)."""
 
     def _follow_instructions(self, now: float) -> None:
         """Agents: checkpoint for a new shrink instruction; resume when one is withdrawn."""
