@@ -36,19 +36,18 @@ from slurm_elastic.daemon.log import configure_logging  # noqa: E402
 from slurm_elastic.daemon.reports import ReportStore  # noqa: E402
 from slurm_elastic.slurm.cli import CliBackend  # noqa: E402
 
+sys.path.insert(0, str(REPO / "scripts"))
+from cluster_env import VERSIONS, use_cluster  # noqa: E402
+
 NAME = "bench-daemon"
 
 
-def cluster_env(instance: int) -> None:
+def cluster_env(version: str, instance: int) -> None:
     script = REPO / "scripts" / "cluster.sh"
-    subprocess.run(["bash", str(script), "up", "--instance", str(instance)], check=True)
-    out = subprocess.run(
-        ["bash", str(script), "env", "--instance", str(instance)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    os.environ["SLURM_CONF"] = out.strip().split("=", 1)[1]
+    subprocess.run(
+        ["bash", str(script), "up", "--slurm", version, "--instance", str(instance)], check=True
+    )
+    use_cluster(version, instance)
 
 
 def submit(count: int, work_dir: str) -> None:
@@ -118,10 +117,16 @@ def main() -> int:
     parser.add_argument(
         "--instance", type=int, default=int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
     )
+    parser.add_argument(
+        "--slurm",
+        choices=VERSIONS,
+        default=os.environ.get("SLURM_ELASTIC_SLURM", "22.05"),
+        help="which local cluster version (scripts/cluster.sh --slurm)",
+    )
     parser.add_argument("--cycles", type=int, default=5)
     args = parser.parse_args()
     configure_logging("warning")  # the figures, not one log line per cycle
-    cluster_env(args.instance)
+    cluster_env(args.slurm, args.instance)
     rows: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-daemon-") as work_dir:
         cancel_bench_jobs()

@@ -37,20 +37,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+from cluster_env import VERSIONS, use_cluster  # noqa: E402
+
 EXAMPLE = REPO / "examples" / "train_mlp.py"
 TRAIN = ["--samples", "2400", "--global-batch", "48", "--micro-batch", "16", "--epochs", "4"]
 PACE = ["--sample-sleep", "0.004", "--report-every", "1", "--checkpoint-every", "20"]
 
 
-def cluster_env(instance: int) -> None:
-    line = subprocess.run(
-        ["bash", str(REPO / "scripts" / "cluster.sh"), "env", "--instance", str(instance)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout
-    os.environ["SLURM_CONF"] = line.strip().partition("SLURM_CONF=")[2]
+def cluster_env(version: str, instance: int) -> None:
+    use_cluster(version, instance)
 
 
 def submit(work: Path, api: str) -> int:
@@ -186,19 +182,26 @@ def main() -> int:
     parser.add_argument(
         "--instance", type=int, default=int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
     )
+    parser.add_argument(
+        "--slurm",
+        choices=VERSIONS,
+        default=os.environ.get("SLURM_ELASTIC_SLURM", "22.05"),
+        help="which local cluster version (scripts/cluster.sh --slurm)",
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--keep", type=Path, default=None, help="keep the job logs in this dir")
     args = parser.parse_args()
     if shutil.which("slurm-elastic") is None:
         print("bench_resize: slurm-elastic is not on PATH (pip install -e .)", file=sys.stderr)
         return 2
+    up = ["up", "--slurm", args.slurm, "--instance", str(args.instance)]
     subprocess.run(
-        ["bash", str(REPO / "scripts" / "cluster.sh"), "up", "--instance", str(args.instance)],
+        ["bash", str(REPO / "scripts" / "cluster.sh"), *up],
         check=True,
         timeout=300,
         capture_output=True,
     )
-    cluster_env(args.instance)
+    cluster_env(args.slurm, args.instance)
     shrinks: list[float] = []
     grows: list[float] = []
     requeues: list[float] = []

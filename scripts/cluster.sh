@@ -1,32 +1,45 @@
 #!/usr/bin/env bash
-# A real Slurm 22.05 cluster on this one machine, from Debian's packages (run as root).
+# Real Slurm clusters on this one machine, from Debian's packages (run as root).
 #
-#   bash scripts/cluster.sh up     [--nodes N] [--instance K] [--fresh]
-#   bash scripts/cluster.sh down   [--instance K | --all]
-#   bash scripts/cluster.sh status [--instance K]
-#   bash scripts/cluster.sh env    [--instance K]      # prints: export SLURM_CONF=...
+#   bash scripts/cluster.sh up     [--slurm V] [--nodes N] [--instance K] [--fresh]
+#   bash scripts/cluster.sh down   [--slurm V] [--instance K | --all]
+#   bash scripts/cluster.sh status [--slurm V] [--instance K]
+#   bash scripts/cluster.sh env    [--slurm V] [--instance K]   # prints export lines
+#   bash scripts/cluster.sh root   [--slurm V]                  # build V's root only
 #
-# Shared by every instance: munged (user munge, /run/munge), MariaDB on 127.0.0.1 and one
-# slurmdbd (port 6819).  Per instance K (0..7): its own ClusterName clusterK, slurmctld on
-# port 17000+100K, one `slurmd -N nI` per fake node nI on port 17000+100K+I, state, spool,
-# pid and log paths, and a conf dir.  Instance 0 writes /etc/slurm/slurm.conf so plain
-# `sbatch` works; instance K>0 lives in /etc/slurm-cluster/iK (clients need SLURM_CONF).
-# Every node: 4 CPUs, 4 fake GPUs (gres on dummy char devices /dev/fakegpu/gpuN).
-# Partitions: batch (default, whole nodes) and shared.  Facts: ../shared/SLURM-FACTS.md.
+# V is 22.05 (default: the host's Debian 12 packages), 24.11 (Debian 13) or 26.05 (Debian
+# unstable).  The newer versions run from a debootstrapped root under $ROOTS_DIR, built
+# once by the first `up` (or `root`) and reused; their daemons run chrooted into it, the
+# clients run on the host through the root's own dynamic loader (no privilege needed, so
+# `runuser -u alice -- sbatch` works).  Every path the daemons and the clients share is
+# written as <root>/path, which resolves inside the root too through a link <root>/<root>
+# -> /.  Jobs run inside the root: /dev, /proc, /sys, /tmp, /home, /root and the repository
+# are bind-mounted there at the same paths, so the same Python (with torch) and files are
+# seen by a job on every version.
+#
+# Per version: munged (its own socket and key), one slurmdbd (its own port and database
+# in the host's MariaDB on 127.0.0.1) and the instances.  Per instance K (0..7): its own
+# ClusterName clusterK, slurmctld on port BASE+100K, one `slurmd -N nI` per fake node nI on
+# port BASE+100K+I (BASE 17000 / 18000 / 19000 for 22.05 / 24.11 / 26.05), state, spool,
+# pid and log paths, and a conf dir.  Host instance 0 writes /etc/slurm/slurm.conf so plain
+# `sbatch` works; any other lives in <root>/etc/slurm-cluster/iK (clients need `env`'s
+# SLURM_CONF, and PATH for a root's clients).  Every node: 4 CPUs, 4 fake GPUs (gres on
+# dummy char devices /dev/fakegpu/gpuN).  Partitions: batch (default, whole nodes) and
+# shared.  Facts: ../shared/SLURM-FACTS.md.
 #
 # Idempotent: `up` on a running instance with the same config only checks that every
-# daemon answers; `down` on a stopped one succeeds.  Everything is serialised by one lock
-# so several engineers (or pytest sessions) can call it at once.
+# daemon answers; `down` on a stopped one succeeds; the last instance of a version going
+# down stops that version's shared daemons and undoes its root's mounts.  Everything is
+# serialised by one lock so several engineers (or pytest sessions) can call it at once.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
 TEMPLATES="$HERE/cluster"
 
-SHARED_RUN=/run/slurm-cluster
-SHARED_LOG=/var/log/slurm-cluster
-DBD_CONF=/etc/slurm/slurmdbd.conf
-DBD_PORT=6819
+# Where the debootstrapped roots of the newer versions live (one directory per version).
+ROOTS_DIR=${SLURM_ELASTIC_ROOTS:-/var/lib/slurm-elastic/roots}
+VERSIONS=(22.05 24.11 26.05)
 # A local, loopback-only test database: the password only keeps slurmdbd off root's socket auth.
 DB_PASS=slurm-elastic-local
 MYSQL_SOCK=/run/mysqld/mysqld.sock
@@ -34,7 +47,7 @@ HOST="$(hostname -s)"
 WAIT_S=${CLUSTER_WAIT_S:-40}
 
 usage() {
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -71,12 +84,16 @@ NODES=4
 INSTANCE=0
 ALL=0
 FRESH=0
+SLURM=${SLURM_ELASTIC_SLURM:-22.05}
+SLURM_GIVEN=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nodes) NODES=${2:?--nodes needs a value}; shift 2 ;;
         --nodes=*) NODES=${1#*=}; shift ;;
         --instance) INSTANCE=${2:?--instance needs a value}; shift 2 ;;
         --instance=*) INSTANCE=${1#*=}; shift ;;
+        --slurm) SLURM=${2:?--slurm needs a value}; SLURM_GIVEN=1; shift 2 ;;
+        --slurm=*) SLURM=${1#*=}; SLURM_GIVEN=1; shift ;;
         --all) ALL=1; shift ;;
         --fresh) FRESH=1; shift ;;
         -h | --help) usage ;;
@@ -88,34 +105,89 @@ if ! [[ $NODES =~ ^([1-9]|1[0-6])$ ]]; then
 fi
 [[ $INSTANCE =~ ^[0-7]$ ]] || die "--instance must be an integer 0..7, got '$INSTANCE'"
 
+# ------------------------------------------------------------------ versions
+#
+# Everything that differs between versions is set here, nowhere else:
+#   ROOT      the debootstrapped root ("" = the host's own packages)
+#   P         prefix of every path the daemons (in the root) and clients (on the host) share
+#   BIN_DIR   the host-side wrappers that run the root's clients ("" = the host's PATH)
+#   SUITE     the Debian suite the root is built from, with the packages it gets
+#   BASE      first port of instance 0; DBD_PORT, DB_NAME: its slurmdbd and database
+version_settings() {
+    case $1 in
+        22.05)
+            ROOT="" SUITE="" BASE=17000 DBD_PORT=6819 DB_NAME=slurm_acct_db
+            CGROUP_PLUGIN=cgroup/v1 ;; # 22.05 has no "disabled" (slurmd fails to start)
+        24.11)
+            ROOT=$ROOTS_DIR/24.11 SUITE=trixie BASE=18000 DBD_PORT=6829 DB_NAME=slurm_acct_db_2411
+            CGROUP_PLUGIN=disabled ;;
+        26.05)
+            ROOT=$ROOTS_DIR/26.05 SUITE=sid BASE=19000 DBD_PORT=6839 DB_NAME=slurm_acct_db_2605
+            CGROUP_PLUGIN=disabled ;;
+        *) die "--slurm must be one of ${VERSIONS[*]}, got '$1'" ;;
+    esac
+    P=$ROOT
+    if [[ -n $ROOT ]]; then
+        BIN_DIR=$ROOT.bin
+        PLUGIN_DIR=$ROOT/usr/lib/x86_64-linux-gnu/slurm-wlm
+        MUNGE_SOCKET=$ROOT/run/munge/munge.socket.2
+        # The root's munged has its own socket; tell every Slurm component where it is.
+        AUTH_INFO="cred_expire=10,socket=$MUNGE_SOCKET"
+        STORAGE_HOST=127.0.0.1 # the host's MariaDB over TCP: the root has no server
+    else
+        BIN_DIR="" PLUGIN_DIR="" MUNGE_SOCKET=/run/munge/munge.socket.2
+        AUTH_INFO=cred_expire=10
+        STORAGE_HOST=localhost
+    fi
+    SHARED_RUN=$P/run/slurm-cluster
+    SHARED_LOG=$P/var/log/slurm-cluster
+    DBD_CONF=$P/etc/slurm/slurmdbd.conf
+}
+
 instance_paths() {
     local k=$1
-    if ((k == 0)); then CONF_DIR=/etc/slurm; else CONF_DIR=/etc/slurm-cluster/i$k; fi
+    if ((k == 0)) && [[ -z $ROOT ]]; then CONF_DIR=/etc/slurm; else CONF_DIR=$P/etc/slurm-cluster/i$k; fi
     CONF=$CONF_DIR/slurm.conf
     CLUSTER=cluster$k
-    CTLD_PORT=$((17000 + 100 * k))
+    CTLD_PORT=$((BASE + 100 * k))
     RUN_DIR=$SHARED_RUN/i$k
     LOG_DIR=$SHARED_LOG/i$k
-    STATE_DIR=/var/lib/slurm-cluster/i$k/state
-    SPOOL_DIR=/var/lib/slurm-cluster/i$k/spool
+    STATE_DIR=$P/var/lib/slurm-cluster/i$k/state
+    SPOOL_DIR=$P/var/lib/slurm-cluster/i$k/spool
 }
+version_settings "$SLURM"
 instance_paths "$INSTANCE"
 
 need_root() {
     [[ $(id -u) -eq 0 ]] || die "must run as root (it starts munged, MariaDB and Slurm daemons)"
     local b
-    for b in munged mariadbd slurmdbd slurmctld slurmd sacctmgr scontrol sinfo; do
+    # The host always runs MariaDB and munge's clients; Slurm itself from the host or a root.
+    for b in munge mariadbd sacctmgr; do
         command -v "$b" >/dev/null || [[ -x /usr/sbin/$b ]] ||
             die "$b not found: install the Debian packages first (bash scripts/install-deps.sh)"
     done
+    if [[ -n $ROOT ]]; then
+        command -v debootstrap >/dev/null || [[ -x /usr/sbin/debootstrap ]] ||
+            die "debootstrap not found: install the Debian packages first (bash scripts/install-deps.sh)"
+    fi
 }
+ORIG_PATH=$PATH # what `env` hands on: the caller's PATH, not this script's additions
 export PATH="/usr/sbin:/sbin:$PATH"
+# A root's clients first: cluster.sh's own sacctmgr/scontrol/sinfo must be that version's.
+if [[ -n $BIN_DIR ]]; then export PATH="$BIN_DIR:$PATH"; fi
+
+# A daemon of this version: from the host, or chrooted into the version's root.
+in_root() {
+    if [[ -n $ROOT ]]; then chroot "$ROOT" "$@"; else "$@"; fi
+}
 
 # Daemons started below get `9>&-`: an inherited lock fd would hold the lock for their lifetime.
+# One lock for every version: they share MariaDB, and a root is built once.
+LOCK_FILE=/run/slurm-cluster/lock
 lock() {
-    mkdir -p "$SHARED_RUN"
-    exec 9>"$SHARED_RUN/lock"
-    flock -w 180 9 || die "another cluster.sh has held $SHARED_RUN/lock for 180 s"
+    mkdir -p "$(dirname "$LOCK_FILE")"
+    exec 9>"$LOCK_FILE"
+    flock -w 600 9 || die "another cluster.sh has held $LOCK_FILE for 600 s"
 }
 
 pid_alive() { # pidfile
@@ -175,7 +247,10 @@ stop_pidfiles() { # pidfile...
     rm -f "$@"
 }
 
-render() { # template -> stdout, substituting @KEY@ placeholders
+render() { # template -> stdout, substituting @KEY@ placeholders; "@ROOT@ " lines: roots only
+    local ROOT_ONLY='/^@ROOT@ /d'
+    [[ -n $ROOT ]] && ROOT_ONLY='s/^@ROOT@ //'
+
     sed -e "s|@INSTANCE@|$INSTANCE|g" -e "s|@CLUSTER@|$CLUSTER|g" -e "s|@HOST@|$HOST|g" \
         -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@STATE_DIR@|$STATE_DIR|g" \
         -e "s|@RUN_DIR@|$RUN_DIR|g" -e "s|@LOG_DIR@|$LOG_DIR|g" -e "s|@SPOOL_DIR@|$SPOOL_DIR|g" \
@@ -183,31 +258,164 @@ render() { # template -> stdout, substituting @KEY@ placeholders
         -e "s|@NODE_PORT_FIRST@|$((CTLD_PORT + 1))|g" \
         -e "s|@NODE_PORT_LAST@|$((CTLD_PORT + NODES))|g" \
         -e "s|@SHARED_RUN@|$SHARED_RUN|g" -e "s|@SHARED_LOG@|$SHARED_LOG|g" \
-        -e "s|@DB_PASS@|$DB_PASS|g" "$1"
+        -e "s|@DB_PASS@|$DB_PASS|g" -e "s|@DB_NAME@|$DB_NAME|g" \
+        -e "s|@AUTH_INFO@|$AUTH_INFO|g" -e "s|@STORAGE_HOST@|$STORAGE_HOST|g" \
+        -e "s|@CGROUP_PLUGIN@|$CGROUP_PLUGIN|g" -e "s|@MUNGE_SOCKET@|$MUNGE_SOCKET|g" \
+        -e "s|@PLUGIN_DIR@|$PLUGIN_DIR|g" -e "$ROOT_ONLY" "$1"
+}
+
+# ------------------------------------------------------------------ a version's root
+
+# What a root gets besides its minbase: Slurm, munge, what the host's Python needs at run
+# time there (libffi for ctypes, which torch imports; ps/pkill for job scripts), and for
+# 24.11 what builds pyslurm against its libslurm (scripts/build-pyslurm.sh).
+root_packages() {
+    local packages=(slurmctld slurmd slurm-client slurmdbd munge libffi8 procps)
+    [[ $SLURM == 24.11 ]] && packages+=(libslurm-dev gcc libc6-dev)
+    echo "${packages[*]}"
+}
+
+# Host directories a job inside the root sees at the same path (the repository and the
+# Python with torch live under one of them or are added by share_path).
+ROOT_BINDS=(/dev /proc /sys /tmp /home /root)
+
+# Build the root once: debootstrap from Debian's archive (its default mirror), then the
+# packages.  A stamp holds what was installed, so a later `up` costs one file read.
+ensure_root() {
+    [[ -n $ROOT ]] || return 0
+    local want stamp=$ROOT/.slurm-elastic-root log=$ROOTS_DIR/$SLURM.build.log
+    want="$SUITE $(root_packages)"
+    [[ -f $stamp && $(cat "$stamp") == "$want" ]] && return 0
+    install -d "$ROOTS_DIR"
+    echo "building the Slurm $SLURM root ($SUITE) in $ROOT (once; log: $log)"
+    if [[ ! -x $ROOT/usr/bin/apt-get ]]; then
+        # Never rm -rf a root: it may have /root, /tmp, /home bind-mounted into it.  The
+        # scratch directory is never mounted into.
+        [[ ! -e $ROOT ]] || die "$ROOT exists but is not a usable root: move it away first"
+        rm -rf "$ROOT.building"
+        debootstrap --variant=minbase "$SUITE" "$ROOT.building" >"$log" 2>&1 ||
+            die "debootstrap $SUITE failed (see $log)"
+        mv "$ROOT.building" "$ROOT"
+    fi
+    # No daemon may start from a package script; apt inside needs the host's resolver.
+    printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"
+    chmod 755 "$ROOT/usr/sbin/policy-rc.d"
+    cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+    # sid's Release file counts as expired on this machine's clock (SLURM-FACTS.md).
+    local apt=(apt-get -q -o Acquire::Check-Valid-Until=false)
+    # shellcheck disable=SC2046 # the package list is meant to split
+    { chroot "$ROOT" "${apt[@]}" update &&
+        DEBIAN_FRONTEND=noninteractive chroot "$ROOT" "${apt[@]}" install -y \
+            --no-install-recommends $(root_packages); } >>"$log" 2>&1 ||
+        die "installing Slurm $SLURM into $ROOT failed (see $log)"
+    # The link that makes every <root>/path also valid inside the root.
+    install -d "$ROOT$(dirname "$ROOT")"
+    ln -sfn / "$ROOT$ROOT"
+    write_client_wrappers
+    printf '%s\n' "$want" >"$stamp"
+    echo "Slurm $SLURM root ready: $(chroot "$ROOT" dpkg-query -W -f='${Version}' slurmctld)"
+}
+
+# One host-side script per client: the root's binary through the root's dynamic loader and
+# libraries, so any user runs it on the host without chroot (and with the caller's cwd).
+write_client_wrappers() {
+    local libs=$ROOT/usr/lib/x86_64-linux-gnu
+    local loader=$libs/ld-linux-x86-64.so.2 b
+    [[ -x $loader ]] || die "no dynamic loader at $loader"
+    install -d "$BIN_DIR"
+    for b in sacct sacctmgr salloc sattach sbatch sbcast scancel scontrol scrontab sdiag sinfo \
+        sprio squeue sreport srun sshare sstat strigger; do
+        [[ -x $ROOT/usr/bin/$b ]] || continue
+        cat >"$BIN_DIR/$b" <<WRAPPER
+#!/bin/sh
+# Generated by scripts/cluster.sh: Slurm $SLURM's $b from $ROOT, run on the host.
+exec "$loader" --library-path "$libs:$PLUGIN_DIR" --argv0 $b "$ROOT/usr/bin/$b" "\$@"
+WRAPPER
+        chmod 755 "$BIN_DIR/$b"
+    done
+}
+
+# The root sees the host's users (jobs run as them; munged runs as the host's munge user)
+# and host name; synced on every `up` so users added since are there.
+sync_root_files() {
+    local f
+    for f in passwd group shadow gshadow hosts; do
+        [[ -f /etc/$f ]] && cp -p "/etc/$f" "$ROOT/etc/$f"
+    done
+}
+
+share_path() { # dir: bind-mount it at the same path in the root, unless already seen there
+    local dir=$1 b
+    for b in "${ROOT_BINDS[@]}"; do
+        [[ $dir == "$b" || $dir == "$b"/* ]] && return 0
+    done
+    case $dir in /usr | /usr/* | /etc | /etc/* | /var | /bin | /lib | /sbin | /)
+        echo "cluster.sh: warning: $dir is not shared with jobs in the Slurm $SLURM root" >&2
+        return 0 ;;
+    esac
+    mount_bind "$dir"
+}
+
+mount_bind() { # dir
+    local dir=$1
+    mountpoint -q "$ROOT$dir" && return 0
+    [[ -d $dir ]] || return 0
+    install -d "$ROOT$dir"
+    # rslave: unmounting inside the root later never propagates back to the host.
+    mount --rbind "$dir" "$ROOT$dir" && mount --make-rslave "$ROOT$dir" ||
+        die "cannot bind-mount $dir into $ROOT"
+}
+
+mount_root() {
+    [[ -n $ROOT ]] || return 0
+    local d
+    for d in "${ROOT_BINDS[@]}"; do mount_bind "$d"; done
+    share_path "$REPO"
+}
+
+unmount_root() {
+    [[ -n $ROOT ]] || return 0
+    local target
+    # Deepest first; a busy one (a process left in the root) is detached lazily.
+    while read -r target; do
+        umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null || true
+    done < <(findmnt -rn -o TARGET | grep -F "$ROOT/" | sort -r)
 }
 
 # ------------------------------------------------------------------ shared daemons
 
-munge_ok() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
+munge_ok() {
+    munge -S "$MUNGE_SOCKET" -n </dev/null 2>/dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1
+}
+
+as_munge() { # command...: as the munge user, in this version's root
+    if [[ -n $ROOT ]]; then chroot --userspec=munge:munge "$ROOT" "$@"; else runuser -u munge -- "$@"; fi
+}
 
 start_munge() {
     munge_ok && return 0
-    install -d -o munge -g munge -m 0755 /run/munge
-    install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
-    if [[ ! -s /etc/munge/munge.key ]]; then
-        runuser -u munge -- mungekey --create --keyfile=/etc/munge/munge.key ||
-            die "munge: could not create /etc/munge/munge.key"
+    local log=$P/var/log/munge/munged.log
+    install -d -o munge -g munge -m 0755 "$P/run/munge"
+    install -d -o munge -g munge -m 0700 "$P/var/log/munge" "$P/var/lib/munge" "$P/etc/munge"
+    # A root's package made its key for the root's own munge uid: give it to ours.
+    [[ -f $P/etc/munge/munge.key ]] && chown munge:munge "$P/etc/munge/munge.key"
+    if [[ ! -s $P/etc/munge/munge.key ]]; then
+        as_munge mungekey --create --keyfile=/etc/munge/munge.key ||
+            die "munge: could not create $P/etc/munge/munge.key"
     fi
-    rm -f /run/munge/munged.pid
-    runuser -u munge -- /usr/sbin/munged 9>&- ||
-        fail_daemon munged /var/log/munge/munged.log "did not start"
-    wait_for 10 munge_ok || fail_daemon munged /var/log/munge/munged.log "does not answer (munge -n | unmunge)"
+    rm -f "$P/run/munge/munged.pid"
+    as_munge /usr/sbin/munged 9>&- || fail_daemon "munged (Slurm $SLURM)" "$log" "did not start"
+    wait_for 10 munge_ok ||
+        fail_daemon "munged (Slurm $SLURM)" "$log" "does not answer (munge -n | unmunge)"
 }
 
 mariadb_ok() { mariadb-admin --socket="$MYSQL_SOCK" ping; }
 
+# One MariaDB on the host for every version (each version's slurmdbd has its own database):
+# Debian 13's MariaDB 11.8 makes slurmdbd 24.11 exit at start (SLURM-FACTS.md).
 start_mariadb() {
-    local log=$SHARED_LOG/mariadb.log
+    local log=/var/log/slurm-cluster/mariadb.log
+    install -d /var/log/slurm-cluster
     if ! mariadb_ok >/dev/null 2>&1; then
         install -d -o mysql -g mysql -m 0755 /run/mysqld
         if [[ ! -d /var/lib/mysql/mysql ]]; then
@@ -220,8 +428,12 @@ start_mariadb() {
             </dev/null >>"$log" 2>&1 9>&-
         wait_for 30 mariadb_ok || fail_daemon mariadbd "$log" "does not answer (mariadb-admin ping)"
     fi
-    mariadb --socket="$MYSQL_SOCK" -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
-        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" >>"$log" 2>&1 ||
+    # A root's slurmdbd connects over TCP to 127.0.0.1 (its own socket path does not exist).
+    mariadb --socket="$MYSQL_SOCK" -e "
+        CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+        CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+        GRANT ALL ON $DB_NAME.* TO 'slurm'@'localhost';
+        GRANT ALL ON $DB_NAME.* TO 'slurm'@'127.0.0.1';" >>"$log" 2>&1 ||
         fail_daemon mariadb "$log" "refused to create the slurm database user"
 }
 
@@ -229,33 +441,53 @@ dbd_ok() { SLURM_CONF=$CONF timeout 10 sacctmgr -n -P list cluster format=cluste
 
 start_slurmdbd() {
     local log=$SHARED_LOG/slurmdbd.log
-    mkdir -p "$SHARED_LOG"
+    mkdir -p "$SHARED_LOG" "$SHARED_RUN"
     local want
     want=$(render "$TEMPLATES/slurmdbd.conf.tmpl")
     if [[ ! -f $DBD_CONF ]] || [[ $(cat "$DBD_CONF") != "$want" ]]; then
         stop_pidfiles "$SHARED_RUN/slurmdbd.pid"
-        install -d /etc/slurm
+        install -d "$(dirname "$DBD_CONF")"
         (umask 077 && printf '%s\n' "$want" >"$DBD_CONF")
         chmod 600 "$DBD_CONF" # slurmdbd refuses a world-readable conf (it holds a password)
     fi
     if ! pid_alive "$SHARED_RUN/slurmdbd.pid"; then
-        env -u SLURM_CONF slurmdbd >>"$log" 2>&1 9>&- || fail_daemon slurmdbd "$log" "did not start"
+        # slurmdbd reads slurmdbd.conf beside $SLURM_CONF (default /etc/slurm, which in a
+        # root is $DBD_CONF's directory).
+        SLURM_CONF=$(dirname "$DBD_CONF")/slurm.conf in_root slurmdbd >>"$log" 2>&1 9>&- ||
+            fail_daemon "slurmdbd (Slurm $SLURM)" "$log" "did not start"
     fi
     wait_daemon "$SHARED_RUN/slurmdbd.pid" 30 dbd_ok ||
-        fail_daemon slurmdbd "$log" "$(died_or "does not answer (sacctmgr list cluster)")"
+        fail_daemon "slurmdbd (Slurm $SLURM)" "$log" "$(died_or "does not answer (sacctmgr list cluster)")"
 }
 
-stop_shared_if_unused() {
-    local k
+any_instance_up() { # version: 0 when one of its instances' slurmctld runs
+    local k v=$1 saved=$SLURM
+    version_settings "$v"
     for k in 0 1 2 3 4 5 6 7; do
-        pid_alive "$SHARED_RUN/i$k/slurmctld.pid" && return 0
+        if pid_alive "$SHARED_RUN/i$k/slurmctld.pid"; then
+            version_settings "$saved"
+            return 0
+        fi
     done
-    stop_pidfiles "$SHARED_RUN/slurmdbd.pid"
+    version_settings "$saved"
+    return 1
+}
+
+# The last instance of a version gone: stop its slurmdbd and munged, undo its root's
+# mounts; the last of all versions: stop MariaDB too.
+stop_shared_if_unused() {
+    any_instance_up "$SLURM" && return 0
+    stop_pidfiles "$SHARED_RUN/slurmdbd.pid" "$P/run/munge/munged.pid"
+    unmount_root
+    echo "Slurm $SLURM: shared daemons (slurmdbd, munged) stopped: no instance is running"
+    local v
+    for v in "${VERSIONS[@]}"; do
+        any_instance_up "$v" && return 0
+    done
     if mariadb_ok >/dev/null 2>&1; then
         mariadb-admin --socket="$MYSQL_SOCK" shutdown >/dev/null 2>&1 || true
+        echo "mariadbd stopped: no instance of any version is running"
     fi
-    stop_pidfiles /run/munge/munged.pid
-    echo "shared daemons (slurmdbd, mariadbd, munged) stopped: no instance is running"
 }
 
 # ------------------------------------------------------------------ one instance
@@ -369,7 +601,7 @@ start_instance() {
     install -d "$RUN_DIR" "$LOG_DIR" "$STATE_DIR" "$SPOOL_DIR"
     log=$LOG_DIR/slurmctld.log
     if ! pid_alive "$RUN_DIR/slurmctld.pid"; then
-        SLURM_CONF=$CONF slurmctld -f "$CONF" >>"$log" 2>&1 9>&- ||
+        SLURM_CONF=$CONF in_root slurmctld -f "$CONF" >>"$log" 2>&1 9>&- ||
             fail_daemon "slurmctld (instance $INSTANCE)" "$log" "did not start"
     fi
     wait_daemon "$RUN_DIR/slurmctld.pid" "$WAIT_S" ctld_ok ||
@@ -378,7 +610,7 @@ start_instance() {
     for i in $(seq "$NODES"); do
         pid_alive "$RUN_DIR/slurmd-n$i.pid" && continue
         install -d "$SPOOL_DIR/n$i"
-        SLURM_CONF=$CONF slurmd -f "$CONF" -N "n$i" >>"$LOG_DIR/slurmd-n$i.log" 2>&1 9>&- ||
+        SLURM_CONF=$CONF in_root slurmd -f "$CONF" -N "n$i" >>"$LOG_DIR/slurmd-n$i.log" 2>&1 9>&- ||
             fail_daemon "slurmd n$i (instance $INSTANCE)" "$LOG_DIR/slurmd-n$i.log" "did not start"
     done
     if ! wait_nodes 8; then
@@ -396,14 +628,19 @@ start_instance() {
 cmd_up() {
     need_root
     lock
+    ensure_root
     install -d "$SHARED_LOG" "$SHARED_RUN"
+    if [[ -n $ROOT ]]; then
+        sync_root_files
+        mount_root
+    fi
     if ((FRESH)); then
         stop_instance
         rm -rf "$STATE_DIR" "$SPOOL_DIR"
     fi
     write_confs
     if ((!CONF_CHANGED)) && munge_ok && instance_up_and_current && dbd_ok >/dev/null 2>&1; then
-        echo "instance $INSTANCE already up: $CLUSTER, $NODES nodes, SLURM_CONF=$CONF"
+        echo "instance $INSTANCE already up: Slurm $SLURM, $CLUSTER, $NODES nodes, SLURM_CONF=$CONF"
         return 0
     fi
     local t0=$SECONDS
@@ -415,23 +652,44 @@ cmd_up() {
     start_slurmdbd
     register_accounting
     start_instance
-    echo "instance $INSTANCE up in $((SECONDS - t0))s: $CLUSTER, $NODES nodes, SLURM_CONF=$CONF"
+    echo "instance $INSTANCE up in $((SECONDS - t0))s: Slurm $SLURM, $CLUSTER, $NODES nodes, SLURM_CONF=$CONF"
 }
 
+# `down --all`: every instance of every version (or of --slurm V only, when given).
 cmd_down() {
     need_root
     lock
-    local k
+    local k v versions=("$SLURM")
     if ((ALL)); then
-        for k in 0 1 2 3 4 5 6 7; do
-            instance_paths "$k"
-            stop_instance
+        ((SLURM_GIVEN)) || versions=("${VERSIONS[@]}")
+        for v in "${versions[@]}"; do
+            version_settings "$v"
+            SLURM=$v
+            for k in 0 1 2 3 4 5 6 7; do
+                instance_paths "$k"
+                stop_instance
+            done
+            stop_shared_if_unused
         done
     else
         stop_instance
-        echo "instance $INSTANCE down"
+        echo "instance $INSTANCE (Slurm $SLURM) down"
+        stop_shared_if_unused
     fi
-    stop_shared_if_unused
+}
+
+# The exports after which the clients and slurm-elastic talk to this instance.  PATH gets
+# this version's client wrappers first and loses any other root's (so switching versions
+# in one shell works); the values are expanded here, so a program may parse the lines.
+cmd_env() {
+    local path=":$ORIG_PATH:" v
+    for v in "${VERSIONS[@]}"; do path=${path//:$ROOTS_DIR\/$v.bin:/:}; done
+    path=${path#:}
+    path=${path%:}
+    [[ -n $BIN_DIR ]] && path=$BIN_DIR:$path
+    printf 'export SLURM_CONF=%q\n' "$CONF"
+    printf 'export PATH=%q\n' "$path"
+    printf 'export SLURM_ELASTIC_SLURM=%q\n' "$SLURM"
 }
 
 show_daemon() { # label pidfile
@@ -444,7 +702,7 @@ show_daemon() { # label pidfile
 
 cmd_status() {
     local f rc=0
-    echo "shared:"
+    echo "Slurm $SLURM${ROOT:+ (root $ROOT)}, shared:"
     if munge_ok; then printf '  %-22s up\n' munged; else printf '  %-22s DOWN\n' munged; rc=1; fi
     if mariadb_ok >/dev/null 2>&1; then printf '  %-22s up\n' mariadbd; else
         printf '  %-22s DOWN\n' mariadbd
@@ -473,7 +731,13 @@ case $CMD in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
-    env) echo "export SLURM_CONF=$CONF" ;;
+    env) cmd_env ;;
+    root)
+        need_root
+        lock
+        ensure_root
+        echo "Slurm $SLURM: ${ROOT:-from the host packages}"
+        ;;
     -h | --help | help) usage ;;
-    *) die "unknown command '$CMD' (up | down | status | env)" ;;
+    *) die "unknown command '$CMD' (up | down | status | env | root)" ;;
 esac

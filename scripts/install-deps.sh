@@ -5,7 +5,8 @@
 #   * Debian packages: Slurm 22.05 (slurmctld, slurmd, slurmdbd, client, libslurm-dev),
 #     munge, MariaDB; liblua5.1-0 (Debian's job_submit_lua.so embeds Lua 5.1, for
 #     etc/job_submit.lua); lua5.1 (runs etc/job_submit.lua stand-alone in the tests);
-#     systemd (only for `systemd-analyze verify` of the shipped unit; never started).
+#     systemd (only for `systemd-analyze verify` of the shipped unit; never started);
+#     debootstrap (scripts/cluster.sh builds the Slurm 24.11 and 26.05 roots with it).
 #   * torch==2.13.0 (exactly this spec: a local CPU wheel) for the job side;
 #   * this package, editable, with its test and agent extras.
 #
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd libslurm-dev munge mariadb-server
-    liblua5.1-0 lua5.1 systemd)
+    liblua5.1-0 lua5.1 systemd debootstrap)
 TORCH_SPEC="torch==2.13.0"
 
 say() { echo "install-deps: $*"; }

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,17 +26,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+from cluster_env import VERSIONS, use_cluster  # noqa: E402
 
 
-def cluster_env(instance: int) -> None:
-    out = subprocess.run(
-        ["bash", str(REPO / "scripts/cluster.sh"), "env", "--instance", str(instance)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    os.environ["SLURM_CONF"] = out.split("SLURM_CONF=", 1)[1].split()[0].strip("'\"")
+def cluster_env(version: str, instance: int) -> None:
+    use_cluster(version, instance)
 
 
 def trial(setting: str, wait_s: float) -> bool:
@@ -63,10 +57,11 @@ def trial(setting: str, wait_s: float) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instance", type=int, default=0)
+    parser.add_argument("--slurm", choices=VERSIONS, default="22.05")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--wait", type=float, default=30.0, help="seconds for the last job")
     args = parser.parse_args()
-    cluster_env(args.instance)
+    cluster_env(args.slurm, args.instance)
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))

@@ -1,8 +1,10 @@
 """pytest plugin: the real local Slurm cluster (scripts/cluster.sh) as fixtures.
 
 * ``slurm_cluster`` (session): brings up instance ``$SLURM_ELASTIC_TEST_INSTANCE`` (default
-  0) with ``$SLURM_ELASTIC_TEST_NODES`` nodes (default 4) -- a quick no-op when it is
-  already up -- exports ``SLURM_CONF`` and yields a :class:`SlurmCluster`.
+  0) of Slurm ``$SLURM_ELASTIC_SLURM`` (22.05, 24.11 or 26.05; default 22.05, the host's)
+  with ``$SLURM_ELASTIC_TEST_NODES`` nodes (default 4) -- a quick no-op when it is already
+  up -- applies ``cluster.sh env``'s exports (``SLURM_CONF``, and ``PATH`` with a newer
+  version's clients first) to this process and yields a :class:`SlurmCluster`.
 * ``clean_queue`` (function): cancels every job of that cluster and waits (bounded) until
   the queue is empty and every node is idle, then cancels again after the test.
 
@@ -22,30 +24,36 @@ from pathlib import Path
 
 import pytest
 
+from scripts.cluster_env import DEFAULT_VERSION, VERSIONS, use_cluster
+
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
+# The host's 22.05; a newer version's root is built by cluster.sh itself (debootstrap).
 SLURM_BINARIES = (
     "/usr/sbin/slurmctld",
     "/usr/sbin/slurmd",
     "/usr/sbin/slurmdbd",
     "/usr/sbin/munged",
 )
-UP_TIMEOUT_S = 240
+UP_TIMEOUT_S = 300  # a first `up` of a newer version builds its root (~45 s)
 IDLE_TIMEOUT_S = 40.0
 
 
 @dataclass(frozen=True)
 class SlurmCluster:
+    version: str  # "22.05", "24.11", "26.05"
     instance: int
     conf: Path
     cluster_name: str
     nodes: tuple[str, ...]
     partitions: tuple[str, ...]  # the default partition first
 
+    exports: dict[str, str]  # cluster.sh env: SLURM_CONF, PATH, SLURM_ELASTIC_SLURM
+
     @property
     def env(self) -> dict[str, str]:
-        """os.environ with this cluster's SLURM_CONF (for subprocesses)."""
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        """os.environ with this cluster's exports (for subprocesses)."""
+        return {**os.environ, **self.exports}
 
     def run(
         self, *args: str, check: bool = True, timeout: float = 30.0
@@ -68,10 +76,20 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in {"", "0", "false", "no"}
 
 
+def test_version() -> str:
+    """The Slurm version the live tests run against (``$SLURM_ELASTIC_SLURM``)."""
+    version = os.environ.get("SLURM_ELASTIC_SLURM") or DEFAULT_VERSION
+    if version not in VERSIONS:
+        raise pytest.UsageError(f"SLURM_ELASTIC_SLURM={version!r}: not one of {VERSIONS}")
+    return version
+
+
 def cluster_unavailable_reason() -> str | None:
     """Why this machine cannot run the local cluster, None when it can."""
     if os.geteuid() != 0:
         return "needs root (scripts/cluster.sh starts munged, MariaDB and Slurm daemons)"
+    if test_version() != DEFAULT_VERSION:
+        return None  # cluster.sh builds that version's root; its errors fail the fixture
     missing = [b for b in SLURM_BINARIES if not Path(b).exists()]
     if missing:
         return f"Debian's Slurm is not installed ({', '.join(missing)}): run make setup"
@@ -105,27 +123,23 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     reason = cluster_unavailable_reason()
     if reason is not None:
         _skip_or_fail(reason)
+    version = test_version()
     instance = int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
     nodes = int(os.environ.get("SLURM_ELASTIC_TEST_NODES", "4"))
-    cmd = ["bash", str(CLUSTER_SH), "up", "--instance", str(instance), "--nodes", str(nodes)]
+    cmd = ["bash", str(CLUSTER_SH), "up", "--slurm", version, "--instance", str(instance)]
+    cmd += ["--nodes", str(nodes)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=UP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{' '.join(cmd)} took more than {UP_TIMEOUT_S}s")
     if proc.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
-    env_line = subprocess.run(
-        ["bash", str(CLUSTER_SH), "env", "--instance", str(instance)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=10,
-    ).stdout.strip()
-    conf = Path(env_line.partition("SLURM_CONF=")[2])
-    os.environ["SLURM_CONF"] = str(conf)
+    exports = use_cluster(version, instance)
     cluster = SlurmCluster(
+        version=version,
         instance=instance,
-        conf=conf,
+        conf=Path(exports["SLURM_CONF"]),
+        exports=exports,
         cluster_name=f"cluster{instance}",
         nodes=tuple(f"n{i}" for i in range(1, nodes + 1)),
         partitions=("batch", "shared"),

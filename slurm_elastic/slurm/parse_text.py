@@ -52,7 +52,7 @@ PARTITION_KEYS = _keys(
     MaxCPUsPerNode Nodes PriorityJobFactor PriorityTier RootOnly ReqResv OverSubscribe
     OverTimeLimit PreemptMode State TotalCPUs TotalNodes SelectTypeParameters JobDefaults
     DefMemPerNode MaxMemPerNode TRES TRESBillingWeights DenyAccounts DenyQos
-    Alternate DefMemPerCPU MaxMemPerCPU"""
+    Alternate DefMemPerCPU MaxMemPerCPU Exclusive"""
 )
 
 _KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z_][\w:/]*)=")
@@ -115,13 +115,16 @@ def parse_scontrol_partitions(text: str) -> tuple[PartitionView, ...]:
     for fields in _records(text, "scontrol show partition", "PartitionName", PARTITION_KEYS):
         name = fields["PartitionName"]
         where = f"scontrol show partition: {name}"
+        # Whole-node partitions: "OverSubscribe=EXCLUSIVE" up to 25.x; 26.05 prints the same
+        # configuration as "Exclusive=NODE OverSubscribe=NO" (EXCLUSIVE moved to its own key).
         oversubscribe = fields.get("OverSubscribe", "NO").upper()
+        exclusive = fields.get("Exclusive", "NO").upper()
         views.append(
             PartitionView(
                 name=name,
                 nodes=cv.nodes(_null(fields.get("Nodes", "")), f"{where}: Nodes"),
                 is_default=fields.get("Default", "NO").upper() == "YES",
-                exclusive=oversubscribe.startswith("EXCLUSIVE"),
+                exclusive=oversubscribe.startswith("EXCLUSIVE") or exclusive not in {"NO", ""},
                 state=_need(fields, "State", where).upper(),
                 max_time_s=cv.duration_text(fields.get("MaxTime", "UNLIMITED"), where),
             )
