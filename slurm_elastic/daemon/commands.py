@@ -123,7 +123,14 @@ def _echo_json(value: Any) -> None:
 @_CONFIG_OPTION
 @click.option("--once", is_flag=True, help="Run one cycle, publish it, and exit.")
 def daemon(config_file: Path | None, once: bool) -> None:
-    """Run the head-node daemon (systemd: Type=notify; SIGHUP reloads the config)."""
+    """Run the head-node daemon (systemd: Type=notify; SIGHUP reloads the config).
+
+    \b
+    Exit status: 0 stopped by SIGTERM/SIGINT, or --once and its cycle succeeded;
+    1 could not start (config, state_dir, API port); 2 usage;
+    3 --once and its one cycle failed (Slurm unreachable, output not understood).
+    Without --once a failed cycle never ends the daemon (see /healthz).
+    """
     from slurm_elastic.daemon.service import run_daemon
     from slurm_elastic.errors import SlurmElasticError
 
