@@ -20,12 +20,16 @@ from slurm_elastic.config import Config
 from slurm_elastic.daemon.commands import (
     STATUS_COLUMNS,
     config_check,
+    daemon,
+    explain,
     explain_job,
     explain_lines,
     filter_jobs,
-    stale_warning,
+    plan,
     status,
+    status_problem,
 )
+from slurm_elastic.daemon.exitcodes import ExitCode
 from slurm_elastic.daemon.status import STATUS_FILE, read_document, write_atomic
 from tests.test_daemon_service_process import MAIN as _MAIN
 from tests.test_daemon_service_process import daemon_process, wait_api, write_config
@@ -60,14 +64,20 @@ def test_filter_jobs() -> None:
     assert filter_jobs(ROWS, [], []) == ROWS
 
 
-def test_stale_warning() -> None:
+def test_status_problem() -> None:
     config = Config()
     fresh = {"generated_at": 1000.0, "daemon": {"interval_s": 10}, "cycle": {"ok": True}}
-    assert stale_warning(fresh, config, 1010.0) is None
-    warning = stale_warning(fresh, config, 1000.0 + 3 * 10 + 20 + 1)
-    assert warning is not None and "51s old" in warning
+    assert status_problem(fresh, config, 1010.0) is None
+    stale = status_problem(fresh, config, 1000.0 + 3 * 10 + 20 + 1)
+    assert stale is not None and stale.exit_code == ExitCode.STALE
+    assert "51s old" in stale.warning
     failed = {**fresh, "cycle": {"ok": False, "error": "observe: slurmctld down"}}
-    assert "slurmctld down" in (stale_warning(failed, config, 1001.0) or "")
+    problem = status_problem(failed, config, 1001.0)
+    assert problem is not None and problem.exit_code == ExitCode.CYCLE_FAILED
+    assert "slurmctld down" in problem.warning
+    # A stale document's failure is old news: the daemon not cycling is what matters now.
+    old_failure = status_problem(failed, config, 1000.0 + 3 * 10 + 20 + 1)
+    assert old_failure is not None and old_failure.exit_code == ExitCode.STALE
 
 
 def test_explain_from_a_document() -> None:
@@ -165,6 +175,101 @@ def test_status_without_any_daemon_is_one_line_error(tmp_path: Path) -> None:
     assert len(result.output.strip().splitlines()) == 1
 
 
+def _status_in_state_dir(tmp_path: Path, *, ok: bool, age_s: float) -> Path:
+    """A config whose state_dir holds a status.json of this outcome and age; no daemon API
+    answers (port 1), so ``status`` and ``explain`` both read that file."""
+    write_atomic(
+        tmp_path / STATUS_FILE,
+        {
+            "version": 1,
+            "generated_at": time.time() - age_s,
+            "daemon": {"mode": "shadow", "policy": "mip", "interval_s": 10},
+            "cycle": {"count": 4, "ok": ok, "error": None if ok else "observe: slurmctld down"},
+            "plan": None,
+            "actions": [],
+            "jobs": [TRAIN_ROW],
+        },
+    )
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(f"state_dir: {tmp_path}\napi: {{port: 1}}\n")
+    return config_file
+
+
+# (cycle ok, age of the document in s, exit status, warning); stale = older than 3*10+20 s.
+STATUS_CASES = [
+    (True, 0.0, ExitCode.OK, None),
+    (False, 0.0, ExitCode.CYCLE_FAILED, "warning: the last cycle failed: observe: slurmctld down"),
+    (True, 3600.0, ExitCode.STALE, "is the daemon running?"),
+    (False, 3600.0, ExitCode.STALE, "is the daemon running?"),
+]
+
+
+@pytest.mark.parametrize(("ok", "age_s", "code", "warning"), STATUS_CASES)
+def test_status_exit_status_follows_the_daemons_cycle(
+    tmp_path: Path, ok: bool, age_s: float, code: ExitCode, warning: str | None
+) -> None:
+    config_file = _status_in_state_dir(tmp_path, ok=ok, age_s=age_s)
+    runner = CliRunner()
+    table = runner.invoke(status, ["--config", str(config_file)])
+    assert table.exit_code == code, table.output
+    assert table.stdout.splitlines()[1].split()[:2] == ["7", "batch"]  # rows all the same
+    as_json = runner.invoke(status, ["--config", str(config_file), "--json"])
+    assert as_json.exit_code == code, as_json.output
+    assert [j["job_id"] for j in json.loads(as_json.stdout)["jobs"]] == [7]
+    for result in (table, as_json):
+        if warning is None:
+            assert "warning" not in result.stderr
+        else:
+            assert warning in result.stderr
+
+
+@pytest.mark.parametrize(("ok", "age_s", "code", "warning"), STATUS_CASES)
+def test_explain_exit_status_follows_the_daemons_cycle(
+    tmp_path: Path, ok: bool, age_s: float, code: ExitCode, warning: str | None
+) -> None:
+    config_file = _status_in_state_dir(tmp_path, ok=ok, age_s=age_s)
+    runner = CliRunner()
+    text = runner.invoke(explain, ["7", "--config", str(config_file)])
+    assert text.exit_code == code, text.output
+    assert text.stdout.startswith("job 7 (train, user alice, batch): RUNNING")
+    as_json = runner.invoke(explain, ["7", "--config", str(config_file), "--json"])
+    assert as_json.exit_code == code, as_json.output
+    assert json.loads(as_json.stdout)["job"]["job_id"] == 7
+    assert (warning is None) == ("warning" not in text.stderr)
+    # A job the daemon does not know stays a plain error, whatever the cycle did.
+    assert runner.invoke(explain, ["99", "--config", str(config_file)]).exit_code == 1
+
+
+def test_a_failed_cycle_exits_3_without_slurm_commands(tmp_path: Path) -> None:
+    """No Slurm client on PATH: a real failed cycle (``SlurmUnreachable``), no cluster needed.
+
+    ``daemon --once`` still publishes the failure for ``status``; ``plan --json`` still prints
+    the result on stdout, so that a script can read why.
+    """
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\napi: {{port: 0}}\n")
+    no_slurm = {"PATH": str(tmp_path / "empty")}
+    runner = CliRunner()
+    once = runner.invoke(daemon, ["--config", str(config_file), "--once"], env=no_slurm)
+    assert once.exit_code == ExitCode.CYCLE_FAILED, once.output
+    published = read_document(tmp_path / "state" / STATUS_FILE)["cycle"]
+    assert published["ok"] is False and "'squeue' not found" in published["error"]
+
+    as_json = runner.invoke(plan, ["--config", str(config_file), "--json"], env=no_slurm)
+    assert as_json.exit_code == ExitCode.CYCLE_FAILED, as_json.output
+    wire = json.loads(as_json.stdout)
+    assert wire["ok"] is False and "'squeue' not found" in wire["error"]
+    assert "Error: dry-run cycle failed: observe: " in as_json.stderr
+
+    table = runner.invoke(plan, ["--config", str(config_file)], env=no_slurm)
+    assert table.exit_code == ExitCode.CYCLE_FAILED and table.stdout == ""
+    assert "Error: dry-run cycle failed: observe: " in table.stderr
+
+    why = runner.invoke(explain, ["7", "--dry-run", "--config", str(config_file)], env=no_slurm)
+    assert why.exit_code == ExitCode.CYCLE_FAILED, why.output
+    assert "Error: dry-run cycle failed: observe: " in why.stderr  # not "job 7 is not in..."
+
+
 def test_config_check_lists_every_key_with_its_source(tmp_path: Path) -> None:
     main = tmp_path / "slurm-elastic.yaml"
     main.write_text("mode: enforce\n")
@@ -198,13 +303,16 @@ def test_config_check_bad_config_is_one_line(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- live cluster
 
 
-def _cli(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+def _cli(
+    *args: str, check: bool = True, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-c", _MAIN, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env=env,
     )
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -274,7 +382,9 @@ def test_status_warns_when_stale(live_jobs) -> None:
     path = Path(read_config_state_dir(config_file)) / STATUS_FILE
     document = read_document(path)
     write_atomic(path, {**document, "generated_at": time.time() - 3600})
-    proc = _cli("status", "--config", str(config_file))
+    proc = _cli("status", "--config", str(config_file), check=False)
+    assert proc.returncode == ExitCode.STALE, proc.stderr
+    assert proc.stdout.splitlines()[0].split() == list(STATUS_COLUMNS)
     assert re.search(r"warning: status is 3[56]\d\ds old .* is the daemon running\?", proc.stderr)
 
 
@@ -313,6 +423,52 @@ def test_plan_and_explain_on_the_live_cluster(live_jobs) -> None:
     missing = _cli("explain", "999999", "--config", str(config_file), check=False)
     assert missing.returncode == 1
     assert missing.stderr.strip().startswith("Error: job 999999 is not in the daemon's view")
+
+
+def _controller_down_conf(conf: Path, tmp_path: Path) -> Path:
+    """A copy of the live cluster's slurm.conf whose slurmctld port nobody listens on.
+
+    Slurm's clients then exit 0 with an ``errors`` entry and no jobs (tests/fixtures/slurm/
+    22.05/CAPTURED.md, ``squeue-controller-down.json``): the quiet failure that must not pass
+    for an empty cluster.  MessageTimeout=2 makes each such call take ~1 s instead of ~9 s.
+    """
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    text = re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={port}", conf.read_text())
+    assert f"SlurmctldPort={port}" in text
+    path = tmp_path / "slurm.conf"
+    path.write_text(text + "MessageTimeout=2\n")
+    return path
+
+
+@pytest.mark.slurm
+def test_exit_status_against_a_dead_and_the_live_controller(slurm_cluster, tmp_path: Path) -> None:
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\napi: {{port: 0}}\n")
+    args = ("--config", str(config_file))
+    down = {**os.environ, "SLURM_CONF": str(_controller_down_conf(slurm_cluster.conf, tmp_path))}
+
+    once = _cli("daemon", "--once", *args, env=down, check=False)
+    assert once.returncode == ExitCode.CYCLE_FAILED, once.stderr
+    failed = _cli("status", *args, check=False)
+    assert failed.returncode == ExitCode.CYCLE_FAILED, failed.stderr
+    assert "warning: the last cycle failed: observe: squeue --json: " in failed.stderr
+    planned = _cli("plan", "--json", *args, env=down, check=False)
+    assert planned.returncode == ExitCode.CYCLE_FAILED, planned.stderr
+    wire = json.loads(planned.stdout)
+    assert wire["ok"] is False and wire["error"].startswith("observe: squeue --json: ")
+
+    # The same commands against the live controller: 0, and status recovers with the cycle.
+    assert _cli("daemon", "--once", *args, check=False).returncode == ExitCode.OK
+    recovered = _cli("status", "--json", *args, check=False)
+    assert recovered.returncode == ExitCode.OK, recovered.stderr
+    assert json.loads(recovered.stdout)["cycle"]["ok"] is True
+    planned = _cli("plan", "--json", *args, check=False)
+    assert planned.returncode == ExitCode.OK, planned.stderr
+    assert json.loads(planned.stdout)["ok"] is True
 
 
 @pytest.mark.slurm

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.config import Config, load_config
+from slurm_elastic.daemon.exitcodes import ExitCode
 from slurm_elastic.daemon.service import Notifier, Service, changed_keys, watchdog_interval_s
 from slurm_elastic.daemon.status import STATUS_FILE, read_document
 from tests.test_daemon_service_process import daemon_process, wait_event, write_config
@@ -167,7 +168,8 @@ def test_unreachable_slurm_fails_cycles_but_not_the_daemon(tmp_path: Path, notif
     sock, path = notify_socket
     backend = CliBackend(slurm_conf=str(tmp_path / "no-slurm.conf"), timeout_s=5)
     service = Service(_config(tmp_path), backend=backend, notifier=Notifier(path))
-    assert service.run(once=True) == 0
+    # The daemon itself survives; only a one-cycle run reports the failure in its status.
+    assert service.run(once=True) == ExitCode.CYCLE_FAILED
     messages = _drain(sock, until=lambda m: _count(m, "STOPPING=1"), timeout_s=5)
     assert messages[0].startswith("READY=1\nSTATUS=cycle 1 failed: observe:")
     assert "WATCHDOG=1" in messages[0].splitlines()

@@ -6,6 +6,8 @@ the command that needs it.
 
 Output: rich tables on a TTY, plain aligned text otherwise (pipes, scripts); ``--json``
 everywhere a machine might read.  Errors are one line (click's ``Error: ...``), exit 1.
+A failed or stale cycle still prints its output, then exits with its own status
+(``exitcodes.ExitCode``, docs/cli-exit-codes.md) so that scripts need not parse text.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
+
+from slurm_elastic.daemon.exitcodes import ExitCode
 
 if TYPE_CHECKING:
     from slurm_elastic.config import Config
@@ -59,6 +63,12 @@ _STATE_CODES = {
 STATUS_COLUMNS = ("JOBID", "PARTITION", "NAME", "USER", "ST", "NODES", "MIN", "MAX", "TARGET")
 # STEP/RATE: the job's latest progress report (training step, samples/s): is it reporting?
 STATUS_COLUMNS += ("STEP", "RATE", "REASON")
+
+
+class CycleFailed(click.ClickException):
+    """``Error: ...`` like any other, but exit 3: the command ran and the cycle failed."""
+
+    exit_code = ExitCode.CYCLE_FAILED
 
 
 def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
@@ -123,7 +133,14 @@ def _echo_json(value: Any) -> None:
 @_CONFIG_OPTION
 @click.option("--once", is_flag=True, help="Run one cycle, publish it, and exit.")
 def daemon(config_file: Path | None, once: bool) -> None:
-    """Run the head-node daemon (systemd: Type=notify; SIGHUP reloads the config)."""
+    """Run the head-node daemon (systemd: Type=notify; SIGHUP reloads the config).
+
+    \b
+    Exit status: 0 stopped by SIGTERM/SIGINT, or --once and its cycle succeeded;
+    1 could not start (config, state_dir, API port); 2 usage;
+    3 --once and its one cycle failed (Slurm unreachable, output not understood).
+    Without --once a failed cycle never ends the daemon (see /healthz).
+    """
     from slurm_elastic.daemon.service import run_daemon
     from slurm_elastic.errors import SlurmElasticError
 
@@ -165,7 +182,19 @@ def fetch_status(config: Config, api: str | None, status_file: Path | None) -> t
         raise click.ClickException("no daemon status: " + "; ".join(problems)) from None
 
 
-def stale_warning(document: dict[str, Any], config: Config, now: float) -> str | None:
+class StatusProblem(NamedTuple):
+    """Why a status document cannot be trusted as current, and the exit status that says so."""
+
+    exit_code: ExitCode
+    warning: str
+
+
+def status_problem(document: dict[str, Any], config: Config, now: float) -> StatusProblem | None:
+    """Stale (the daemon stopped cycling) before failed: a stale document's failure is old news.
+
+    ``status`` and ``explain`` print the warning and still show the rows (from the last good
+    cycle), then exit with the problem's code so that a script sees it without parsing.
+    """
     from slurm_elastic.daemon.status import age_s
 
     # The daemon's own interval (from the document) sets the pace; the same window as /healthz.
@@ -173,13 +202,17 @@ def stale_warning(document: dict[str, Any], config: Config, now: float) -> str |
     window = 3 * interval + config.slurm.timeout_s
     age = age_s(document, now)
     if age > window:
-        return (
+        return StatusProblem(
+            ExitCode.STALE,
             f"status is {age:.0f}s old (daemon interval {interval:g}s): "
-            "is the daemon running? (systemctl status slurm-elastic)"
+            "is the daemon running? (systemctl status slurm-elastic)",
         )
     cycle = document.get("cycle", {})
     if cycle.get("ok") is False:
-        return f"the last cycle failed: {cycle.get('error')}; rows are from the last good cycle"
+        return StatusProblem(
+            ExitCode.CYCLE_FAILED,
+            f"the last cycle failed: {cycle.get('error')}; rows are from the last good cycle",
+        )
     return None
 
 
@@ -244,17 +277,29 @@ def status(
     api: str | None,
     status_file: Path | None,
 ) -> None:
-    """Jobs as the daemon sees them (squeue-like), with its target size and reason."""
+    """Jobs as the daemon sees them (squeue-like), with its target size and reason.
+
+    \b
+    Exit status: 0 ok; 1 no status could be read; 2 usage;
+    3 the daemon's last cycle failed; 4 the status is stale (daemon not cycling).
+    With 3 and 4 the table (or JSON) is still printed, after a warning on stderr.
+    """
     config = _load_config(config_file)
     document, source = fetch_status(config, api, status_file)
     wanted_users = list(users) + ([pwd.getpwuid(os.getuid()).pw_name] if me else [])
     jobs = filter_jobs(document.get("jobs", []), wanted_users, _parse_job_ids(job_ids))
-    warning = stale_warning(document, config, time.time())
-    if warning:
-        click.echo(f"warning: {warning}", err=True)
+    problem = status_problem(document, config, time.time())
+    if problem:
+        click.echo(f"warning: {problem.warning}", err=True)
     if as_json:
         _echo_json({**document, "jobs": jobs, "source": source})
-        return
+    else:
+        _status_table(document, jobs, source)
+    if problem:
+        sys.exit(problem.exit_code)
+
+
+def _status_table(document: dict[str, Any], jobs: Sequence[dict[str, Any]], source: str) -> None:
     cycle = document.get("cycle", {})
     daemon_info = document.get("daemon", {})
     render_table(STATUS_COLUMNS, [_status_row(j) for j in jobs])
@@ -365,15 +410,21 @@ def plan(config_file: Path | None, as_json: bool) -> None:
 
     Shadow mode with Slurm actions disabled; cooldowns come from a copy of the daemon's
     journal.  Progress reports live in the running daemon, so this plan uses priors.
+
+    \b
+    Exit status: 0 ok; 1 error (config); 2 usage;
+    3 the dry-run cycle failed (Slurm unreachable, output not understood):
+    --json still prints the result ("ok": false, "error") on stdout.
     """
     config = _load_config(config_file)
     result = dry_run_cycle(config)
     wire = result.to_json()
     if as_json:
-        _echo_json(wire)
-        return
+        _echo_json(wire)  # even when the cycle failed: a script reads "error" from it
     if not result.ok:
-        raise click.ClickException(f"dry-run cycle failed: {result.error}")
+        raise CycleFailed(f"dry-run cycle failed: {result.error}")
+    if as_json:
+        return
     click.echo(_plan_header(wire["plan"]))
     render_table(_DECISION_COLUMNS, _decision_rows(wire["plan"], ()))
     actions = _action_rows(wire["actions"], ())
@@ -395,23 +446,35 @@ def plan(config_file: Path | None, as_json: bool) -> None:
 def explain(
     config_file: Path | None, job_id: int, as_json: bool, dry_run: bool, api: str | None
 ) -> None:
-    """Why JOB_ID has (or will get) its size: predicted gain, cost, the deciding rule."""
+    """Why JOB_ID has (or will get) its size: predicted gain, cost, the deciding rule.
+
+    \b
+    Exit status: 0 ok; 1 error (no status, job not in the daemon's view); 2 usage;
+    3 the cycle failed (--dry-run: no explanation; else the daemon's last cycle,
+    explained from the last good one); 4 the daemon's status is stale (still explained).
+    """
     config = _load_config(config_file)
+    problem: StatusProblem | None = None
     if dry_run:
-        wire = dry_run_cycle(config).to_json()
+        result = dry_run_cycle(config)
+        if not result.ok:
+            raise CycleFailed(f"dry-run cycle failed: {result.error}")
+        wire = result.to_json()
         source = "dry-run cycle"
     else:
         wire, source = fetch_status(config, api, None)
-        warning = stale_warning(wire, config, time.time())
-        if warning:
-            click.echo(f"warning: {warning}", err=True)
+        problem = status_problem(wire, config, time.time())
+        if problem:
+            click.echo(f"warning: {problem.warning}", err=True)
     found = explain_job(wire, job_id)
     if found is None:
         raise click.ClickException(f"job {job_id} is not in the daemon's view ({source})")
     if as_json:
         _echo_json({**found, "source": source})
-        return
-    click.echo("\n".join(explain_lines(found)))
+    else:
+        click.echo("\n".join(explain_lines(found)))
+    if problem:
+        sys.exit(problem.exit_code)
 
 
 def explain_job(wire: dict[str, Any], job_id: int) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ import structlog
 from slurm_elastic.config import Config, flat_items, load_config, load_main
 from slurm_elastic.daemon.api import ApiContext, ApiServer
 from slurm_elastic.daemon.controller import Controller, CycleResult
+from slurm_elastic.daemon.exitcodes import ExitCode
 from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.log import configure_logging
@@ -187,6 +188,7 @@ class _LoopState:
     count: int = 0
     last_ok_at: float | None = None
     last_error: str | None = None
+    last_cycle_ok: bool | None = None  # None: no cycle has finished yet
     ready_sent: bool = False
     content: CycleContent = field(default_factory=CycleContent)
     document: dict[str, Any] | None = None
@@ -271,7 +273,13 @@ class Service:
     # ------------------------------------------------------------------ the loop
 
     def run(self, *, once: bool = False) -> int:
-        """Run until SIGTERM/SIGINT (or one cycle with ``once``); returns the exit status."""
+        """Run until SIGTERM/SIGINT (or one cycle with ``once``); returns the exit status.
+
+        The loop exits 0 when asked to stop: a failed cycle is the service's normal life
+        (it says why in STATUS= and /healthz) and a non-zero exit would make systemd restart
+        it.  ``once`` is what a script or a timer runs, and there the one cycle *is* the
+        result, so its failure is ``ExitCode.CYCLE_FAILED``.
+        """
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
@@ -311,7 +319,9 @@ class Service:
             self._restore_signals(previous)
             wake_r.close()
             wake_w.close()
-        return 0
+        if once and self._state.last_cycle_ok is False:
+            return ExitCode.CYCLE_FAILED
+        return ExitCode.OK
 
     def _one_cycle(self) -> None:
         started = self.clock()
@@ -327,6 +337,7 @@ class Service:
             error_kind = type(exc).__name__
         finished = self.clock()
         ok = result is not None and result.ok
+        state.last_cycle_ok = ok
         if result is not None and result.ok:
             state.last_ok_at = finished
             state.last_error = None
