@@ -4,6 +4,11 @@
 
 PYTHON ?= python3
 NODES ?= 4
+# Slurm version of `make demo` / `make cluster-up` (22.05: the host's; 24.11: Debian 13's,
+# the default; 26.05: Debian unstable's).  `make test` runs every version.
+SLURM ?= 24.11
+# The versions `make test` runs, in order (scripts/test-matrix.sh).
+TEST_LEGS ?= 22.05
 # Which local cluster instance (0..7) cluster-up/test use; instance 0 is /etc/slurm/slurm.conf.
 INSTANCE ?= $(or $(SLURM_ELASTIC_TEST_INSTANCE),0)
 export PYTHONUNBUFFERED := 1
@@ -14,37 +19,37 @@ export SLURM_ELASTIC_TEST_NODES := $(NODES)
 .PHONY: help setup cluster-up cluster-down cluster-status test test-unit lint demo bench clean
 
 help:
-	@echo "make demo          bring up a local Slurm cluster, run the daemon and a mixed elastic workload"
-	@echo "make test          the whole test suite, incl. integration tests on the local cluster"
+	@echo "make demo          bring up a local Slurm cluster (SLURM=$(SLURM)), run the daemon and a mixed elastic workload"
+	@echo "make test          the whole suite on Slurm 22.05, the live-cluster tests on 24.11 and 26.05"
 	@echo "make test-unit     tests that need no cluster"
-	@echo "make cluster-up    start the local cluster (NODES=$(NODES))"
-	@echo "make cluster-down  stop it"
+	@echo "make cluster-up    start the local cluster (SLURM=$(SLURM) NODES=$(NODES))"
+	@echo "make cluster-down  stop every local cluster"
 	@echo "make lint          ruff"
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/install-deps.sh
 
 cluster-up: setup
-	bash scripts/cluster.sh up --nodes $(NODES) --instance $(INSTANCE)
+	bash scripts/cluster.sh up --slurm $(SLURM) --nodes $(NODES) --instance $(INSTANCE)
 
 cluster-down:
-	bash scripts/cluster.sh down --instance $(INSTANCE)
+	bash scripts/cluster.sh down --all
 
 cluster-status:
-	bash scripts/cluster.sh status --instance $(INSTANCE)
+	bash scripts/cluster.sh status --slurm $(SLURM) --instance $(INSTANCE)
 
 lint:
 	$(PYTHON) -m ruff check slurm_elastic tests scripts examples
 	$(PYTHON) -m ruff format --check slurm_elastic tests scripts examples
 
-test: cluster-up lint
-	$(PYTHON) -m pytest -q tests
+test: setup lint
+	PYTHON=$(PYTHON) bash scripts/test-matrix.sh --instance $(INSTANCE) --legs "$(TEST_LEGS)"
 
 test-unit: setup
 	$(PYTHON) -m pytest -q -m "not slurm" tests
 
 demo: cluster-up
-	$(PYTHON) -m slurm_elastic.demo --instance $(INSTANCE)
+	$(PYTHON) -m slurm_elastic.demo --slurm $(SLURM) --instance $(INSTANCE)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo-out sim-out

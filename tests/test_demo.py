@@ -52,7 +52,8 @@ def test_quick_demo_shows_start_at_size_shrink_grow(clean_queue: SlurmCluster, t
     pytest.importorskip("torch")
     _needs_four_nodes(clean_queue)
     out = tmp_path / "demo-out"
-    argv = [*DEMO, "--quick", "--instance", str(clean_queue.instance), "--out", str(out)]
+    which = ["--slurm", clean_queue.version, "--instance", str(clean_queue.instance)]
+    argv = [*DEMO, "--quick", *which, "--out", str(out)]
     done = subprocess.run(
         argv, cwd=REPO, env=clean_queue.env, capture_output=True, text=True, timeout=420
     )
@@ -84,7 +85,8 @@ def test_quick_demo_shows_start_at_size_shrink_grow(clean_queue: SlurmCluster, t
 def test_sigint_stops_daemon_and_cancels_jobs(clean_queue: SlurmCluster, tmp_path: Path):
     _needs_four_nodes(clean_queue)
     out = tmp_path / "demo-out"
-    argv = [*DEMO, "--quick", "--instance", str(clean_queue.instance), "--out", str(out)]
+    which = ["--slurm", clean_queue.version, "--instance", str(clean_queue.instance)]
+    argv = [*DEMO, "--quick", *which, "--out", str(out)]
     proc = subprocess.Popen(
         argv, cwd=REPO, env=clean_queue.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )

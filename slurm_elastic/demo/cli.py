@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from slurm_elastic.demo.harness import DEFAULT_SLURM, SLURM_VERSIONS
 from slurm_elastic.errors import SlurmElasticError
 
 
@@ -20,6 +21,14 @@ from slurm_elastic.errors import SlurmElasticError
     default=0,
     show_default=True,
     help="Local cluster instance (0 is /etc/slurm/slurm.conf).",
+)
+@click.option(
+    "--slurm",
+    type=click.Choice(SLURM_VERSIONS),
+    default=DEFAULT_SLURM,
+    show_default=True,
+    help="Slurm version of the local cluster (22.05: the host's; 24.11, 26.05: Debian's, "
+    "in a root built on first use).",
 )
 @click.option(
     "--out",
@@ -34,7 +43,7 @@ from slurm_elastic.errors import SlurmElasticError
     default=None,
     help="Stop after this many seconds (default 560, --quick 200).",
 )
-def demo(quick: bool, instance: int, out: Path, time_limit_s: float | None) -> None:
+def demo(quick: bool, instance: int, slurm: str, out: Path, time_limit_s: float | None) -> None:
     """Run the daemon and a mixed elastic workload on the local Slurm cluster.
 
     Ctrl-C stops it cleanly: the daemon is stopped, the demo's jobs are cancelled, and
@@ -46,7 +55,9 @@ def demo(quick: bool, instance: int, out: Path, time_limit_s: float | None) -> N
     # The demo prints its own lines; the daemon logs to DIR/daemon.log.  Only errors of the
     # in-process Slurm reads and of the simulator's controller reach the terminal.
     configure_logging("error", json_lines=False)
-    opts = DemoOptions(out=out, instance=instance, quick=quick, time_limit_s=time_limit_s)
+    opts = DemoOptions(
+        out=out, instance=instance, slurm=slurm, quick=quick, time_limit_s=time_limit_s
+    )
     runner = Demo(opts, click.echo)
     try:
         record = runner.run()

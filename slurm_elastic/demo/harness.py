@@ -8,6 +8,7 @@ subprocess exactly as an operator would (``systemd`` aside).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -25,6 +26,35 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
 EXAMPLE = REPO / "examples" / "train_mlp.py"
 NODES = 4
+# The Slurm versions scripts/cluster.sh runs; the demo's default is Debian stable's.
+SLURM_VERSIONS = ("22.05", "24.11", "26.05")
+DEFAULT_SLURM = "24.11"
+
+
+def parse_exports(text: str) -> dict[str, str]:
+    """``cluster.sh env`` output (``export A=1`` lines, shell-quoted) -> {"A": "1"}."""
+    exports: dict[str, str] = {}
+    for line in text.splitlines():
+        words = shlex.split(line)
+        if not words:
+            continue
+        if len(words) != 2 or words[0] != "export" or "=" not in words[1]:
+            raise ValueError(f"cluster.sh env: not an export line: {line!r}")
+        name, _, value = words[1].partition("=")
+        exports[name] = value
+    return exports
+
+
+def cluster_exports(slurm: str, instance: int) -> dict[str, str]:
+    """What ``cluster.sh env`` exports for that cluster (SLURM_CONF, PATH, ...)."""
+    out = subprocess.run(
+        ["bash", str(CLUSTER_SH), "env", "--slurm", slurm, "--instance", str(instance)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    return parse_exports(out)
 
 
 def require_clone() -> None:
@@ -36,24 +66,17 @@ def require_clone() -> None:
         raise ConfigError("slurm-elastic is not on PATH: install the package first (make setup)")
 
 
-def cluster_up(instance: int) -> str:
-    """Bring instance ``instance`` up with 4 nodes (a quick check when it is up); export
-    its ``SLURM_CONF`` to this process and its children; return cluster.sh's summary line."""
-    argv = ["bash", str(CLUSTER_SH), "up", "--nodes", str(NODES), "--instance", str(instance)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+def cluster_up(slurm: str, instance: int) -> str:
+    """Bring instance ``instance`` of Slurm ``slurm`` up with 4 nodes (a quick check when it
+    is up; the first `up` of 24.11/26.05 builds its root, ~1 min); apply its exports to this
+    process and its children; return cluster.sh's summary line."""
+    which = ["--slurm", slurm, "--instance", str(instance)]
+    argv = ["bash", str(CLUSTER_SH), "up", "--nodes", str(NODES), *which]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise SlurmUnreachable(f"cluster.sh up --instance {instance} failed: {tail[0]}")
-    env = subprocess.run(
-        ["bash", str(CLUSTER_SH), "env", "--instance", str(instance)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
-    for word in env.split():
-        if word.startswith("SLURM_CONF="):
-            os.environ["SLURM_CONF"] = word.partition("=")[2]
+        raise SlurmUnreachable(f"cluster.sh up {' '.join(which)} failed: {tail[0]}")
+    os.environ.update(cluster_exports(slurm, instance))
     lines = done.stdout.strip().splitlines()
     return lines[-1] if lines else f"instance {instance} up"
 

@@ -36,6 +36,7 @@ Echo = Callable[[str], None]
 class DemoOptions:
     out: Path
     instance: int = 0
+    slurm: str = harness.DEFAULT_SLURM
     quick: bool = False
     time_limit_s: float | None = None  # default: 560 s (full) / 200 s (quick)
     poll_s: float = 1.0
@@ -90,7 +91,7 @@ class Demo:
         harness.require_clone()
         self._prepare_out()
         self.echo(f"slurm-elastic demo: output in {self.out}")
-        self.record.cluster_line = harness.cluster_up(self.opts.instance)
+        self.record.cluster_line = harness.cluster_up(self.opts.slurm, self.opts.instance)
         self.echo(self.record.cluster_line)
         self._require_empty_cluster()
         previous = {

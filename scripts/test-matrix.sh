@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# `make test`: the suite on every Slurm version of the matrix, one leg after another.
+#
+#   bash scripts/test-matrix.sh [--instance K] [--legs "22.05 24.11 26.05 ..."]
+#
+# Legs (each brings its cluster up first; a cluster that cannot come up fails the leg):
+#   22.05          the whole suite on the host's Slurm 22.05
+#   24.11, 26.05   the live-cluster tests (`-m slurm`: backend, daemon, markers, the torch
+#                  end-to-end and demo tests) on Debian's 24.11 and 26.05
+# Under CI (CI set) a missing cluster fails, never skips (tests/slurm_cluster.py).
+# Last line: "N passed, N failed" over every leg; before it, one line per leg.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$HERE")"
+PYTHON=${PYTHON:-python3}
+INSTANCE=${SLURM_ELASTIC_TEST_INSTANCE:-0}
+LEGS=${TEST_LEGS:-"22.05 24.11 26.05"}
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --instance) INSTANCE=${2:?}; shift 2 ;;
+        --legs) LEGS=${2:?}; shift 2 ;;
+        *) echo "test-matrix.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+cd "$REPO" || exit 2
+export SLURM_ELASTIC_TEST_INSTANCE=$INSTANCE
+
+summary=()
+total_passed=0
+total_failed=0
+rc=0
+
+count() { # word summary-line: the number before "word" in pytest's last line, else 0
+    grep -oE "[0-9]+ $1" <<<"$2" | head -n 1 | cut -d' ' -f1 || true
+}
+
+run_leg() { # name version pytest-args...
+    local name=$1 version=$2 log line passed failed errors code t0=$SECONDS
+    shift 2
+    log=$(mktemp)
+    echo "=== leg $name: Slurm $version, instance $INSTANCE: pytest $*"
+    if ! bash scripts/cluster.sh up --slurm "$version" --instance "$INSTANCE" \
+        --nodes "${SLURM_ELASTIC_TEST_NODES:-4}"; then
+        summary+=("$name: cluster did not come up")
+        total_failed=$((total_failed + 1))
+        rc=1
+        return
+    fi
+    SLURM_ELASTIC_SLURM=$version "$PYTHON" -m pytest "$@" 2>&1 | tee "$log"
+    code=${PIPESTATUS[0]}
+    line=$(grep -E '^=*.*[0-9]+ (passed|failed|error)' "$log" | tail -n 1)
+    rm -f "$log"
+    passed=$(count passed "$line")
+    failed=$(count failed "$line")
+    errors=$(count error "$line")
+    passed=${passed:-0} failed=$((${failed:-0} + ${errors:-0}))
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+    # pytest's 5 = nothing collected: a leg that ran no test is a failure, not a pass.
+    if ((code != 0)); then rc=1; fi
+    summary+=("$name: $passed passed, $failed failed (exit $code, $((SECONDS - t0)) s)")
+}
+
+for leg in $LEGS; do
+    case $leg in
+        22.05) run_leg 22.05 22.05 -q tests ;;
+        24.11 | 26.05) run_leg "$leg" "$leg" -q -m slurm tests ;;
+        *) echo "test-matrix.sh: unknown leg '$leg'" >&2; exit 2 ;;
+    esac
+done
+
+echo "=== per-version results (instance $INSTANCE)"
+printf '%s\n' "${summary[@]}"
+echo "$total_passed passed, $total_failed failed"
+exit $rc
