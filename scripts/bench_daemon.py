@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bench: one control-loop cycle on the real local cluster at 20 and 200 jobs.
+"""Bench: one control-loop cycle on the real local cluster at 20 and 200 jobs (or --jobs).
 
 Submits a mixed queue (half elastic ``-N1-4 --comment=elastic``, half plain ``-N1``; all
 held, so the queue stays the same while it is measured), runs ``Controller.run_once``
@@ -8,10 +8,11 @@ diff, guards) several times, and prints per size the median cycle time and how m
 Slurm read calls a cycle made.  The first cycle (start-up reconcile and the first sacct
 read) is reported separately.
 
-    python scripts/bench_daemon.py [--instance K] [--cycles N]
+    python scripts/bench_daemon.py [--slurm V] [--instance K] [--cycles N] [--jobs 20,200]
 
-Last line: ``key=value`` figures, including calls_per_cycle_20, calls_per_cycle_200 and
-cycle_s_200.  The jobs it submitted are cancelled at the end.
+Last line: ``key=value`` figures per queue size N: calls_per_cycle_N, cycle_s_N, solve_s_N
+and first_cycle_s_N.  The jobs it submitted are cancelled at the end.  5,000 jobs take a
+few minutes to submit (sbatch one by one, four at a time).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,8 +52,8 @@ def cluster_env(version: str, instance: int) -> None:
     use_cluster(version, instance)
 
 
-def submit(count: int, work_dir: str) -> None:
-    for i in range(count):
+def submit(count: int, work_dir: str, first: int = 0) -> None:
+    def one(i: int) -> None:
         shape = ("-N1-4", "--comment=elastic") if i % 2 == 0 else ("-N1",)
         subprocess.run(
             ["sbatch", "--hold", f"--job-name={NAME}", f"--chdir={work_dir}", "-o", "/dev/null",
@@ -60,6 +62,9 @@ def submit(count: int, work_dir: str) -> None:
             capture_output=True,
             timeout=60,
         )  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(one, range(first, first + count)))
 
 
 def measure(jobs: int, cycles: int, work_dir: str) -> dict[str, float]:
@@ -124,7 +129,15 @@ def main() -> int:
         help="which local cluster version (scripts/cluster.sh --slurm)",
     )
     parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument(
+        "--jobs",
+        default="20,200",
+        help="comma-separated queue sizes, measured in increasing order (default 20,200)",
+    )
     args = parser.parse_args()
+    sizes = sorted({int(n) for n in args.jobs.split(",") if n.strip()})
+    if not sizes or sizes[0] < 2:
+        parser.error("--jobs needs queue sizes of at least 2")
     configure_logging("warning")  # the figures, not one log line per cycle
     cluster_env(args.slurm, args.instance)
     rows: dict[int, dict[str, float]] = {}
@@ -132,19 +145,16 @@ def main() -> int:
         cancel_bench_jobs()
         try:
             submitted = 0
-            for jobs in (20, 200):
-                submit(jobs - submitted, work_dir)
+            for jobs in sizes:
+                submit(jobs - submitted, work_dir, first=submitted)
                 submitted = jobs
                 rows[jobs] = measure(jobs, args.cycles, work_dir)
         finally:
             cancel_bench_jobs()
-    small, large = rows[20], rows[200]
-    print(
-        f"calls_per_cycle_20={small['calls']:.0f} calls_per_cycle_200={large['calls']:.0f}"
-        f" cycle_s_20={small['cycle_s']:.3f} cycle_s_200={large['cycle_s']:.3f}"
-        f" solve_s_200={large['solve_s']:.3f} first_cycle_s_200={large['first_cycle_s']:.3f}"
-        f" cycles={args.cycles} instance={args.instance}"
-    )
+    figures = [f"calls_per_cycle_{n}={rows[n]['calls']:.0f}" for n in sizes]
+    for key in ("cycle_s", "solve_s", "first_cycle_s"):
+        figures += [f"{key}_{n}={rows[n][key]:.3f}" for n in sizes]
+    print(" ".join([*figures, f"cycles={args.cycles}", f"slurm={args.slurm}"]))
     return 0
 
 
