@@ -6,6 +6,7 @@
 #   bash scripts/cluster.sh status [--slurm V] [--instance K]
 #   bash scripts/cluster.sh env    [--slurm V] [--instance K]   # prints export lines
 #   bash scripts/cluster.sh root   [--slurm V]                  # build V's root only
+#   bash scripts/cluster.sh exec   [--slurm V] [--instance K] -- CMD...  # CMD in V's root
 #
 # V is 22.05 (default: the host's Debian 12 packages), 24.11 (Debian 13) or 26.05 (Debian
 # unstable).  The newer versions run from a debootstrapped root under $ROOTS_DIR, built
@@ -47,7 +48,7 @@ HOST="$(hostname -s)"
 WAIT_S=${CLUSTER_WAIT_S:-40}
 
 usage() {
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -96,6 +97,7 @@ while [[ $# -gt 0 ]]; do
         --slurm=*) SLURM=${1#*=}; SLURM_GIVEN=1; shift ;;
         --all) ALL=1; shift ;;
         --fresh) FRESH=1; shift ;;
+        --) shift; break ;;
         -h | --help) usage ;;
         *) die "unknown argument '$1' (see: cluster.sh --help)" ;;
     esac
@@ -727,11 +729,25 @@ cmd_status() {
     return $rc
 }
 
+# A command inside this version's root (its cluster up, so the root is mounted), in the
+# caller's directory and environment, with the instance's SLURM_CONF: for what must load
+# that version's libraries in-process (pyslurm built against the root's libslurm).  On
+# 22.05 the command simply runs on the host.
+cmd_exec() {
+    (($#)) || die "exec needs a command: cluster.sh exec --slurm V [--instance K] -- CMD..."
+    local vars=(SLURM_CONF="$CONF" SLURM_ELASTIC_SLURM="$SLURM" SLURM_ELASTIC_TEST_INSTANCE="$INSTANCE")
+    [[ -n $ROOT ]] || exec env "${vars[@]}" "$@"
+    need_root
+    mountpoint -q "$ROOT/tmp" || die "the Slurm $SLURM root is not mounted: bring an instance up first"
+    exec chroot "$ROOT" /usr/bin/env -C "$PWD" "${vars[@]}" SLURM_ELASTIC_IN_ROOT="$SLURM" "$@"
+}
+
 case $CMD in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
     env) cmd_env ;;
+    exec) cmd_exec "$@" ;;
     root)
         need_root
         lock
@@ -739,5 +755,5 @@ case $CMD in
         echo "Slurm $SLURM: ${ROOT:-from the host packages}"
         ;;
     -h | --help | help) usage ;;
-    *) die "unknown command '$CMD' (up | down | status | env | root)" ;;
+    *) die "unknown command '$CMD' (up | down | status | env | root | exec)" ;;
 esac

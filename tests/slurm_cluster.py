@@ -126,6 +126,9 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     version = test_version()
     instance = int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
     nodes = int(os.environ.get("SLURM_ELASTIC_TEST_NODES", "4"))
+    if os.environ.get("SLURM_ELASTIC_IN_ROOT"):
+        yield _cluster_from_root(version, instance, nodes)
+        return
     cmd = ["bash", str(CLUSTER_SH), "up", "--slurm", version, "--instance", str(instance)]
     cmd += ["--nodes", str(nodes)]
     try:
@@ -145,6 +148,24 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         partitions=("batch", "shared"),
     )
     yield cluster
+
+
+def _cluster_from_root(version: str, instance: int, nodes: int) -> SlurmCluster:
+    """Inside a version's root (``cluster.sh exec``): cluster.sh cannot run here, and the
+    cluster is up with SLURM_CONF set by exec; check that it answers and use it as it is."""
+    exports = {"SLURM_CONF": os.environ["SLURM_CONF"], "SLURM_ELASTIC_SLURM": version}
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    if "UP" not in ping.stdout:
+        pytest.fail(f"inside the Slurm {version} root, slurmctld does not answer: {ping.stdout}")
+    return SlurmCluster(
+        version=version,
+        instance=instance,
+        conf=Path(exports["SLURM_CONF"]),
+        exports=exports,
+        cluster_name=f"cluster{instance}",
+        nodes=tuple(f"n{i}" for i in range(1, nodes + 1)),
+        partitions=("batch", "shared"),
+    )
 
 
 def _cancel_all(cluster: SlurmCluster) -> None:
