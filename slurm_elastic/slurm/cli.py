@@ -61,7 +61,7 @@ _SACCT_TEXT = (
     "sacct", "-a", "-X", "-D", "-P", "-n", "--noconvert",
     "-o", ",".join(parse_text.SACCT_FIELDS),
 )  # fmt: skip
-_SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all", "-o", parse_text.SQUEUE_FORMAT)
+_SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all", "-O", parse_text.SQUEUE_FORMAT)
 
 
 # Slurm versions with the node leak after a shrink.  Measured on 22.05.8 (the local
@@ -131,7 +131,7 @@ class CliBackend:
 
     def read_jobs(self) -> tuple[JobView, ...]:
         if self.job_format == "text":
-            # The text path misses max_nodes/admin_comment/gpus (no -o letters for them).
+            # The text path has no admin comment (see parse_text.parse_squeue_text).
             return parse_text.parse_squeue_text(self.runner.read(_SQUEUE_TEXT).stdout)
         return parse_json.squeue(self.runner.read(("squeue", "--json")).stdout)
 
