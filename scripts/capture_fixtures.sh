@@ -17,7 +17,9 @@
 #   3. run4 and range24 cancelled; het1: a heterogeneous job (-N1 + -N1, -p shared)
 #      running; requeue1 (-N1 -p shared) running, then `scontrol requeue` -> pending
 #      again with one restart; held23: -N2-3 --hold (JobHeldUser); dep1: -N1 afterok on
-#      het1 (Dependency) -> "het" (jobs and nodes, in the default JSON generation only)
+#      het1 (Dependency); nl1: held, a comment and a --wrap script with a newline (Slurm
+#      prints both raw, 26.05 the script in SubmitLine) -> "het" (jobs and nodes, in the
+#      default JSON generation only; `scontrol --json show job` of het1 where it exists)
 #   4. everything cancelled, a 1-node job runs to completion -> accounting ("sacct")
 # Every moment also records `squeue -O` (parse_text.SQUEUE_FORMAT) and `scontrol -o show
 # job`, so that the tests can hold the text paths against the JSON of the same moment.
@@ -138,6 +140,7 @@ scontrol requeue "$REQ"
 wait_state "$REQ" PENDING
 HOLD=$(S -N2-3 -J held23 --hold --comment='elastic:min=2,max=3' --wrap 'sleep 600')
 DEP=$(S -N1 -J dep1 --dependency=afterok:"$HET" --wrap 'sleep 600')
+NL=$(S -N1 -J nl1 --hold --comment=$'two\nlines' --wrap $'sleep 600\necho JobId=1 JobState=FAKE')
 sleep 3
 record "squeue-het.$DEFAULT.json" squeue --json -a -t all
 if scontrol --json show nodes >/dev/null 2>&1; then # the daemon's node read: idle and mixed nodes
@@ -145,10 +148,13 @@ if scontrol --json show nodes >/dev/null 2>&1; then # the daemon's node read: id
 else
     record "sinfo-het.$DEFAULT.json" sinfo --json
 fi
+if scontrol --json show job "$HET" >/dev/null 2>&1; then # the backend's read_job (24.11+)
+    record "scontrol-show-job-het1.$DEFAULT.json" scontrol --json show job "$HET"
+fi
 text_reads het
 
 MOMENT="4: all cancelled, done1 completed"
-scancel "$HET" "$REQ" "$HOLD" "$DEP"
+scancel "$HET" "$REQ" "$HOLD" "$DEP" "$NL"
 DONE=$(S -N1 -J done1 --comment=elastic --wrap 'sleep 1')
 # sacct shows stale data for a while after a short job ends (SLURM-FACTS.md): 22.05
 # once gave COMPLETED with job name "allocation" and no partition 3 s later.
@@ -157,7 +163,7 @@ for _ in $(seq 100); do
     sleep 0.3
 done
 sleep 3
-JOBS="$RUN4,$RANGE,$DONE,$PEND4,$HET,$REQ,$HOLD"
+JOBS="$RUN4,$RANGE,$DONE,$PEND4,$HET,$REQ,$HOLD,$NL"
 for g in "${GENERATIONS[@]}"; do
     # -D as the backend: 24.11+ leave a requeued job's earlier runs out of --json without it
     record "sacct.$(label "$g").json" sacct -a -D "$(flag "$g")" -S "$T0" -j "$JOBS"
@@ -178,7 +184,8 @@ record sacct-P.txt sacct -a -X -D -P -n --noconvert -o "$SACCT_FIELDS" -S "$T0" 
         echo "is v$DEFAULT)."
     fi
     echo "Jobs: run4=$RUN4 pend4=$PEND4 range24=$RANGE shared24=$SHARED het1=$HET"
-    echo "(components $HET and $((HET + 1))) requeue1=$REQ held23=$HOLD dep1=$DEP done1=$DONE."
+    echo "(components $HET and $((HET + 1))) requeue1=$REQ held23=$HOLD dep1=$DEP nl1=$NL"
+    echo "done1=$DONE."
     echo
     echo "| file | command | moment |"
     echo "|---|---|---|"

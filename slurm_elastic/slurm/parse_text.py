@@ -20,7 +20,7 @@ command (Slurm prints local time); they are converted with the same zone.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.slurm import convert as cv
@@ -92,9 +92,28 @@ def parse_keyvalue_line(
     return fields
 
 
+def _logical_lines(text: str, starts_record: Callable[[str], bool]) -> list[tuple[int, str]]:
+    """(first line number, record) pairs, lines a free-text value broke joined again.
+
+    Slurm prints free text raw: a comment holding a newline (accepted by sbatch on every
+    version), or 26.05's SubmitLine (the whole sbatch line, ``--wrap`` script and all),
+    continues on the next line of ``scontrol -o``, ``squeue -O`` and ``sacct -P`` output.
+    A line that does not look like the start of a record continues the previous one.  A
+    continuation forged to look like a record start stays ambiguous: that is what the
+    JSON reads are for."""
+    joined: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if joined and line.strip() and not starts_record(line):
+            first, previous = joined[-1]
+            joined[-1] = (first, f"{previous}\n{line}")
+        else:
+            joined.append((number, line))
+    return joined
+
+
 def _records(text: str, what: str, first_key: str, known: frozenset[str]) -> list[dict[str, str]]:
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in _logical_lines(text, lambda line: line.startswith(f"{first_key}=")):
         if not line.strip():
             continue
         if line.strip().startswith("No jobs in the system") or line.startswith("No partitions"):
@@ -261,6 +280,11 @@ SQUEUE_FORMAT = ",".join(
 SQUEUE_COLUMNS = tuple(name for name, _ in _SQUEUE_FIELDS)
 
 
+def _has_columns(names: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a line holds every column but the free-text last one (a record's start)."""
+    return lambda line: line.count("|") >= len(names) - 1
+
+
 def _split_row(line: str, names: tuple[str, ...], where: str) -> dict[str, str]:
     # The last column is free text: split at most len-1 times so a "|" inside it survives.
     parts = line.split("|", len(names) - 1)
@@ -275,7 +299,7 @@ def parse_squeue_text(text: str) -> tuple[JobView, ...]:
     """``squeue -h -a -t all -O SQUEUE_FORMAT`` -> JobViews (no admin comment: a second
     free-text column could not be split reliably)."""
     views = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in _logical_lines(text, _has_columns(SQUEUE_COLUMNS)):
         if not line.strip():
             continue
         row = _split_row(line, SQUEUE_COLUMNS, f"squeue -O: line {number}")
@@ -357,7 +381,7 @@ SACCT_FIELDS = (
 
 def parse_sacct_text_records(text: str) -> tuple[AcctRecord, ...]:
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in _logical_lines(text, _has_columns(SACCT_FIELDS)):
         if not line.strip():
             continue
         row = _split_row(line, SACCT_FIELDS, f"sacct -P: line {number}")
