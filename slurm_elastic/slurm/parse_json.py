@@ -14,14 +14,16 @@ generation family has one pure module: ``parse_v0038`` (22.05) and ``parse_v0040
 ``SlurmParseError`` naming it, never a silent guess.
 
 Per-node records come from ``sinfo --json`` up to 22.05 and from ``scontrol --json
-show nodes`` from 24.11 on; each module names its source in ``NODES_COMMAND``
-(:func:`nodes_command`), and :func:`nodes` reads either document.
+show nodes`` from 24.11 on; each module names its source in ``NODES_COMMAND``, and
+:func:`nodes` reads either document.  ``scontrol --json show job`` exists from 24.11 on
+(``JOB_COMMAND``).  :func:`commands` tells a caller both from any document.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -95,21 +97,37 @@ def _errors(doc: Mapping[str, Any], what: str) -> None:
         raise SlurmUnreachable(f"{what}: Slurm could not read its data: {detail}")
 
 
-def _normalise(text: str | bytes | Mapping[str, Any], what: str, function: str) -> Any:
+def _normalise(text: str | bytes | Mapping[str, Any], what: str, function: str, *args: Any) -> Any:
     doc = decode(text, what)
     module = generation(doc, what)
     _errors(doc, what)
-    return getattr(module, function)(doc)
+    return getattr(module, function)(doc, *args)
 
 
-def nodes_command(doc: Mapping[str, Any], what: str) -> tuple[str, ...]:
-    """The command that lists nodes one by one in the Slurm that wrote ``doc``."""
-    command: tuple[str, ...] = generation(doc, what).NODES_COMMAND
-    return command
+@dataclass(frozen=True, slots=True)
+class Commands:
+    """What the Slurm that wrote a document answers, by its JSON generation."""
+
+    nodes: tuple[str, ...]  # lists nodes one by one: sinfo --json / scontrol --json show nodes
+    job: tuple[str, ...] | None  # shows one job as JSON (+ its id); None: scontrol has no --json
+
+
+def commands(doc: Mapping[str, Any], what: str) -> Commands:
+    """The :class:`Commands` of the Slurm that wrote ``doc``."""
+    module = generation(doc, what)
+    return Commands(nodes=module.NODES_COMMAND, job=module.JOB_COMMAND)
 
 
 def squeue(text: str | bytes | Mapping[str, Any]) -> tuple[JobView, ...]:
     jobs: tuple[JobView, ...] = _normalise(text, "squeue --json", "parse_squeue")
+    return jobs
+
+
+def scontrol_jobs(text: str | bytes | Mapping[str, Any]) -> tuple[JobView, ...]:
+    """``scontrol --json show job [ID]`` (24.11+): squeue's document shape.  An unknown id
+    gives an empty list (exit status 0), not an error."""
+    what = "scontrol --json show job"
+    jobs: tuple[JobView, ...] = _normalise(text, what, "parse_squeue", what)
     return jobs
 
 

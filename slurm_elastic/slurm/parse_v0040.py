@@ -52,13 +52,17 @@ from slurm_elastic.slurm.history import AcctRecord, collapse
 from slurm_elastic.types import JobHistory, JobView, NodeView
 
 PLUGIN_TYPES = tuple(f"data_parser/v0.0.{minor}" for minor in range(40, 46))
-# Where per-node records come from in the Slurm versions that write this generation.
+# Where per-node records come from in the Slurm versions that write this generation, and
+# the command showing one job in this JSON (its document has squeue's shape, an unknown id
+# gives no jobs and exit status 0).
+JOB_COMMAND: tuple[str, ...] | None = ("scontrol", "--json", "show", "job")
 NODES_COMMAND = ("scontrol", "--json", "show", "nodes")
 
 
-def parse_squeue(doc: Mapping[str, Any]) -> tuple[JobView, ...]:
-    jobs = cv.as_list(cv.field(doc, "jobs", "squeue --json"), "squeue --json: jobs")
-    return tuple(_job(cv.mapping(j, f"squeue --json: jobs[{i}]"), i) for i, j in enumerate(jobs))
+def parse_squeue(doc: Mapping[str, Any], what: str = "squeue --json") -> tuple[JobView, ...]:
+    """Jobs of a ``squeue --json`` document (or another of its shape, named by ``what``)."""
+    jobs = cv.as_list(cv.field(doc, "jobs", what), f"{what}: jobs")
+    return tuple(_job(cv.mapping(j, f"{what}: jobs[{i}]"), i, what) for i, j in enumerate(jobs))
 
 
 def parse_nodes(doc: Mapping[str, Any]) -> tuple[NodeView, ...]:
@@ -82,9 +86,9 @@ def parse_sacct(doc: Mapping[str, Any]) -> tuple[JobHistory, ...]:
     return collapse(parse_sacct_records(doc))
 
 
-def _job(raw: Mapping[str, Any], index: int) -> JobView:
-    job_id = cv.as_int(cv.field(raw, "job_id", f"squeue --json: jobs[{index}]"), "job_id")
-    where = f"squeue --json: job {job_id}"
+def _job(raw: Mapping[str, Any], index: int, what: str) -> JobView:
+    job_id = cv.as_int(cv.field(raw, "job_id", f"{what}: jobs[{index}]"), "job_id")
+    where = f"{what}: job {job_id}"
 
     def get(key: str) -> Any:
         return cv.field(raw, key, where)
