@@ -14,8 +14,9 @@ Quirks of this generation handled here (measured on 22.05.8):
   ``scontrol`` says ``NumNodes=3-3``).  The requested minimum survives only in
   ``tres_req_str`` (``node=2``), so that is what ``min_nodes`` is taken from
   (:mod:`slurm_elastic.slurm.semantics`, shared with every other parser);
-  ``max_nodes`` is the requested maximum (0 = none given).  A running job's
-  ``node_count`` is its allocation.
+  ``max_nodes`` is the requested maximum (0 = none given; also 0 for a running job,
+  and for a requeued job pending again, which 24.11+ and ``squeue -O`` still show).  A
+  running job's ``node_count`` is its allocation.
 * Times are POSIX seconds with 0 meaning "not set"; ``time_limit`` is minutes,
   null or >= 525600 meaning unlimited.  A pending job's start/end times are the
   scheduler's estimates and an unlimited running job's end time is start + 1 year:
