@@ -317,7 +317,8 @@ def test_submit_as_unprivileged_user(
     assert (view.user, view.name, view.partition) == ("nobody", "companion-test", "shared")
     assert view.comment == "slurm-elastic:companion-of=1"
     assert view.work_dir == str(shared_dir_tmp)
-    wait_until(lambda: (shared_dir_tmp / "uid").exists(), 10, "the job wrote its uid")
+    uid = shared_dir_tmp / "uid"  # created by the shell's ">" before id writes to it
+    wait_until(lambda: uid.exists() and uid.read_text().strip() != "", 10, "the job wrote its uid")
     assert (shared_dir_tmp / "uid").read_text().strip() == "65534"  # ran as nobody, not root
     with pytest.raises(ActionRefused, match="no such user"):
         backend.submit(script, user="no-such-user-x", nodes=1, partition="shared")
