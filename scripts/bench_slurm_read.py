@@ -5,7 +5,7 @@ Submits held single-node jobs to the local cluster (``scripts/cluster.sh``) unti
 ``squeue --json`` read returns at least 20, then 200 jobs, times ``CliBackend.read_cluster``
 (median and p90 of several reads) and counts the Slurm client calls per read, which must
 not grow with the job count.  Also times the alternatives the backend chose against: the
-``squeue -o`` text fast path, and ``sacct -P`` vs ``sacct --json`` for ``read_history``.
+``squeue -O`` text fast path, and ``sacct -P`` vs ``sacct --json`` for ``read_history``.
 Every job it submitted is cancelled at the end, also on failure.
 
     python scripts/bench_slurm_read.py [--instance 2] [--fresh] [--reads 15]
@@ -125,7 +125,7 @@ def main() -> int:
         figures["history_text_ms"] = f"{history_text:.1f}"
         figures["history_json_ms"] = f"{history_json:.1f}"
         print(
-            f"at 200 jobs: squeue --json {squeue_json:.1f} ms vs squeue -o text "
+            f"at 200 jobs: squeue --json {squeue_json:.1f} ms vs squeue -O text "
             f"{squeue_text:.1f} ms; read_history (last hour): sacct -P {history_text:.1f} ms "
             f"vs sacct --json {history_json:.1f} ms"
         )

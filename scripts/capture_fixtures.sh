@@ -14,7 +14,15 @@
 #      shared24: -p shared -N2-3 --comment='elastic:min=2,max=3' (pending) -> "pending"
 #   2. scontrol update JobId=<run4> NumNodes=2: run4 keeps n[1-2], range24 starts on the
 #      two freed nodes -> "resized"; then n4 is drained -> "drained"
-#   3. everything cancelled, a 1-node job runs to completion -> accounting ("sacct")
+#   3. run4 and range24 cancelled; het1: a heterogeneous job (-N1 + -N1, -p shared)
+#      running; requeue1 (-N1 -p shared) running, then `scontrol requeue` -> pending
+#      again with one restart; held23: -N2-3 --hold (JobHeldUser); dep1: -N1 afterok on
+#      het1 (Dependency); nl1: held, a comment and a --wrap script with a newline (Slurm
+#      prints both raw, 26.05 the script in SubmitLine) -> "het" (jobs and nodes, in the
+#      default JSON generation only; `scontrol --json show job` of het1 where it exists)
+#   4. everything cancelled, a 1-node job runs to completion -> accounting ("sacct")
+# Every moment also records `squeue -O` (parse_text.SQUEUE_FORMAT) and `scontrol -o show
+# job`, so that the tests can hold the text paths against the JSON of the same moment.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
@@ -34,6 +42,9 @@ bash "$HERE/cluster.sh" up --slurm "$SLURM" --instance "$INSTANCE" --fresh >/dev
 eval "$(bash "$HERE/cluster.sh" env --slurm "$SLURM" --instance "$INSTANCE")"
 export TZ=UTC # text timestamps are local time: the tests parse them with TZ=UTC
 cd /tmp
+# `up --fresh` restarts job ids at 1 but keeps the accounting database: sacct must not
+# see the jobs of an earlier run under the same ids.
+T0=$(date +%Y-%m-%dT%H:%M:%S)
 
 SQUEUE_FORMAT=$(cd "$REPO" && python3 -c 'from slurm_elastic.slurm.parse_text import SQUEUE_FORMAT as f; print(f)')
 SACCT_FIELDS=$(cd "$REPO" && python3 -c 'from slurm_elastic.slurm.parse_text import SACCT_FIELDS as f; print(",".join(f))')
@@ -43,34 +54,49 @@ for g in v0.0.38 v0.0.39 v0.0.40 v0.0.41 v0.0.42 v0.0.43 v0.0.44 v0.0.45; do
     squeue --json="$g" >/dev/null 2>&1 && GENERATIONS+=("$g")
 done
 ((${#GENERATIONS[@]})) || GENERATIONS=(default) # 22.05: plain --json only
+# The generation a plain --json writes (what the daemon reads), as "0.0.NN".
+DEFAULT=$(squeue --json | python3 -c 'import json, sys
+plugin = json.load(sys.stdin)["meta"]["plugin"]
+print((plugin["type"] or plugin["data_parser"]).rsplit("/v", 1)[1])')
 rows=()
 
 record() { # file command...: run it, keep its stdout, note it
     local file=$1
     shift
     "$@" >"$OUT/$file"
-    rows+=("| \`$file\` | \`$*\` | $MOMENT |")
+    local command="$*"
+    rows+=("| \`$file\` | \`${command//|/\\|}\` | $MOMENT |") # a "|" would end the cell
 }
 
-json_reads() { # label: every JSON read the daemon makes, in every generation
-    local g flag
-    for g in "${GENERATIONS[@]}"; do
-        flag=--json
-        [[ $g == default ]] || flag=--json=$g
-        record "squeue-$1.${g#v}.json" squeue "$flag"
-        record "sinfo-$1.${g#v}.json" sinfo "$flag"
-        if scontrol "$flag" show nodes >/dev/null 2>&1; then
-            record "scontrol-nodes-$1.${g#v}.json" scontrol "$flag" show nodes
-        fi
-    done
-    record "squeue-o-$1.txt" squeue -h -a -t all -o "$SQUEUE_FORMAT"
+label() { # generation -> file label ("0.0.42"; 22.05's plain --json: its default)
+    if [[ $1 == default ]]; then echo "$DEFAULT"; else echo "${1#v}"; fi
+}
+
+flag() { # generation -> --json option
+    if [[ $1 == default ]]; then echo --json; else echo "--json=$1"; fi
+}
+
+text_reads() { # label: the text reads of the jobs
+    record "squeue-O-$1.txt" squeue -h -a -t all -O "$SQUEUE_FORMAT"
     record "scontrol-o-show-job-$1.txt" scontrol -o show job
 }
 
-wait_state() { # job state
+json_reads() { # label: every JSON read the daemon makes, in every generation
+    local g
+    for g in "${GENERATIONS[@]}"; do
+        record "squeue-$1.$(label "$g").json" squeue "$(flag "$g")" -a -t all
+        record "sinfo-$1.$(label "$g").json" sinfo "$(flag "$g")"
+        if scontrol "$(flag "$g")" show nodes >/dev/null 2>&1; then
+            record "scontrol-nodes-$1.$(label "$g").json" scontrol "$(flag "$g")" show nodes
+        fi
+    done
+    text_reads "$1"
+}
+
+wait_state() { # job state (every component of a het job)
     local i
     for i in $(seq 100); do
-        [[ $(squeue -h -j "$1" -o %T 2>/dev/null) == "$2" ]] && return 0
+        [[ $(squeue -h -j "$1" -o %T 2>/dev/null | sort -u) == "$2" ]] && return 0
         sleep 0.2
     done
     echo "capture_fixtures.sh: job $1 never reached $2" >&2
@@ -100,20 +126,49 @@ scontrol update NodeName=n4 State=DRAIN Reason="fixture drain"
 json_reads drained
 scontrol update NodeName=n4 State=RESUME
 
-MOMENT="3: all cancelled, done1 completed"
+MOMENT="3: het1 running, requeue1 requeued, held23 held, dep1 waiting on het1"
 scancel "$RUN4" "$RANGE"
+HETSCRIPT=$(mktemp /tmp/capture-het.XXXXXX)
+printf '#!/bin/bash\n#SBATCH -J het1 -p shared -N1\n#SBATCH hetjob\n#SBATCH -N1\nsleep 600\n' >"$HETSCRIPT"
+HET=$(S "$HETSCRIPT")
+rm -f "$HETSCRIPT"
+wait_state "$HET" RUNNING
+REQ=$(S -N1 -p shared -J requeue1 --wrap 'sleep 600')
+wait_state "$REQ" RUNNING
+sleep 1 # a requeue in the second the job started leaves a zero-length record
+scontrol requeue "$REQ"
+wait_state "$REQ" PENDING
+HOLD=$(S -N2-3 -J held23 --hold --comment='elastic:min=2,max=3' --wrap 'sleep 600')
+DEP=$(S -N1 -J dep1 --dependency=afterok:"$HET" --wrap 'sleep 600')
+NL=$(S -N1 -J nl1 --hold --comment=$'two\nlines' --wrap $'sleep 600\necho JobId=1 JobState=FAKE')
+sleep 3
+record "squeue-het.$DEFAULT.json" squeue --json -a -t all
+if scontrol --json show nodes >/dev/null 2>&1; then # the daemon's node read: idle and mixed nodes
+    record "scontrol-nodes-het.$DEFAULT.json" scontrol --json show nodes
+else
+    record "sinfo-het.$DEFAULT.json" sinfo --json
+fi
+if scontrol --json show job "$HET" >/dev/null 2>&1; then # the backend's read_job (24.11+)
+    record "scontrol-show-job-het1.$DEFAULT.json" scontrol --json show job "$HET"
+fi
+text_reads het
+
+MOMENT="4: all cancelled, done1 completed"
+scancel "$HET" "$REQ" "$HOLD" "$DEP" "$NL"
 DONE=$(S -N1 -J done1 --comment=elastic --wrap 'sleep 1')
+# sacct shows stale data for a while after a short job ends (SLURM-FACTS.md): 22.05
+# once gave COMPLETED with job name "allocation" and no partition 3 s later.
 for _ in $(seq 100); do
-    [[ $(sacct -n -X -j "$DONE" -o state%20 | tr -d ' ') == COMPLETED ]] && break
+    [[ $(sacct -n -X -P -j "$DONE" -S "$T0" -o state,jobname,partition) == COMPLETED\|done1\|batch ]] && break
     sleep 0.3
 done
-sleep 3 # sacct shows stale data for ~2 s after a short job ends (SLURM-FACTS.md)
+sleep 3
+JOBS="$RUN4,$RANGE,$DONE,$PEND4,$HET,$REQ,$HOLD,$NL"
 for g in "${GENERATIONS[@]}"; do
-    flag=--json
-    [[ $g == default ]] || flag=--json=$g
-    record "sacct.${g#v}.json" sacct -a "$flag" -j "$RUN4,$RANGE,$DONE,$PEND4"
+    # -D as the backend: 24.11+ leave a requeued job's earlier runs out of --json without it
+    record "sacct.$(label "$g").json" sacct -a -D "$(flag "$g")" -S "$T0" -j "$JOBS"
 done
-record sacct-P.txt sacct -a -X -D -P -n --noconvert -o "$SACCT_FIELDS" -j "$RUN4,$RANGE,$DONE,$PEND4"
+record sacct-P.txt sacct -a -X -D -P -n --noconvert -o "$SACCT_FIELDS" -S "$T0" -j "$JOBS"
 
 {
     echo "# Slurm $(scontrol --version | awk '{print $2}') fixtures (captured from a local test cluster)"
@@ -122,8 +177,15 @@ record sacct-P.txt sacct -a -X -D -P -n --noconvert -o "$SACCT_FIELDS" -j "$RUN4
     echo "(the scenario is in that script's header) on instance $INSTANCE of \`scripts/cluster.sh\`"
     echo "(4 nodes n1..n4, 4 CPUs and 4 fake GPUs each; partitions \`batch\` (default,"
     echo "OverSubscribe=EXCLUSIVE) and \`shared\`), TZ=UTC.  JSON generations offered:"
-    echo "${GENERATIONS[*]} (\`.0.0.NN.json\` is \`--json=v0.0.NN\`)."
-    echo "Jobs: run4=$RUN4 pend4=$PEND4 range24=$RANGE shared24=$SHARED done1=$DONE."
+    if [[ ${GENERATIONS[*]} == default ]]; then
+        echo "v$DEFAULT only, as a plain --json (\`.0.0.NN.json\`)."
+    else
+        echo "${GENERATIONS[*]} (\`.0.0.NN.json\` is \`--json=v0.0.NN\`; a plain --json"
+        echo "is v$DEFAULT)."
+    fi
+    echo "Jobs: run4=$RUN4 pend4=$PEND4 range24=$RANGE shared24=$SHARED het1=$HET"
+    echo "(components $HET and $((HET + 1))) requeue1=$REQ held23=$HOLD dep1=$DEP nl1=$NL"
+    echo "done1=$DONE."
     echo
     echo "| file | command | moment |"
     echo "|---|---|---|"

@@ -1,6 +1,7 @@
 """Parser unit tests on outputs captured from the real 22.05 cluster.
 
-Fixtures and the command behind each: tests/fixtures/slurm/22.05/CAPTURED.md.
+Fixtures and the command behind each: tests/fixtures/slurm/22.05/CAPTURED.md.  The
+``squeue -O`` text path is tested on every version in test_slurm_parse_versions.py.
 """
 
 from __future__ import annotations
@@ -194,25 +195,12 @@ def test_scontrol_jobs_match_json(utc: None) -> None:
 
 
 def test_scontrol_jobs_resized_requeued_het(utc: None) -> None:
-    (resized,) = parse_text.parse_scontrol_jobs(read("scontrol-o-show-job-resized.txt"))
+    (resized,) = parse_text.parse_scontrol_jobs(read("scontrol-o-show-job-1-resized.txt"))
     assert resized.nodes == ("n1", "n2") and resized.resize_time is not None
     (requeued,) = parse_text.parse_scontrol_jobs(read("scontrol-o-show-job-requeued.txt"))
     assert requeued.restart_count == 1 and requeued.state is JobState.PENDING
     het = by_id(parse_text.parse_scontrol_jobs(read("scontrol-o-show-job-hetjob.txt")))
     assert (het[11].het_job_id, het[11].het_job_offset) == (10, 1)
-
-
-def test_squeue_text_fast_path(utc: None) -> None:
-    jobs = by_id(parse_text.parse_squeue_text(read("squeue-o-running-pending.txt")))
-    from_json = by_id(parse_json.squeue(read("squeue-running-pending.json")))
-    assert jobs[1].nodes == from_json[1].nodes and jobs[1].batch_host == "n1"
-    assert jobs[1].submit_time == from_json[1].submit_time
-    assert jobs[5].comment == "free text JobState=FAKE | pipe"  # "|" inside the last field
-    assert jobs[5].time_limit_s == 1800.0
-    assert jobs[2].nodes == () and jobs[2].batch_host is None
-    het = by_id(parse_text.parse_squeue_text(read("squeue-o-hetjob.txt")))
-    assert (het[11].het_job_id, het[11].het_job_offset) == (10, 1)
-    assert het[10].nodes == ("n4",)
 
 
 def test_scontrol_config() -> None:
@@ -261,7 +249,7 @@ def test_controller_down_documents_are_unreachable_not_empty() -> None:
 
 
 def test_text_garbage() -> None:
-    with pytest.raises(SlurmParseError, match=r"expected 20 '\|'-separated fields"):
+    with pytest.raises(SlurmParseError, match=r"expected 25 '\|'-separated fields"):
         parse_text.parse_squeue_text("1|2|RUNNING\n")
     with pytest.raises(SlurmParseError, match=r"no Key=Value pairs"):
         parse_text.parse_scontrol_partitions("garbage line\n")

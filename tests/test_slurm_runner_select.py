@@ -94,6 +94,15 @@ def test_slurm_conf_is_passed_through_and_calls_counted() -> None:
     assert (runner.calls, runner.read_calls, runner.action_calls) == (2, 1, 1)
 
 
+def test_a_label_names_the_command_in_errors() -> None:
+    """squeue --json -a -t all would read as "squeue --json -a" (its first three words)."""
+    down = sh("echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1")
+    with pytest.raises(SlurmUnreachable, match=r"^squeue --json: Slurm unreachable: slurm_load"):
+        SlurmRunner().read(down, label="squeue --json")
+    with pytest.raises(SlurmUnreachable, match=r"^sh -c echo .*: Slurm unreachable"):
+        SlurmRunner().read(down)
+
+
 def test_dry_run_records_actions_but_still_reads() -> None:
     runner = SlurmRunner(dry_run=True)
     with capture_logs() as logs:

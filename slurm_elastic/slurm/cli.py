@@ -2,12 +2,30 @@
 
 Reads (fixed cost whatever the job count; see ``scripts/bench_slurm_read.py``):
 
-* ``read_cluster`` = ``squeue --json`` + ``sinfo --json`` + ``scontrol -o show
-  partition``: exactly three calls.  ``squeue --json`` ignores filters in 22.05,
-  so it always returns every job (including ones that ended within MinJobAge);
-  callers filter client-side.
-* ``read_history`` = one ``sacct`` call (``-P`` text by default: ~4x cheaper than
-  ``--json`` on 22.05, which costs ~0.36 s even for one job).
+* ``read_cluster`` = ``squeue --json -a -t all`` + the nodes command + ``scontrol -o
+  show partition``: three calls.  ``squeue --json`` ignores filters in 22.05 and
+  always returns every job, including ones that ended within MinJobAge; 24.11+ honour
+  ``-t`` and leave ended jobs out unless given ``-t all``, which is therefore passed on
+  every version so that callers see the same jobs and filter client-side.
+* Nodes: 22.05's ``sinfo --json`` lists them one by one; from 24.11 on it groups them
+  by partition and state, and ``scontrol --json show nodes`` (absent in 22.05) lists
+  them.  The JSON generation of the ``squeue --json`` document read just before names
+  the right command (``parse_json.commands``), so a JSON read costs no extra call and
+  follows a Slurm upgrade at the next cycle.  Without one (``job_format="text"``, or
+  ``read_nodes`` alone) the backend reads ``sinfo --json`` once: on 22.05 that is the
+  answer, on 24.11+ its generation points to scontrol, which then costs one more call,
+  once; the choice is kept, and forgotten when that read fails.
+* ``read_job`` (action pre-checks): ``scontrol --json show job ID`` from 24.11 on, known
+  the same way.  ``scontrol -o show job`` only on 22.05, which has no ``--json``: the
+  one-line text breaks where free text holds a newline (a comment, and 26.05's
+  SubmitLine, which holds a ``--wrap`` script), and a user can make such a line look
+  like another record.
+* ``job_format="text"`` reads jobs with ``squeue -O`` (see ``parse_text``); squeue
+  reports an unknown ``-O`` field on stderr but exits 0 (24.11.5), so stderr is checked.
+* ``read_history`` = one ``sacct -D`` call (``-P`` text by default: ~4x cheaper than
+  ``--json`` on 22.05, which costs ~0.36 s even for one job).  ``-D`` keeps a requeued
+  job's earlier runs (``REQUEUED`` records), which 24.11+ drop from ``--json`` without
+  it.
 
 Actions go through ``SlurmRunner.act`` (dry-run aware).  Only idempotent ones
 (pin, shrink, admin comment, cancel, reconfigure) are retried, and only when Slurm was
@@ -20,13 +38,14 @@ Heterogeneous jobs are read one JobView per component (raw id, ``het_job_id``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import hostlist
 import structlog
@@ -61,7 +80,9 @@ _SACCT_TEXT = (
     "sacct", "-a", "-X", "-D", "-P", "-n", "--noconvert",
     "-o", ",".join(parse_text.SACCT_FIELDS),
 )  # fmt: skip
-_SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all", "-o", parse_text.SQUEUE_FORMAT)
+_SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all", "-O", parse_text.SQUEUE_FORMAT)
+_SQUEUE_JSON = ("squeue", "--json", "-a", "-t", "all")
+_SINFO_JSON = ("sinfo", "--json")
 
 
 # Slurm versions with the node leak after a shrink.  Measured on 22.05.8 (the local
@@ -107,6 +128,9 @@ class CliBackend:
         )
         self.history_format = history_format
         self.job_format = job_format
+        # What this Slurm answers (node and job commands, see the module docstring); None
+        # until a JSON document has said.
+        self._commands: parse_json.Commands | None = None
         self._retry = retry(
             retry=retry_if_exception_type(SlurmUnreachable),
             stop=stop_after_attempt(max(1, action_attempts)),
@@ -131,12 +155,35 @@ class CliBackend:
 
     def read_jobs(self) -> tuple[JobView, ...]:
         if self.job_format == "text":
-            # The text path misses max_nodes/admin_comment/gpus (no -o letters for them).
-            return parse_text.parse_squeue_text(self.runner.read(_SQUEUE_TEXT).stdout)
-        return parse_json.squeue(self.runner.read(("squeue", "--json")).stdout)
+            # The text path has no admin comment (see parse_text.parse_squeue_text).
+            result = self.runner.read(_SQUEUE_TEXT)
+            if "invalid job format" in result.stderr.lower():
+                raise SlurmParseError(f"squeue -O: {result.stderr.strip().splitlines()[-1]}")
+            return parse_text.parse_squeue_text(result.stdout)
+        out = self.runner.read(_SQUEUE_JSON, label="squeue --json").stdout
+        doc = parse_json.decode(out, "squeue --json")
+        jobs = parse_json.squeue(doc)
+        self._commands = parse_json.commands(doc, "squeue --json")
+        return jobs
 
     def read_nodes(self) -> tuple[NodeView, ...]:
-        return parse_json.sinfo(self.runner.read(("sinfo", "--json")).stdout)
+        try:
+            commands = self._commands
+            if commands is None:
+                doc, commands = self._learn_commands()
+                if commands.nodes == _SINFO_JSON:
+                    return parse_json.sinfo(doc)  # 22.05: the answer already
+            command = commands.nodes
+            return parse_json.nodes(self.runner.read(command).stdout, " ".join(command))
+        except (SlurmRejected, SlurmParseError):
+            self._commands = None  # perhaps another Slurm now: ask again next time
+            raise
+
+    def _learn_commands(self) -> tuple[Mapping[str, Any], parse_json.Commands]:
+        """Read ``sinfo --json`` (every version has it) to learn ``self._commands``."""
+        doc = parse_json.decode(self.runner.read(_SINFO_JSON).stdout, "sinfo --json")
+        self._commands = parse_json.commands(doc, "sinfo --json")
+        return doc, self._commands
 
     def read_partitions(self) -> tuple[PartitionView, ...]:
         out = self.runner.read(("scontrol", "-o", "show", "partition")).stdout
@@ -147,16 +194,25 @@ class CliBackend:
         if until is not None:
             window += ["-E", _slurm_time(until)]
         if self.history_format == "json":
-            out = self.runner.read(("sacct", "-a", "--json", *window)).stdout
-            return parse_json.sacct(out)
+            # -D: 24.11+ leave a requeued job's earlier runs out of --json without it
+            # (22.05 always listed them); the text path passes it too.
+            argv = ("sacct", "-a", "-D", "--json", *window)
+            return parse_json.sacct(self.runner.read(argv, label="sacct --json").stdout)
         out = self.runner.read((*_SACCT_TEXT, *window)).stdout
         return parse_text.parse_sacct_text(out)
 
     def read_job(self, job_id: int) -> JobView | None:
-        """One job via ``scontrol -o show job`` (action pre-checks only, never per cycle).
+        """One job via ``scontrol --json show job`` (24.11+) or ``scontrol -o show job``
+        (22.05); for action pre-checks only, never per cycle.
 
         Counted in ``runner.read_calls`` like every read; a cycle's observe cost is
-        ``ClusterSnapshot.slurm_calls`` (always 3)."""
+        ``ClusterSnapshot.slurm_calls`` (3)."""
+        # Learnt once at most: a cycle's reads have usually taught it already.
+        commands = self._commands or self._learn_commands()[1]
+        if commands.job is not None:
+            out = self.runner.read((*commands.job, str(job_id))).stdout
+            found = [v for v in parse_json.scontrol_jobs(out) if v.job_id == job_id]
+            return found[0] if found else None  # an unknown id: no jobs, exit status 0
         try:
             out = self.runner.read(("scontrol", "-o", "show", "job", str(job_id))).stdout
         except SlurmRejected as exc:
@@ -175,10 +231,14 @@ class CliBackend:
             self.runner.read(("scontrol", "show", "config")).stdout
         )
         try:
-            doc = parse_json.decode(self.runner.read(("sinfo", "--json")).stdout, "sinfo --json")
+            doc = parse_json.decode(self.runner.read(_SINFO_JSON).stdout, "sinfo --json")
+            # openapi/v0.0.38 (22.05), data_parser/v0.0.42 (24.11), data_parser/v0.0.45 (26.05)
             plugin: str | None = parse_json.plugin_type(doc, "sinfo --json")
         except (SlurmRejected, SlurmParseError):
             plugin = None  # no --json in this Slurm (or no serializer plugin installed)
+        else:
+            with contextlib.suppress(SlurmParseError):  # a generation the parsers lack
+                self._commands = parse_json.commands(doc, "sinfo --json")
         scheduler = config.get("SchedulerParameters", "")
         return Capabilities(
             version=match.group(1),

@@ -2,7 +2,19 @@
 
 Each helper takes ``where`` (e.g. ``"squeue job 18: node_count"``) so that a bad
 value becomes a one-line ``SlurmParseError`` saying what and where, never a
-``KeyError``/``TypeError``/``ValueError`` from deep inside a parser.
+``KeyError``/``TypeError``/``ValueError`` from deep inside a parser.  Every value a
+parser reads goes through one of these, so that decoding lives in one place (a later
+per-field tolerant mode only has to change them).
+
+Representations that differ between Slurm's JSON generations are decoded here:
+
+* numbers: plain integers / null in v0.0.38 (22.05); ``{"set", "infinite", "number"}``
+  objects from v0.0.40 on (24.11+), see :func:`number`;
+* job states: one string in v0.0.38 and the text outputs, a list (base state plus
+  flags) from v0.0.40 on, see :func:`job_state`;
+* node states: a string plus ``state_flags`` in v0.0.38, one list from v0.0.40 on, see
+  :func:`node_state`;
+* GPU GRES: ``gres:gpu:1`` in 22.05's ``tres_per_node``, ``gres/gpu:1`` in 24.11+.
 """
 
 from __future__ import annotations
@@ -82,21 +94,77 @@ def as_str(value: Any, where: str) -> str:
     raise SlurmParseError(f"{where}: expected a string, got {short(value)}")
 
 
+def number(value: Any, where: str) -> int | None:
+    """An integer in either JSON representation; None for "not set" and "unlimited".
+
+    v0.0.40+ (Slurm 24.11 on) writes ``{"set": bool, "infinite": bool, "number": N}``:
+    ``set: false`` means no value (``number`` is then a meaningless 0) and
+    ``infinite: true`` means unlimited; both become None, like the null / NO_VAL /
+    INFINITE of v0.0.38, whose plain integers are accepted too.  No caller needs to
+    tell "unset" from "unlimited": a missing maximum, limit or time means "none".
+    """
+    if isinstance(value, Mapping):
+        is_set, infinite = value.get("set"), value.get("infinite")
+        if not isinstance(is_set, bool) or not isinstance(infinite, bool) or "number" not in value:
+            raise SlurmParseError(
+                f"{where}: expected {{set, infinite, number}}, got {short(value)}"
+            )
+        if infinite or not is_set:
+            return None
+        return opt_int(value["number"], where)
+    return opt_int(value, where)
+
+
 def epoch(value: Any, where: str) -> float | None:
     """POSIX seconds; Slurm writes 0 (or NO_VAL) for "not yet / never"."""
-    number = opt_int(value, where)
-    return None if number is None or number <= 0 else float(number)
+    seconds = number(value, where)
+    return None if seconds is None or seconds <= 0 else float(seconds)
 
 
 def limit_minutes(value: Any, where: str) -> float | None:
-    """A time limit in minutes -> seconds; None = unlimited (null, INFINITE, >= a year)."""
-    minutes = opt_int(value, where)
+    """A time limit in minutes -> seconds; None = unlimited (null, INFINITE, >= a year).
+
+    The year rule matters beyond site habits: 24.11 and 26.05 rewrite an unlimited
+    running job's limit to 525600 minutes (JSON ``number: 525600``, text
+    ``365-00:00:00``) a little after it starts (measured on 24.11.5 and 26.05.5)."""
+    minutes = number(value, where)
     if minutes is None or minutes >= UNLIMITED_MINUTES:
         return None
     return float(minutes) * 60.0
 
 
+# Slurm's job_state_string() shows these flags instead of the base state, in this order;
+# the text outputs and v0.0.38's JSON therefore say e.g. RESIZING where v0.0.40+ list
+# ["PENDING", "RESIZING"].  Only flags that are JobStates are kept (REQUEUE_HOLD, STOPPED,
+# SIGNALING, STAGE_OUT, ... leave the base state, which says more than UNKNOWN would).
+_STATE_FLAGS_SHOWN = (
+    "COMPLETING",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "SPECIAL_EXIT",
+    "REVOKED",
+)
+_BASE_JOB_STATES = frozenset(
+    {"PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+     "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
+)  # fmt: skip
+
+
 def job_state(value: Any, where: str) -> JobState:
+    """A job state: one string (v0.0.38 JSON, text outputs) or v0.0.40+'s list.
+
+    A list holds the base state and its flags (``["PENDING", "RESIZING"]`` is sacct's
+    record of an earlier allocation of a resized job, 22.05's ``RESIZING``); it is read
+    the way Slurm's own text outputs show it (see ``_STATE_FLAGS_SHOWN``), so every
+    generation and the text paths give the same JobState."""
+    if isinstance(value, list):
+        names = [as_str(item, where).strip().upper() for item in value]
+        if not names:
+            raise SlurmParseError(f"{where}: empty job state")
+        flag = next((f for f in _STATE_FLAGS_SHOWN if f in names), None)
+        base = next((n for n in names if n in _BASE_JOB_STATES), None)
+        return JobState(flag or base or JobState.UNKNOWN)
     text = as_str(value, where).strip().upper()
     # sacct -P writes "CANCELLED by 0"; squeue may add "+" flags in text forms.
     base = text.split(" ", 1)[0].rstrip("+")
@@ -106,6 +174,31 @@ def job_state(value: Any, where: str) -> JobState:
         return JobState(base)
     except ValueError:
         return JobState.UNKNOWN
+
+
+# A node's base states (Slurm's NODE_STATE_BASE); everything else in a state list is a flag.
+_BASE_NODE_STATES = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
+
+
+def node_state(state: Any, flags: Any, where: str) -> tuple[str, tuple[str, ...]]:
+    """(base state in lower case, flags in upper case) of a node.
+
+    v0.0.38: ``state`` is the base (``"idle"``) and ``state_flags`` a list (``["DRAIN"]``).
+    v0.0.40+: ``state`` is one list (``["IDLE", "DRAIN"]``, ``["MIXED"]``) and there is
+    no ``state_flags``; the first base state in it is the base, the rest are flags.
+    """
+    if isinstance(state, list):
+        names = [as_str(item, where).strip().upper() for item in state]
+        base = next((n for n in names if n in _BASE_NODE_STATES), "UNKNOWN")
+        extra = [n for n in names if n != base]
+    else:
+        base = as_str(state, where).strip().upper()
+        extra = []
+    if not base:
+        raise SlurmParseError(f"{where}: empty node state")
+    listed = as_list(flags if flags is not None else [], f"{where}: flags")
+    extra += [as_str(f, f"{where}: flags").strip().upper() for f in listed]
+    return base.lower(), tuple(extra)
 
 
 def nodes(value: Any, where: str) -> tuple[str, ...]:
@@ -149,15 +242,16 @@ def timestamp_text(value: str, where: str) -> float | None:
 
 
 def gres_gpus(value: Any, where: str) -> int:
-    """GPU count in a gres string: ``gpu:4``, ``gpu:a100:2(S:0)``, ``gpu:4(IDX:0-3),foo:1``."""
+    """GPU count in a gres string: ``gpu:4``, ``gpu:a100:2(S:0)``, ``gpu:4(IDX:0-3),foo:1``,
+    and the TRES-per-node forms ``gres:gpu:1`` (22.05) / ``gres/gpu:1`` (24.11+)."""
     text = as_str(value, where)
     total = 0
     for item in _split_top_level(text):
         item = item.strip()
-        if not (item == "gpu" or item.startswith("gpu:") or item.startswith("gres:gpu")):
+        for prefix in ("gres:", "gres/"):
+            item = item.removeprefix(prefix)
+        if not (item == "gpu" or item.startswith("gpu:")):
             continue
-        if item.startswith("gres:"):
-            item = item[len("gres:") :]
         item = item.split("(", 1)[0]
         count = item.rsplit(":", 1)[-1] if ":" in item else "1"
         if not count.isdigit():  # "gpu:a100" without a count means one

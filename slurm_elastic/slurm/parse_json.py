@@ -1,23 +1,40 @@
 """Decode Slurm ``--json`` output and dispatch to the normaliser of its generation.
 
-The generation is read from ``meta.plugin.type`` (e.g. ``openapi/v0.0.38``);
-each generation has its own pure module (``parse_v0038`` for Slurm 22.05).  An
-unknown generation is a ``SlurmParseError`` naming it, never a silent guess.
+How the generation is told (measured on 22.05.8, 24.11.5, 26.05.5):
+
+* Slurm 22.05 names it in ``meta.plugin.type`` (``openapi/v0.0.38``, sacct's
+  ``openapi/dbv0.0.38``) and its version block is ``meta.Slurm`` with integers;
+* from 24.11 on ``meta.plugin.type`` is ``""``, the generation is in
+  ``meta.plugin.data_parser`` (``data_parser/v0.0.42``) and the version block is
+  ``meta.slurm`` with strings.
+
+So the name is ``meta.plugin.type`` when set, else ``meta.plugin.data_parser``.  Each
+generation family has one pure module: ``parse_v0038`` (22.05) and ``parse_v0040``
+(v0.0.40-v0.0.45: 24.11 and 26.05).  An unknown generation is a one-line
+``SlurmParseError`` naming it, never a silent guess.
+
+Per-node records come from ``sinfo --json`` up to 22.05 and from ``scontrol --json
+show nodes`` from 24.11 on; each module names its source in ``NODES_COMMAND``, and
+:func:`nodes` reads either document.  ``scontrol --json show job`` exists from 24.11 on
+(``JOB_COMMAND``).  :func:`commands` tells a caller both from any document.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from slurm_elastic.errors import SlurmParseError, SlurmUnreachable
 from slurm_elastic.slurm import convert as cv
-from slurm_elastic.slurm import parse_v0038
+from slurm_elastic.slurm import parse_v0038, parse_v0040
 from slurm_elastic.types import JobHistory, JobView, NodeView
 
-_GENERATIONS: dict[str, ModuleType] = {t: parse_v0038 for t in parse_v0038.PLUGIN_TYPES}
+_GENERATIONS: dict[str, ModuleType] = {
+    name: module for module in (parse_v0038, parse_v0040) for name in module.PLUGIN_TYPES
+}
 
 
 def decode(text: str | bytes | Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -34,13 +51,20 @@ def decode(text: str | bytes | Mapping[str, Any], what: str) -> Mapping[str, Any
 
 
 def plugin_type(doc: Mapping[str, Any], what: str) -> str:
+    """The document's generation: ``openapi/v0.0.38`` (22.05), ``data_parser/v0.0.42``
+    (24.11+, where ``meta.plugin.type`` is empty and ``meta.plugin.data_parser`` names it).
+    """
     meta = cv.mapping(cv.field(doc, "meta", what), f"{what}: meta")
     plugin = cv.mapping(cv.field(meta, "plugin", f"{what}: meta"), f"{what}: meta.plugin")
-    return cv.as_str(cv.field(plugin, "type", f"{what}: meta.plugin"), f"{what}: meta.plugin.type")
+    kind = cv.as_str(plugin.get("type"), f"{what}: meta.plugin.type")
+    if kind:
+        return kind
+    return cv.as_str(plugin.get("data_parser"), f"{what}: meta.plugin.data_parser")
 
 
 def slurm_release(doc: Mapping[str, Any], what: str) -> str:
-    """``meta.Slurm.release`` (e.g. ``22.05.8``), or "" when absent."""
+    """``meta.Slurm.release`` (22.05, e.g. ``22.05.8``) or ``meta.slurm.release``
+    (24.11+, ``24.11.5``), or "" when absent."""
     meta = cv.mapping(cv.field(doc, "meta", what), f"{what}: meta")
     slurm = meta.get("Slurm") or meta.get("slurm") or {}
     return cv.as_str(cv.mapping(slurm, f"{what}: meta.Slurm").get("release"), f"{what}: release")
@@ -73,11 +97,25 @@ def _errors(doc: Mapping[str, Any], what: str) -> None:
         raise SlurmUnreachable(f"{what}: Slurm could not read its data: {detail}")
 
 
-def _normalise(text: str | bytes | Mapping[str, Any], what: str, function: str) -> Any:
+def _normalise(text: str | bytes | Mapping[str, Any], what: str, function: str, *args: Any) -> Any:
     doc = decode(text, what)
     module = generation(doc, what)
     _errors(doc, what)
-    return getattr(module, function)(doc)
+    return getattr(module, function)(doc, *args)
+
+
+@dataclass(frozen=True, slots=True)
+class Commands:
+    """What the Slurm that wrote a document answers, by its JSON generation."""
+
+    nodes: tuple[str, ...]  # lists nodes one by one: sinfo --json / scontrol --json show nodes
+    job: tuple[str, ...] | None  # shows one job as JSON (+ its id); None: scontrol has no --json
+
+
+def commands(doc: Mapping[str, Any], what: str) -> Commands:
+    """The :class:`Commands` of the Slurm that wrote ``doc``."""
+    module = generation(doc, what)
+    return Commands(nodes=module.NODES_COMMAND, job=module.JOB_COMMAND)
 
 
 def squeue(text: str | bytes | Mapping[str, Any]) -> tuple[JobView, ...]:
@@ -85,9 +123,29 @@ def squeue(text: str | bytes | Mapping[str, Any]) -> tuple[JobView, ...]:
     return jobs
 
 
+def scontrol_jobs(text: str | bytes | Mapping[str, Any]) -> tuple[JobView, ...]:
+    """``scontrol --json show job [ID]`` (24.11+): squeue's document shape.  An unknown id
+    gives an empty list (exit status 0), not an error."""
+    what = "scontrol --json show job"
+    jobs: tuple[JobView, ...] = _normalise(text, what, "parse_squeue", what)
+    return jobs
+
+
+def nodes(text: str | bytes | Mapping[str, Any], what: str) -> tuple[NodeView, ...]:
+    """Per-node records of ``sinfo --json`` (22.05) or ``scontrol --json show nodes``
+    (24.11+); ``what`` names the command in errors."""
+    views: tuple[NodeView, ...] = _normalise(text, what, "parse_nodes")
+    return views
+
+
 def sinfo(text: str | bytes | Mapping[str, Any]) -> tuple[NodeView, ...]:
-    nodes: tuple[NodeView, ...] = _normalise(text, "sinfo --json", "parse_sinfo")
-    return nodes
+    """``sinfo --json``: nodes in 22.05; a SlurmParseError for 24.11+'s grouped records."""
+    return nodes(text, "sinfo --json")
+
+
+def scontrol_nodes(text: str | bytes | Mapping[str, Any]) -> tuple[NodeView, ...]:
+    """``scontrol --json show nodes`` (24.11+)."""
+    return nodes(text, "scontrol --json show nodes")
 
 
 def sacct(text: str | bytes | Mapping[str, Any]) -> tuple[JobHistory, ...]:

@@ -4,8 +4,14 @@
   line per record.  Values may contain spaces (``Comment=a b``) and even
   ``x=y``, so lines are split at *known* keys: after a free-text key only a
   known key ends the value; each key is taken once (its first occurrence).
-* ``squeue -h -o SQUEUE_FORMAT`` and ``sacct -P -n -o SACCT_FIELDS``: ``|``
-  separated, the free-text comment last so a ``|`` inside it survives.
+* ``squeue -h -O SQUEUE_FORMAT`` and ``sacct -P -n -o SACCT_FIELDS``: ``|``
+  separated, the free-text comment last so a ``|`` inside it survives.  Other
+  free-text columns (job name, working directory) come before it: a ``|`` in one of
+  them makes the line a SlurmParseError (the JSON path has no such limit).
+
+What a job field means (a pending job's requested minimum, Slurm's guessed times) is
+decided in :mod:`slurm_elastic.slurm.semantics`, as for the JSON generations.  The text
+shapes were checked on 22.05.8, 24.11.5 and 26.05.5; where they differ it is said below.
 
 Text timestamps are in the local time zone of the machine running the
 command (Slurm prints local time); they are converted with the same zone.
@@ -14,10 +20,11 @@ command (Slurm prints local time); they are converted with the same zone.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.slurm import convert as cv
+from slurm_elastic.slurm import semantics
 from slurm_elastic.slurm.history import AcctRecord, collapse
 from slurm_elastic.types import JobHistory, JobState, JobView, PartitionView
 
@@ -26,7 +33,9 @@ def _keys(words: str) -> frozenset[str]:
     return frozenset(words.split())
 
 
-# Keys of `scontrol -o show job` in 22.05 (both always-present and optional ones).
+# Keys of `scontrol -o show job` in 22.05 (both always-present and optional ones), then
+# those 24.11 added (ReqTRES and AllocTRES replace 22.05's single TRES) and 26.05's
+# (Exclusive, LicensesAlloc, SubmitLine).
 JOB_KEYS = _keys(
     """JobId ArrayJobId ArrayTaskId ArrayTaskThrottle HetJobId HetJobOffset HetJobIdSet
     JobName UserId GroupId MCS_label Priority Nice Account QOS JobState Reason Dependency
@@ -39,12 +48,14 @@ JOB_KEYS = _keys(
     AdminComment SystemComment Comment StdErr StdIn StdOut Power TresPerNode TresPerJob
     TresPerSocket TresPerTask CpusPerTres MemPerTres TresBind TresFreq Reservation
     Clusters ClusterFeatures BurstBuffer BurstBufferState CpusPerTask MailUser MailType
-    JOB_GRES NtasksPerTRES Container KillOInInvalidDependent SpreadJob"""
+    JOB_GRES NtasksPerTRES Container KillOInInvalidDependent SpreadJob SchedNodeList
+    ReqTRES AllocTRES Exclusive LicensesAlloc SubmitLine"""
 )
-# Values of these keys are free text: only a known key may end them.
+# Values of these keys are free text: only a known key may end them.  26.05's SubmitLine
+# is the whole sbatch command line (``--comment=free text JobState=FAKE | pipe`` and all).
 _FREE_TEXT = _keys(
     "JobName Comment AdminComment SystemComment Command WorkDir StdErr StdIn StdOut Reason "
-    "Dependency Features Prefer"
+    "Dependency Features Prefer SubmitLine"
 )
 PARTITION_KEYS = _keys(
     """PartitionName AllowGroups AllowAccounts AllowQos AllocNodes Default QoS DefaultTime
@@ -81,9 +92,28 @@ def parse_keyvalue_line(
     return fields
 
 
+def _logical_lines(text: str, starts_record: Callable[[str], bool]) -> list[tuple[int, str]]:
+    """(first line number, record) pairs, lines a free-text value broke joined again.
+
+    Slurm prints free text raw: a comment holding a newline (accepted by sbatch on every
+    version), or 26.05's SubmitLine (the whole sbatch line, ``--wrap`` script and all),
+    continues on the next line of ``scontrol -o``, ``squeue -O`` and ``sacct -P`` output.
+    A line that does not look like the start of a record continues the previous one.  A
+    continuation forged to look like a record start stays ambiguous: that is what the
+    JSON reads are for."""
+    joined: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if joined and line.strip() and not starts_record(line):
+            first, previous = joined[-1]
+            joined[-1] = (first, f"{previous}\n{line}")
+        else:
+            joined.append((number, line))
+    return joined
+
+
 def _records(text: str, what: str, first_key: str, known: frozenset[str]) -> list[dict[str, str]]:
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in _logical_lines(text, lambda line: line.startswith(f"{first_key}=")):
         if not line.strip():
             continue
         if line.strip().startswith("No jobs in the system") or line.startswith("No partitions"):
@@ -151,6 +181,13 @@ def _node_range(value: str, where: str) -> tuple[int, int | None]:
 
 
 def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
+    """``scontrol -o show job`` -> JobViews.
+
+    22.05 prints one ``TRES=`` (the request while the job pends, the allocation once it
+    runs); 24.11+ print ``ReqTRES=`` and ``AllocTRES=``.  A pending job's ``NumNodes=4-4``
+    is the scheduler's estimate and its maximum; the minimum is ``node=`` of the
+    requested TRES (``semantics``).
+    """
     views = []
     for fields in _records(text, "scontrol show job", "JobId", JOB_KEYS):
         job_id = cv.as_int(fields["JobId"], "scontrol show job: JobId")
@@ -158,14 +195,17 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
         user, uid = _user(_need(fields, "UserId", where))
         state = cv.job_state(_need(fields, "JobState", where), f"{where}: JobState")
         low, high = _node_range(_need(fields, "NumNodes", where), f"{where}: NumNodes")
-        tres = fields.get("TRES", "")
-        if state is JobState.PENDING:
-            # NumNodes of a pending job is slurmctld's estimate; TRES keeps the request.
-            low = cv.tres_count(tres, "node", f"{where}: TRES") or low
+        requested = _null(fields.get("ReqTRES", fields.get("TRES", "")))
+        allocated = _null(fields.get("AllocTRES", fields.get("TRES", "")))
+        low = semantics.requested_min_nodes(state, low, requested, where)
+        limit = cv.duration_text(fields.get("TimeLimit", "UNLIMITED"), where)
+        start, end = semantics.known_times(
+            state,
+            cv.timestamp_text(fields.get("StartTime", ""), f"{where}: StartTime"),
+            cv.timestamp_text(fields.get("EndTime", ""), f"{where}: EndTime"),
+            limit,
+        )
         het_id = cv.opt_int(fields.get("HetJobId"), f"{where}: HetJobId")
-        gpus = cv.gres_gpus(_null(fields.get("TresPerNode", "")), f"{where}: TresPerNode")
-        if state is JobState.RUNNING and low:
-            gpus = cv.tres_count(tres, "gres/gpu", f"{where}: TRES") // low or gpus
         views.append(
             JobView(
                 job_id=job_id,
@@ -185,12 +225,19 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
                 comment=_null(fields.get("Comment", "")),
                 admin_comment=_null(fields.get("AdminComment", "")),
                 submit_time=cv.timestamp_text(fields.get("SubmitTime", ""), where),
-                start_time=_started(fields.get("StartTime", ""), state, where),
-                end_time=_started(fields.get("EndTime", ""), state, where),
+                start_time=start,
+                end_time=end,
                 resize_time=cv.timestamp_text(_null(fields.get("ResizeTime", "")), where),
-                time_limit_s=cv.duration_text(fields.get("TimeLimit", "UNLIMITED"), where),
+                time_limit_s=limit,
                 restart_count=cv.as_int(fields.get("Restarts", "0"), f"{where}: Restarts"),
-                gpus_per_node=gpus,
+                gpus_per_node=semantics.gpus_per_node(
+                    state,
+                    low,
+                    tres_alloc=allocated,
+                    tres_per_node=_null(fields.get("TresPerNode", "")),
+                    tres_per_job=_null(fields.get("TresPerJob", "")),
+                    where=where,
+                ),
                 het_job_id=het_id,
                 het_job_offset=(
                     cv.opt_int(fields.get("HetJobOffset"), f"{where}: HetJobOffset")
@@ -204,26 +251,38 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
     return tuple(views)
 
 
-def _started(value: str, state: JobState, where: str) -> float | None:
-    # A pending job's StartTime/EndTime are the scheduler's estimates, not facts.
-    if state is JobState.PENDING:
-        return None
-    return cv.timestamp_text(value, where)
+# --------------------------------------------------------------------------- squeue -O
 
-
-# --------------------------------------------------------------------------- squeue -o
-
-# %A raw id, %i display id ("25+1" for a het component), then the JobView fields; the
-# free-text comment comes last so that a "|" inside it survives.
-_SQUEUE_COLUMNS = (
-    ("raw_id", "%A"), ("shown_id", "%i"), ("state", "%T"), ("count", "%D"),
-    ("nodelist", "%N"), ("batch", "%B"), ("limit", "%l"), ("submit", "%V"), ("start", "%S"),
-    ("end", "%e"), ("reason", "%r"), ("user", "%u"), ("uid", "%U"), ("account", "%a"),
-    ("partition", "%P"), ("qos", "%q"), ("workdir", "%Z"), ("dependency", "%E"),
-    ("name", "%j"), ("comment", "%k"),
+# ``squeue -O`` fields, each with width 0 (unpadded, never truncated) and a "|" suffix;
+# the free-text comment comes last, without a suffix, so a "|" inside it survives.
+# Why -O and not -o: -o has no letter for the maximum node count, and its %D is a
+# pending job's scheduler estimate (a pending -N2-4 showed min 4 and no max on every
+# version).  -O has MaxNodes and tres-alloc, which for a pending job is the requested
+# TRES (node=2: the minimum), so the text path gives the same min/max as the JSON
+# path (see ``semantics``).  MaxNodes means the request only while the job pends: for
+# a running job squeue prints its current size there (JSON says 0), so it is not read.
+# Checked on 22.05.8, 24.11.5 and 26.05.5.  An unknown field name makes squeue print an
+# error but exit 0 with an empty column (24.11): the backend checks stderr.
+_SQUEUE_FIELDS = (
+    ("raw_id", "JobID"), ("het_id", "HetJobID"), ("het_offset", "HetJobOffset"),
+    ("state", "State"), ("count", "NumNodes"), ("max", "MaxNodes"), ("nodelist", "NodeList"),
+    ("batch", "BatchHost"), ("limit", "TimeLimit"), ("submit", "SubmitTime"),
+    ("start", "StartTime"), ("end", "EndTime"), ("restarts", "RestartCnt"),
+    ("reason", "Reason"), ("user", "UserName"), ("uid", "UserID"), ("account", "Account"),
+    ("partition", "Partition"), ("qos", "QOS"), ("tres", "tres-alloc"),
+    ("tres_per_node", "tres-per-node"), ("dependency", "Dependency"),
+    ("workdir", "WorkDir"), ("name", "Name"), ("comment", "Comment"),
 )  # fmt: skip
-SQUEUE_FORMAT = "|".join(code for _, code in _SQUEUE_COLUMNS)
-SQUEUE_COLUMNS = tuple(name for name, _ in _SQUEUE_COLUMNS)
+SQUEUE_FORMAT = ",".join(
+    f"{field}:0" + ("" if index == len(_SQUEUE_FIELDS) - 1 else "|")
+    for index, (_, field) in enumerate(_SQUEUE_FIELDS)
+)
+SQUEUE_COLUMNS = tuple(name for name, _ in _SQUEUE_FIELDS)
+
+
+def _has_columns(names: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a line holds every column but the free-text last one (a record's start)."""
+    return lambda line: line.count("|") >= len(names) - 1
 
 
 def _split_row(line: str, names: tuple[str, ...], where: str) -> dict[str, str]:
@@ -237,16 +296,27 @@ def _split_row(line: str, names: tuple[str, ...], where: str) -> dict[str, str]:
 
 
 def parse_squeue_text(text: str) -> tuple[JobView, ...]:
+    """``squeue -h -a -t all -O SQUEUE_FORMAT`` -> JobViews (no admin comment: a second
+    free-text column could not be split reliably)."""
     views = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in _logical_lines(text, _has_columns(SQUEUE_COLUMNS)):
         if not line.strip():
             continue
-        row = _split_row(line, SQUEUE_COLUMNS, f"squeue -o: line {number}")
-        job_id = cv.as_int(row["raw_id"], f"squeue -o: line {number}: job id")
-        where = f"squeue -o: job {job_id}"
+        row = _split_row(line, SQUEUE_COLUMNS, f"squeue -O: line {number}")
+        job_id = cv.as_int(row["raw_id"], f"squeue -O: line {number}: job id")
+        where = f"squeue -O: job {job_id}"
         state = cv.job_state(row["state"], f"{where}: state")
-        low, high = _node_range(row["count"], f"{where}: nodes")
-        het_id, het_offset = _het_from_display(row["shown_id"], where)
+        count = cv.as_int(row["count"], f"{where}: nodes")
+        tres = _null(row["tres"])
+        count = semantics.requested_min_nodes(state, count, tres, where)
+        limit = cv.duration_text(row["limit"], f"{where}: time limit")
+        start, end = semantics.known_times(
+            state,
+            cv.timestamp_text(row["start"], f"{where}: start"),
+            cv.timestamp_text(row["end"], f"{where}: end"),
+            limit,
+        )
+        het_id = cv.opt_int(_null(row["het_id"]), f"{where}: het id")
         views.append(
             JobView(
                 job_id=job_id,
@@ -258,19 +328,35 @@ def parse_squeue_text(text: str) -> tuple[JobView, ...]:
                 qos=row["qos"],
                 state=state,
                 state_reason=row["reason"],
-                node_count=low,
-                min_nodes=low,
-                max_nodes=high,
+                node_count=count,
+                min_nodes=count,
+                max_nodes=(
+                    cv.opt_int(_null(row["max"]), f"{where}: max nodes") or None
+                    if state is JobState.PENDING
+                    else None
+                ),
                 # squeue prints the scheduler's planned nodes for a pending job: not held.
                 nodes=cv.nodes("" if state is JobState.PENDING else row["nodelist"], where),
                 batch_host=_null(row["batch"]) or None,
                 comment=_null(row["comment"]),
                 submit_time=cv.timestamp_text(row["submit"], f"{where}: submit"),
-                start_time=_started(row["start"], state, f"{where}: start"),
-                end_time=_started(row["end"], state, f"{where}: end"),
-                time_limit_s=cv.duration_text(row["limit"], f"{where}: time limit"),
+                start_time=start,
+                end_time=end,
+                time_limit_s=limit,
+                restart_count=cv.as_int(row["restarts"], f"{where}: restarts"),
+                gpus_per_node=semantics.gpus_per_node(
+                    state,
+                    count,
+                    tres_alloc=tres,
+                    tres_per_node=_null(row["tres_per_node"]),
+                    where=where,
+                ),
                 het_job_id=het_id,
-                het_job_offset=het_offset,
+                het_job_offset=(
+                    cv.as_int(row["het_offset"], f"{where}: het offset")
+                    if het_id is not None
+                    else None
+                ),
                 work_dir=row["workdir"],
                 dependency=_null(row["dependency"]),
             )
@@ -295,7 +381,7 @@ SACCT_FIELDS = (
 
 def parse_sacct_text_records(text: str) -> tuple[AcctRecord, ...]:
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in _logical_lines(text, _has_columns(SACCT_FIELDS)):
         if not line.strip():
             continue
         row = _split_row(line, SACCT_FIELDS, f"sacct -P: line {number}")

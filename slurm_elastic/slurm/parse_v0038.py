@@ -12,13 +12,19 @@ Quirks of this generation handled here (measured on 22.05.8):
 * A pending job's ``node_count`` is NOT its requested minimum: once slurmctld has
   looked at the job it reports its own node-count estimate (``-N2-3`` shows 3, and
   ``scontrol`` says ``NumNodes=3-3``).  The requested minimum survives only in
-  ``tres_req_str`` (``node=2``), so that is what ``min_nodes`` is taken from;
-  ``max_nodes`` is the requested maximum (0 = none given).  A running job's
-  ``node_count`` is its allocation.
+  ``tres_req_str`` (``node=2``), so that is what ``min_nodes`` is taken from
+  (:mod:`slurm_elastic.slurm.semantics`, shared with every other parser);
+  ``max_nodes`` is the requested maximum (0 = none given; also 0 for a running job,
+  and for a requeued job pending again, which 24.11+ and ``squeue -O`` still show).  A
+  running job's ``node_count`` is its allocation.
 * Times are POSIX seconds with 0 meaning "not set"; ``time_limit`` is minutes,
   null or >= 525600 meaning unlimited.  A pending job's start/end times are the
   scheduler's estimates and an unlimited running job's end time is start + 1 year:
-  both become None, matching what ``scontrol``/``squeue -o`` print.
+  both become None, matching what ``scontrol``/``squeue -O`` print.
+* Numbers are plain integers, the job state one string (``RESIZING`` for a resize
+  record), a node's state a string plus ``state_flags``; the decoders in
+  :mod:`slurm_elastic.slurm.convert` also take the v0.0.40+ forms.
+* ``sinfo --json`` lists nodes one by one (the source of :func:`parse_nodes`).
 * ``het_job_id`` is 0 for ordinary jobs; a heterogeneous component carries its
   own raw ``job_id`` and the leader's id in ``het_job_id``.
 * sacct: see :mod:`slurm_elastic.slurm.history` for the resize records.
@@ -31,18 +37,25 @@ from typing import Any
 
 from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.slurm import convert as cv
+from slurm_elastic.slurm import semantics
 from slurm_elastic.slurm.history import AcctRecord, collapse
-from slurm_elastic.types import JobHistory, JobState, JobView, NodeView
+from slurm_elastic.types import JobHistory, JobView, NodeView
 
 PLUGIN_TYPES = ("openapi/v0.0.38", "openapi/dbv0.0.38")
+# Where per-node records come from in the Slurm versions that write this generation, and
+# the command showing one job in this JSON: none, 22.05's scontrol has no --json.
+JOB_COMMAND: tuple[str, ...] | None = None
+NODES_COMMAND = ("sinfo", "--json")
 
 
-def parse_squeue(doc: Mapping[str, Any]) -> tuple[JobView, ...]:
-    jobs = cv.as_list(cv.field(doc, "jobs", "squeue --json"), "squeue --json: jobs")
-    return tuple(_job(cv.mapping(j, f"squeue --json: jobs[{i}]"), i) for i, j in enumerate(jobs))
+def parse_squeue(doc: Mapping[str, Any], what: str = "squeue --json") -> tuple[JobView, ...]:
+    """Jobs of a ``squeue --json`` document (or another of its shape, named by ``what``)."""
+    jobs = cv.as_list(cv.field(doc, "jobs", what), f"{what}: jobs")
+    return tuple(_job(cv.mapping(j, f"{what}: jobs[{i}]"), i, what) for i, j in enumerate(jobs))
 
 
-def parse_sinfo(doc: Mapping[str, Any]) -> tuple[NodeView, ...]:
+def parse_nodes(doc: Mapping[str, Any]) -> tuple[NodeView, ...]:
+    """Nodes of a ``sinfo --json`` document: this generation lists them one by one."""
     nodes = cv.as_list(cv.field(doc, "nodes", "sinfo --json"), "sinfo --json: nodes")
     return tuple(_node(cv.mapping(n, f"sinfo --json: nodes[{i}]"), i) for i, n in enumerate(nodes))
 
@@ -56,29 +69,34 @@ def parse_sacct(doc: Mapping[str, Any]) -> tuple[JobHistory, ...]:
     return collapse(parse_sacct_records(doc))
 
 
-def _job(raw: Mapping[str, Any], index: int) -> JobView:
-    job_id = cv.as_int(cv.field(raw, "job_id", f"squeue --json: jobs[{index}]"), "job_id")
-    where = f"squeue --json: job {job_id}"
+def _job(raw: Mapping[str, Any], index: int, what: str) -> JobView:
+    job_id = cv.as_int(cv.field(raw, "job_id", f"{what}: jobs[{index}]"), "job_id")
+    where = f"{what}: job {job_id}"
 
     def get(key: str) -> Any:
         return cv.field(raw, key, where)
 
     state = cv.job_state(get("job_state"), f"{where}: job_state")
     node_count = cv.as_int(get("node_count"), f"{where}: node_count", default=0)
-    if state is JobState.PENDING:
-        requested = cv.tres_count(raw.get("tres_req_str"), "node", f"{where}: tres_req_str")
-        node_count = requested or node_count
+    tres_req = cv.as_str(raw.get("tres_req_str"), f"{where}: tres_req_str")
+    node_count = semantics.requested_min_nodes(state, node_count, tres_req, where)
     max_nodes = cv.opt_int(get("max_nodes"), f"{where}: max_nodes")
     het_job_id = cv.opt_int(raw.get("het_job_id"), f"{where}: het_job_id") or None
-    running_like = state in {JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING}
     time_limit = cv.limit_minutes(raw.get("time_limit"), f"{where}: time_limit")
-    start = cv.epoch(raw.get("start_time"), f"{where}: start_time")
-    end = cv.epoch(raw.get("end_time"), f"{where}: end_time")
-    if state is JobState.PENDING:
-        start = end = None  # the scheduler's guesses, not facts (as in the text paths)
-    elif running_like and time_limit is None:
-        end = None  # Slurm writes start + 1 year for an unlimited job
-    gpus = _gpus_per_node(raw, node_count, allocated=running_like, where=where)
+    start, end = semantics.known_times(
+        state,
+        cv.epoch(raw.get("start_time"), f"{where}: start_time"),
+        cv.epoch(raw.get("end_time"), f"{where}: end_time"),
+        time_limit,
+    )
+    gpus = semantics.gpus_per_node(
+        state,
+        node_count,
+        tres_alloc=cv.as_str(raw.get("tres_alloc_str"), f"{where}: tres_alloc_str"),
+        tres_per_node=cv.as_str(raw.get("tres_per_node"), f"{where}: tres_per_node"),
+        tres_per_job=cv.as_str(raw.get("tres_per_job"), f"{where}: tres_per_job"),
+        where=where,
+    )
     return JobView(
         job_id=job_id,
         name=cv.as_str(get("name"), f"{where}: name"),
@@ -116,31 +134,17 @@ def _job(raw: Mapping[str, Any], index: int) -> JobView:
     )
 
 
-def _gpus_per_node(raw: Mapping[str, Any], node_count: int, *, allocated: bool, where: str) -> int:
-    # A running job's allocation is the truth (exclusive partitions hand out every GPU
-    # of a node); a pending job only has its request.
-    if allocated and node_count > 0:
-        total = cv.tres_count(raw.get("tres_alloc_str"), "gres/gpu", f"{where}: tres_alloc_str")
-        if total:
-            return total // node_count
-    per_node = cv.gres_gpus(raw.get("tres_per_node"), f"{where}: tres_per_node")
-    if per_node:
-        return per_node
-    per_job = cv.gres_gpus(raw.get("tres_per_job"), f"{where}: tres_per_job")
-    return per_job // node_count if per_job and node_count else 0
-
-
 def _node(raw: Mapping[str, Any], index: int) -> NodeView:
     name = cv.as_str(cv.field(raw, "name", f"sinfo --json: nodes[{index}]"), "name")
     where = f"sinfo --json: node {name or index}"
     if not name:
         raise SlurmParseError(f"{where}: empty node name")
-    flags = cv.as_list(raw.get("state_flags") or [], f"{where}: state_flags")
+    state, flags = cv.node_state(cv.field(raw, "state", where), raw.get("state_flags"), where)
     partitions = cv.as_list(raw.get("partitions") or [], f"{where}: partitions")
     return NodeView(
         name=name,
-        state=cv.as_str(cv.field(raw, "state", where), f"{where}: state").lower(),
-        flags=tuple(cv.as_str(f, f"{where}: state_flags").upper() for f in flags),
+        state=state,
+        flags=flags,
         cpus=cv.as_int(cv.field(raw, "cpus", where), f"{where}: cpus"),
         alloc_cpus=cv.as_int(raw.get("alloc_cpus"), f"{where}: alloc_cpus", default=0),
         gpus=cv.gres_gpus(raw.get("gres"), f"{where}: gres"),

@@ -90,10 +90,15 @@ class SlurmRunner:
             env.update(extra)
         return env
 
-    def read(self, argv: Sequence[str], *, timeout_s: float | None = None) -> CommandResult:
-        """Run a read-only command (never skipped in dry-run mode)."""
+    def read(
+        self, argv: Sequence[str], *, timeout_s: float | None = None, label: str | None = None
+    ) -> CommandResult:
+        """Run a read-only command (never skipped in dry-run mode).
+
+        ``label`` names the command in error messages (default: its first three words),
+        for a caller whose options would otherwise hide what it ran."""
         self.read_calls += 1
-        return self._run(tuple(argv), timeout_s=timeout_s, stdin=None)
+        return self._run(tuple(argv), timeout_s=timeout_s, stdin=None, label=label)
 
     def act(
         self,
@@ -112,9 +117,15 @@ class SlurmRunner:
         return self._run(command, timeout_s=timeout_s, stdin=stdin)
 
     def _run(
-        self, argv: tuple[str, ...], *, timeout_s: float | None, stdin: str | None
+        self,
+        argv: tuple[str, ...],
+        *,
+        timeout_s: float | None,
+        stdin: str | None,
+        label: str | None = None,
     ) -> CommandResult:
         self.calls += 1
+        what = label or " ".join(argv[:3])
         limit = self.timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
         try:
@@ -133,22 +144,19 @@ class SlurmRunner:
                 command=argv,
             ) from exc
         except subprocess.TimeoutExpired as exc:
-            raise SlurmTimeout(
-                f"{' '.join(argv[:3])} did not finish within {limit:g}s", command=argv
-            ) from exc
+            raise SlurmTimeout(f"{what} did not finish within {limit:g}s", command=argv) from exc
         except OSError as exc:
             raise SlurmUnreachable(f"cannot run {argv[0]!r}: {exc}", command=argv) from exc
         elapsed = time.monotonic() - started
         result = CommandResult(argv, proc.returncode, proc.stdout, proc.stderr, elapsed)
         log.debug("slurm.command", command=" ".join(argv), rc=proc.returncode, elapsed_s=elapsed)
         if proc.returncode != 0:
-            raise _classify(result)
+            raise _classify(result, what)
         return result
 
 
-def _classify(result: CommandResult) -> SlurmRejected | SlurmUnreachable:
+def _classify(result: CommandResult, what: str) -> SlurmRejected | SlurmUnreachable:
     message = slurm_message(result.stderr) or slurm_message(result.stdout)
-    what = " ".join(result.argv[:3])
     if _UNREACHABLE.search(result.stderr):
         return SlurmUnreachable(
             f"{what}: Slurm unreachable: {message or 'no message'}", command=result.argv

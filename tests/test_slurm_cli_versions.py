@@ -1,0 +1,192 @@
+"""CliBackend on every Slurm version, without a cluster: each command is answered with the
+output captured from that version (tests/fixtures/slurm/<version>, CAPTURED.md there).
+
+What is checked is the backend's choice of commands: ``squeue --json -a -t all``, the
+per-version node source (``sinfo --json`` on 22.05, ``scontrol --json show nodes`` from
+24.11 on) at a fixed number of calls, the ``squeue -O`` text path, ``sacct -D`` and
+``probe()``.  The live tests run the same paths against the real clusters.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.errors import SlurmParseError, SlurmRejected
+from slurm_elastic.slurm import parse_text
+from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.slurm.runner import CommandResult, SlurmRunner
+from slurm_elastic.types import JobState
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+VERSIONS = ("22.05", "24.11", "26.05")
+DEFAULT = {"22.05": "0.0.38", "24.11": "0.0.42", "26.05": "0.0.45"}
+SQUEUE_JSON = ("squeue", "--json", "-a", "-t", "all")
+SINFO_JSON = ("sinfo", "--json")
+SCONTROL_NODES = ("scontrol", "--json", "show", "nodes")
+SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all", "-O", parse_text.SQUEUE_FORMAT)
+SCONTROL_JOB = ("scontrol", "--json", "show", "job")
+
+
+class CapturedRunner(SlurmRunner):
+    """Answers the reads with one version's captured outputs of one moment."""
+
+    def __init__(self, version: str, moment: str, *, squeue_stderr: str = "") -> None:
+        super().__init__()
+        self.version, self.moment, self.squeue_stderr = version, moment, squeue_stderr
+        self.argvs: list[tuple[str, ...]] = []
+
+    def _file(self, argv: tuple[str, ...]) -> str:
+        v, m, g = self.version, self.moment, DEFAULT[self.version]
+        if argv == SQUEUE_JSON:
+            return f"squeue-{m}.{g}.json"
+        if argv == SINFO_JSON:  # 24.11+: only its generation is read, any moment serves
+            return f"sinfo-{m if v == '22.05' else 'pending'}.{g}.json"
+        if argv == SCONTROL_NODES and v != "22.05":
+            return f"scontrol-nodes-{m}.{g}.json"
+        if argv == SQUEUE_TEXT:
+            return f"squeue-O-{m}.txt"
+        if argv == (*SCONTROL_JOB, "5") and v != "22.05":  # captured for het1 only
+            return f"scontrol-show-job-het1.{g}.json"
+        if argv[:4] == ("scontrol", "-o", "show", "job"):  # every job: read_job filters
+            return f"scontrol-o-show-job-{m}.txt"
+        if argv == ("scontrol", "-o", "show", "partition"):
+            return "scontrol-o-show-partition.txt"
+        if argv == ("scontrol", "--version"):
+            return "scontrol-version.txt"
+        if argv == ("scontrol", "show", "config"):
+            return "scontrol-show-config.txt"
+        if argv[:4] == ("sacct", "-a", "-D", "--json"):
+            return f"sacct.{g}.json"
+        if argv[0] == "sacct" and "-D" in argv and "-P" in argv:
+            return "sacct-P.txt"
+        # What 22.05's scontrol says to --json (measured), or a command the test did not expect.
+        raise SlurmRejected(f"{argv[0]} rejected", slurm_message="unrecognized option '--json'")
+
+    def _run(
+        self,
+        argv: tuple[str, ...],
+        *,
+        timeout_s: float | None,
+        stdin: str | None,
+        label: str | None = None,
+    ) -> CommandResult:
+        self.calls += 1
+        self.argvs.append(argv)
+        stdout = (FIXTURES / self.version / self._file(argv)).read_text()
+        stderr = self.squeue_stderr if argv == SQUEUE_TEXT else ""
+        return CommandResult(argv, 0, stdout, stderr, 0.0)
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_read_cluster_json_is_three_calls_with_the_versions_node_command(version: str) -> None:
+    runner = CapturedRunner(version, "drained")
+    backend = CliBackend(runner)
+    for _ in range(2):
+        snapshot = backend.read_cluster(now=1.0)
+        assert snapshot.slurm_calls == 3
+        assert [n.name for n in snapshot.nodes] == ["n1", "n2", "n3", "n4"]
+        assert snapshot.nodes[3].flags == ("DRAIN",)
+        assert {p.name for p in snapshot.partitions} == {"batch", "shared"}
+        assert {j.job_id for j in snapshot.jobs} == {1, 2, 3, 4}
+    nodes_command = SINFO_JSON if version == "22.05" else SCONTROL_NODES
+    assert runner.argvs[:3] == [SQUEUE_JSON, nodes_command, ("scontrol", "-o", "show", "partition")]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_read_cluster_text_learns_the_node_command_once(version: str, utc: None) -> None:
+    """Without a JSON document to tell the version, sinfo --json is read once: the answer
+    on 22.05, a pointer to scontrol on 24.11+ (one extra call, the first time only)."""
+    runner = CapturedRunner(version, "pending")
+    backend = CliBackend(runner, job_format="text")
+    first, second = backend.read_cluster(), backend.read_cluster()
+    assert first.slurm_calls == (3 if version == "22.05" else 4)
+    assert second.slurm_calls == 3
+    assert first.nodes == second.nodes and len(first.nodes) == 4
+    jobs = {j.job_id: j for j in second.jobs}
+    assert (jobs[3].min_nodes, jobs[3].max_nodes, jobs[3].state) == (2, 4, JobState.PENDING)
+
+
+def test_a_failed_node_read_forgets_the_node_command() -> None:
+    """After an upgrade (22.05 -> 24.11) the remembered sinfo --json no longer lists nodes:
+    that read fails, and the next one asks again."""
+    runner = CapturedRunner("22.05", "pending")
+    backend = CliBackend(runner, job_format="text")
+    backend.read_nodes()
+    runner.version = "24.11"
+    with pytest.raises(SlurmParseError, match="lists no nodes one by one"):
+        backend.read_nodes()
+    assert len(backend.read_nodes()) == 4
+    assert runner.argvs[-2:] == [SINFO_JSON, SCONTROL_NODES]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_squeue_text_with_an_unknown_field_is_an_error(version: str) -> None:
+    """squeue -O with an unknown field name prints an error and exits 0 (24.11.5)."""
+    stderr = "squeue: error: Invalid job format specification: AdminComment\n"
+    backend = CliBackend(
+        CapturedRunner(version, "pending", squeue_stderr=stderr), job_format="text"
+    )
+    with pytest.raises(SlurmParseError, match="Invalid job format specification: AdminComment"):
+        backend.read_jobs()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_probe(version: str) -> None:
+    runner = CapturedRunner(version, "pending")
+    backend = CliBackend(runner)
+    caps = backend.probe()
+    assert caps.version.startswith(f"{version}.")
+    family = "openapi" if version == "22.05" else "data_parser"
+    assert caps.json_plugin == f"{family}/v{DEFAULT[version]}"
+    assert caps.leaks_nodes_after_shrink is (version == "22.05")
+    assert caps.multiple_slurmd is True
+    calls = runner.calls
+    backend.read_nodes()  # probe's sinfo --json already named the node command
+    assert runner.calls == calls + 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_read_job_is_json_where_scontrol_has_it(version: str, utc: None) -> None:
+    """read_job: scontrol --json show job on 24.11+ (free text cannot break or forge a
+    record there), scontrol -o show job on 22.05; learnt from one sinfo --json at most."""
+    runner = CapturedRunner(version, "het")
+    backend = CliBackend(runner)
+    leader = backend.read_job(5)
+    assert leader is not None and (leader.het_job_id, leader.het_job_offset) == (5, 0)
+    assert leader.state is JobState.RUNNING
+    single = SCONTROL_JOB if version != "22.05" else ("scontrol", "-o", "show", "job")
+    assert runner.argvs == [SINFO_JSON, (*single, "5")]
+    backend.read_cluster()  # 22.05's node read is sinfo --json again; none on 24.11+
+    backend.read_job(5)
+    assert runner.argvs[-1] == (*single, "5") and runner.argvs.count(SINFO_JSON) == (
+        2 if version == "22.05" else 1
+    )
+
+
+@pytest.mark.parametrize("history_format", ["text", "json"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_history_keeps_requeued_runs(version: str, history_format: str, utc: None) -> None:
+    runner = CapturedRunner(version, "sacct")
+    backend = CliBackend(runner, history_format=history_format)
+    history = {h.job_id: h for h in backend.read_history(0.0)}
+    assert len(history[7].allocations) == 1  # requeue1's run before its requeue
+    assert [a.node_count for a in history[1].allocations] == [4, 2]
+    assert "-D" in runner.argvs[-1]
