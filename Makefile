@@ -8,7 +8,7 @@ NODES ?= 4
 # the default; 26.05: Debian unstable's).  `make test` runs every version.
 SLURM ?= 24.11
 # The versions `make test` runs, in order (scripts/test-matrix.sh).
-TEST_LEGS ?= 22.05
+TEST_LEGS ?= 22.05 24.11 26.05
 # Which local cluster instance (0..7) cluster-up/test use; instance 0 is /etc/slurm/slurm.conf.
 INSTANCE ?= $(or $(SLURM_ELASTIC_TEST_INSTANCE),0)
 export PYTHONUNBUFFERED := 1

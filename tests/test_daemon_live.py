@@ -32,7 +32,7 @@ from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import ActionStatus, Journal
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.slurm.cli import CliBackend, leaks_nodes_after_shrink
 from slurm_elastic.types import (
     ActionKind,
     JobState,
@@ -420,19 +420,27 @@ def whole_cluster_job_starts(cwd: Path, timeout_s: float = 30.0) -> bool:
 
 
 @pytest.mark.slurm
-def test_reconfigure_after_a_shrunk_job_ends_keeps_nodes_usable(live: Path) -> None:
-    ctl, big = shrink_reuse_and_end(live, "auto")  # auto: the probe says 22.05
-    (entry,) = [e for e in ctl.journal.all_actions() if e.kind is ActionKind.RECONFIGURE]
-    assert entry.job_id == big and entry.status is ActionStatus.APPLIED
+def test_reconfigure_after_a_shrunk_job_ends_keeps_nodes_usable(live: Path, slurm_cluster) -> None:
+    """auto reconfigures where the probed version has the leak (22.05) and nowhere else;
+    either way every node takes a whole-cluster job afterwards (the leak is really gone, or
+    was never there: this is what keeps 24.11 and 26.05 off SHRINK_LEAK_VERSIONS)."""
+    ctl, big = shrink_reuse_and_end(live, "auto")
+    done = [e for e in ctl.journal.all_actions() if e.kind is ActionKind.RECONFIGURE]
+    if leaks_nodes_after_shrink(slurm_cluster.version + "."):
+        (entry,) = done
+        assert entry.job_id == big and entry.status is ActionStatus.APPLIED
+    else:
+        assert done == []
     assert whole_cluster_job_starts(live)
     cycle(ctl)
-    assert len([e for e in ctl.journal.all_actions() if e.kind is ActionKind.RECONFIGURE]) == 1
+    again = [e for e in ctl.journal.all_actions() if e.kind is ActionKind.RECONFIGURE]
+    assert len(again) == len(done)
 
 
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_slurmctld_down_30s_no_action_then_recovery(live: Path, slurm_cluster) -> None:
-    occupy_every_node(live)  # the job stays pending (and eligible) until the pin is checked
+    blocker = occupy_every_node(live)  # the job stays pending (and eligible) until then
     job_id = sbatch("-N1-4", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
     config = live_config(live / "state", live / "fake-agent", slurm={"timeout_s": 5})
     ctl, _ = controller(config, targets({job_id: 2}))
@@ -457,7 +465,13 @@ def test_slurmctld_down_30s_no_action_then_recovery(live: Path, slurm_cluster) -
     recovered = [ctl.run_once(time.time()) for _ in range(2)]
     assert any(r.ok for r in recovered), [r.error for r in recovered]
     view = jobs()[job_id]
-    assert (view.min_nodes, view.max_nodes) == (2, 2)
+    # 24.11/26.05 forget a pending job's maximum over a slurmctld restart (max_nodes 0,
+    # scontrol NumNodes=N without a range) and then schedule it at its minimum: the pin
+    # shows as min 2 with no max there, 2-2 on 22.05.  What counts is where it starts.
+    assert view.min_nodes == 2 and view.max_nodes in (2, None)
+    subprocess.run(["scancel", str(blocker)], check=True, timeout=30)
+    started = wait_for(lambda: running(job_id), timeout_s=30)
+    assert started.node_count == 2
 
 
 def _ctld_pid_file(conf: Path) -> Path:
