@@ -31,6 +31,8 @@ from slurm_elastic.daemon.commands import (
 )
 from slurm_elastic.daemon.exitcodes import ExitCode
 from slurm_elastic.daemon.status import STATUS_FILE, read_document, write_atomic
+from slurm_elastic.slurm.cli import CliBackend
+from tests.slurm_cluster import wait_until
 from tests.test_daemon_service_process import MAIN as _MAIN
 from tests.test_daemon_service_process import daemon_process, wait_api, write_config
 
@@ -469,6 +471,43 @@ def test_exit_status_against_a_dead_and_the_live_controller(slurm_cluster, tmp_p
     planned = _cli("plan", "--json", *args, check=False)
     assert planned.returncode == ExitCode.OK, planned.stderr
     assert json.loads(planned.stdout)["ok"] is True
+
+
+@pytest.mark.slurm
+def test_plan_json_lists_the_elastic_jobs_of_this_version(clean_queue, tmp_path: Path) -> None:
+    """Issue 13's check, on every version of the matrix: two ``--nodes=1-3 --comment=elastic``
+    jobs and one rigid job; ``plan --json`` lists both elastic jobs with their range, state and
+    size, leaves the rigid one alone, and exits 0."""
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\napi: {{port: 0}}\n")
+    submit = ("sbatch", "--parsable", "-o", "/dev/null", "--chdir", str(tmp_path))
+    elastic = [
+        int(clean_queue.run(*submit, "--nodes=1-3", "--comment=elastic", "--wrap", "sleep 300")
+            .stdout.strip().split(";")[0])
+        for _ in range(2)
+    ]  # fmt: skip
+    rigid = int(clean_queue.run(*submit, "-N2", "--wrap", "sleep 300").stdout.split(";")[0])
+
+    def placed() -> bool:  # the first elastic job runs, and every job has been looked at
+        states = dict(line.split("|") for line in clean_queue.run(
+            "squeue", "-h", "-o", "%i|%T").stdout.split())  # fmt: skip
+        return states.get(str(elastic[0])) == "RUNNING" and len(states) == 3
+
+    wait_until(placed, 30, "the first elastic job running")
+    planned = _cli("plan", "--json", "--config", str(config_file), check=False)
+    assert planned.returncode == ExitCode.OK, planned.stderr
+    wire = json.loads(planned.stdout)
+    assert wire["ok"] is True
+    rows = {row["job_id"]: row for row in wire["jobs"]}
+    assert set(rows) >= set(elastic)
+    assert rigid not in rows or rows[rigid]["target"] is None  # listed, never planned
+    views = {v.job_id: v for v in CliBackend().read_jobs()}
+    for job_id in elastic:
+        row, view = rows[job_id], views[job_id]
+        assert (row["min"], row["max"]) == (1, 3), row
+        assert row["state"] == view.state.value and row["nodes"] == len(view.nodes)
+        assert 1 <= row["target"] <= 3
+    assert rows[elastic[0]]["state"] == "RUNNING" and 1 <= rows[elastic[0]]["nodes"] <= 3
 
 
 @pytest.mark.slurm
