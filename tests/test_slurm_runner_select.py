@@ -94,6 +94,12 @@ def test_slurm_conf_is_passed_through_and_calls_counted() -> None:
     assert (runner.calls, runner.read_calls, runner.action_calls) == (2, 1, 1)
 
 
+def test_undecodable_bytes_in_output_are_replaced_not_fatal() -> None:
+    # A job comment with a Latin-1 byte: squeue prints it as is.
+    result = SlurmRunner().read(sh(r"printf 'caf\351 ok'"))
+    assert result.stdout == "caf\ufffd ok"
+
+
 def test_dry_run_records_actions_but_still_reads() -> None:
     runner = SlurmRunner(dry_run=True)
     with capture_logs() as logs:

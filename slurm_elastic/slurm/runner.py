@@ -9,6 +9,12 @@ failures into the typed errors of :mod:`slurm_elastic.errors`:
 * any other non-zero exit                         -> ``SlurmRejected`` carrying
   Slurm's own message (the last meaningful stderr line)
 
+Output is decoded as UTF-8 with invalid bytes replaced (U+FFFD): job names and
+comments are user data that Slurm passes through byte for byte, and one job's
+non-UTF-8 comment must not make the whole ``squeue --json`` unreadable (a strict
+decode raised ``UnicodeDecodeError`` for every job).  pyslurm's dictionaries
+decode the same way, so both backends see the same text.
+
 Actions can run in dry-run mode (as torchx does): the command is logged and
 recorded in ``dry_run_log`` and never executed.  Reads always run, so a
 dry-run daemon still sees the real cluster.
@@ -123,6 +129,8 @@ class SlurmRunner:
                 input=stdin,
                 capture_output=True,
                 text=True,
+                encoding="utf-8",
+                errors="replace",
                 timeout=limit,
                 env=self.env(),
                 check=False,
