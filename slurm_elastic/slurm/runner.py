@@ -62,6 +62,13 @@ class CommandResult:
     dry_run: bool = False
 
 
+def is_unreachable(message: str) -> bool:
+    """Whether Slurm's ``message`` means the request never reached a working
+    controller/database (so nothing was applied).  Shared with the pyslurm backend,
+    whose RPC errors carry the same libslurm texts."""
+    return _UNREACHABLE.search(message) is not None
+
+
 def slurm_message(stderr: str) -> str:
     """Slurm's own one-line message from a command's stderr."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
@@ -157,7 +164,7 @@ class SlurmRunner:
 def _classify(result: CommandResult) -> SlurmRejected | SlurmUnreachable:
     message = slurm_message(result.stderr) or slurm_message(result.stdout)
     what = " ".join(result.argv[:3])
-    if _UNREACHABLE.search(result.stderr):
+    if is_unreachable(result.stderr):
         return SlurmUnreachable(
             f"{what}: Slurm unreachable: {message or 'no message'}", command=result.argv
         )
