@@ -160,6 +160,7 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
             # NumNodes of a pending job is slurmctld's estimate; TRES keeps the request.
             low = cv.tres_count(tres, "node", f"{where}: TRES") or low
         het_id = cv.opt_int(fields.get("HetJobId"), f"{where}: HetJobId")
+        limit = cv.duration_text(fields.get("TimeLimit", "UNLIMITED"), f"{where}: TimeLimit")
         gpus = cv.gres_gpus(_null(fields.get("TresPerNode", "")), f"{where}: TresPerNode")
         if state is JobState.RUNNING and low:
             gpus = cv.tres_count(tres, "gres/gpu", f"{where}: TRES") // low or gpus
@@ -183,9 +184,9 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
                 admin_comment=_null(fields.get("AdminComment", "")),
                 submit_time=cv.timestamp_text(fields.get("SubmitTime", ""), where),
                 start_time=_started(fields.get("StartTime", ""), state, where),
-                end_time=_started(fields.get("EndTime", ""), state, where),
+                end_time=_ends(fields.get("EndTime", ""), state, limit, where),
                 resize_time=cv.timestamp_text(_null(fields.get("ResizeTime", "")), where),
-                time_limit_s=cv.duration_text(fields.get("TimeLimit", "UNLIMITED"), where),
+                time_limit_s=limit,
                 restart_count=cv.as_int(fields.get("Restarts", "0"), f"{where}: Restarts"),
                 gpus_per_node=gpus,
                 het_job_id=het_id,
@@ -206,6 +207,17 @@ def _started(value: str, state: JobState, where: str) -> float | None:
     if state is JobState.PENDING:
         return None
     return cv.timestamp_text(value, where)
+
+
+_RUNNING_LIKE = frozenset({JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
+
+
+def _ends(value: str, state: JobState, limit_s: float | None, where: str) -> float | None:
+    # As parse_v0038: a running job without a limit (or one of a year or more) has no end;
+    # Slurm prints start + 1 year.  Keeps read_job (scontrol) equal to read_jobs (JSON).
+    if state in _RUNNING_LIKE and limit_s is None:
+        return None
+    return _started(value, state, where)
 
 
 # --------------------------------------------------------------------------- squeue -o
@@ -244,6 +256,7 @@ def parse_squeue_text(text: str) -> tuple[JobView, ...]:
         state = cv.job_state(row["state"], f"{where}: state")
         low, high = _node_range(row["count"], f"{where}: nodes")
         het_id, het_offset = _het_from_display(row["shown_id"], where)
+        limit = cv.duration_text(row["limit"], f"{where}: time limit")
         views.append(
             JobView(
                 job_id=job_id,
@@ -264,8 +277,8 @@ def parse_squeue_text(text: str) -> tuple[JobView, ...]:
                 comment=_null(row["comment"]),
                 submit_time=cv.timestamp_text(row["submit"], f"{where}: submit"),
                 start_time=_started(row["start"], state, f"{where}: start"),
-                end_time=_started(row["end"], state, f"{where}: end"),
-                time_limit_s=cv.duration_text(row["limit"], f"{where}: time limit"),
+                end_time=_ends(row["end"], state, limit, f"{where}: end"),
+                time_limit_s=limit,
                 het_job_id=het_id,
                 het_job_offset=het_offset,
                 work_dir=row["workdir"],
