@@ -9,6 +9,7 @@ Fixtures: tests/fixtures/slurm/22.05/pyslurm-moment/ (CAPTURED.md, "pyslurm").
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import signal
@@ -320,3 +321,42 @@ def test_each_backend_talks_to_its_own_cluster() -> None:
 def _forget_libslurm_conf(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts as if libslurm's conf were unknown (the stand-in has no state)."""
     monkeypatch.setattr(pyslurm_backend, "_libslurm_conf", None)
+
+
+def test_job_fields_are_all_the_mapping_reads() -> None:
+    # If job_view read a field outside JOB_FIELDS, a view reused because JOB_FIELDS were
+    # unchanged could be stale; restricting the records to JOB_FIELDS must change nothing.
+    for raw in records("pyslurm-jobs.json").values():
+        only = {name: raw[name] for name in pyslurm_backend.JOB_FIELDS}
+        assert job_view(only) == job_view(raw)
+
+
+def test_a_job_view_is_reused_only_while_its_fields_are_unchanged() -> None:
+    jobs = records("pyslurm-jobs.json")
+    state = {"jobs": jobs}
+    module, _ = fake_pyslurm(jobs=lambda: state["jobs"])
+    backend = PyslurmBackend(module, slurm_conf="/x/slurm.conf")
+    first = {v.job_id: v for v in backend.read_jobs()}
+    again = {v.job_id: v for v in backend.read_jobs()}
+    assert all(again[k] is first[k] for k in first)  # reused, not rebuilt
+    changed = dict(jobs, **{"1017": dict(jobs["1017"], comment="elastic:min=1,max=2")})
+    del changed["1011"]
+    state["jobs"] = changed
+    third = {v.job_id: v for v in backend.read_jobs()}
+    assert third[1017].comment == "elastic:min=1,max=2" and 1011 not in third
+    assert third[1012] is first[1012]
+    assert list(third.values()) == [job_view(r) for r in changed.values()]
+
+
+def test_the_collector_is_paused_during_a_job_read_and_restored_after() -> None:
+    seen: list[bool] = []
+
+    def jobs() -> Any:
+        seen.append(gc.isenabled())
+        raise ValueError("Unable to contact slurm controller (connect failure)", 1800)
+
+    module, _ = fake_pyslurm(jobs=jobs)
+    assert gc.isenabled()
+    with pytest.raises(SlurmUnreachable):
+        PyslurmBackend(module, slurm_conf="/x/slurm.conf").read_jobs()
+    assert seen == [False] and gc.isenabled()
