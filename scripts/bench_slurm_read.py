@@ -29,11 +29,14 @@ line before it has the details (``jobs_N=``, ``read_p90_ms_N=``, the CLI alterna
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import structlog
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -116,6 +119,8 @@ def main() -> int:
     parser.add_argument("--reads", type=int, default=15, help="timed reads per job count")
     parser.add_argument("--fresh", action="store_true", help="restart the instance empty first")
     args = parser.parse_args()
+    # One debug line per Slurm command would bury the figures (thousands of sbatch calls).
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
 
     conf = slurm_conf_for(args.instance, fresh=args.fresh)
     backend: CliBackend = CliBackend(slurm_conf=conf, timeout_s=60)
