@@ -32,7 +32,8 @@ What stays on the CLI backend (this class inherits it), and why:
   (``slurmdb_jobs().get()`` in a dict, ``db.Jobs.load()`` in a map; upstream's TODO
   "How to handle ... duplicate job ids"), so only the last record survives and
   :func:`slurm_elastic.slurm.history.collapse` has nothing to collapse (seen on 22.05.8:
-  a job resized 4 -> 3 -> 2 comes back as one 2-node record; tested live).  History is
+  a job resized 4 -> 3 -> 2 came back as one 2-node record, and the live equality test
+  checks it for 3 -> 2).  History is
   one ``sacct -P`` call every ``slurm.sacct_interval_s``, off the fast path.
 * size changes (``pin_pending_size``, ``shrink``), ``set_admin_comment``, ``requeue``,
   ``reconfigure``: ``scontrol update`` turns ``NumNodes=n-n`` / ``NumNodes=n`` /
