@@ -184,12 +184,13 @@ def pyslurm_module(slurm_cluster: SlurmCluster) -> ModuleType:
     )
 
     cli = CliBackend(slurm_conf=str(slurm_cluster.conf), timeout_s=20)
-    module, version, slurm_version = find_pyslurm(cli)
+    module, version, slurm_version, why = find_pyslurm(cli)
     what = f"pyslurm for Slurm {slurm_version}"
     if module is None or version is None or slurm_version is None:
         release = slurm_release(slurm_version or "") or "<major.minor>"
         _skip_or_fail(
-            f"no pyslurm imports (none on sys.path, no build under {PYSLURM_BASE}): "
+            why
+            or f"no pyslurm imports (none on sys.path, no build under {PYSLURM_BASE}): "
             f"bash scripts/build-pyslurm.sh --slurm {release}",
             what,
         )

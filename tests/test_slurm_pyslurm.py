@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from slurm_elastic.errors import ActionRefused, SlurmParseError, SlurmRejected, SlurmUnreachable
+from slurm_elastic.errors import (
+    ActionRefused,
+    ConfigError,
+    SlurmParseError,
+    SlurmRejected,
+    SlurmUnreachable,
+)
 from slurm_elastic.slurm import parse_json, parse_text, pyslurm_backend
 from slurm_elastic.slurm.pyslurm_backend import (
     PyslurmBackend,
@@ -220,6 +226,14 @@ def fake_pyslurm(
     return module, calls
 
 
+@pytest.fixture
+def conf(tmp_path: Path) -> str:
+    """A slurm.conf path that exists (the stand-in pyslurm never reads it)."""
+    path = tmp_path / "slurm.conf"
+    path.write_text("ClusterName=stand-in\n")
+    return str(path)
+
+
 def raises(*args: Any) -> Callable[..., Any]:
     def call(*_: Any) -> Any:
         raise ValueError(*args)
@@ -227,13 +241,13 @@ def raises(*args: Any) -> Callable[..., Any]:
     return call
 
 
-def test_an_undecodable_state_description_falls_back_to_the_cli_for_that_read() -> None:
+def test_an_undecodable_state_description_falls_back_to_the_cli_for_that_read(conf: str) -> None:
     def undecodable() -> Any:
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
 
     module, _ = fake_pyslurm(jobs=undecodable)
-    runner = FakeRunner({"squeue --json": read("squeue.json")})
-    backend = PyslurmBackend(module, runner=runner, slurm_conf="/x/slurm.conf")
+    runner = FakeRunner({"squeue --json": read("squeue.json")}, slurm_conf=conf)
+    backend = PyslurmBackend(module, runner=runner)
     with capture_logs() as logs:
         jobs = backend.read_jobs()
     assert jobs == parse_json.squeue(read("squeue.json"))
@@ -243,24 +257,24 @@ def test_an_undecodable_state_description_falls_back_to_the_cli_for_that_read() 
     assert (backend.rpc_calls, runner.calls) == (1, 1)
 
 
-def test_rpc_errors_are_typed_by_libslurms_message() -> None:
+def test_rpc_errors_are_typed_by_libslurms_message(conf: str) -> None:
     module, _ = fake_pyslurm(
         jobs=raises("Unable to contact slurm controller (connect failure)", 1800)
     )
-    backend = PyslurmBackend(module, slurm_conf="/x/slurm.conf")
+    backend = PyslurmBackend(module, slurm_conf=conf)
     with pytest.raises(SlurmUnreachable, match=r"^pyslurm slurm_load_jobs: Slurm unreachable"):
         backend.read_jobs()
     module, _ = fake_pyslurm(jobs=raises("Invalid job id specified", 2017))
-    assert PyslurmBackend(module, slurm_conf="/x/slurm.conf").read_job(7) is None
+    assert PyslurmBackend(module, slurm_conf=conf).read_job(7) is None
     module, _ = fake_pyslurm(jobs=raises("Access/permission denied", 2002))
     with pytest.raises(SlurmRejected) as info:
-        PyslurmBackend(module, slurm_conf="/x/slurm.conf").read_jobs()
+        PyslurmBackend(module, slurm_conf=conf).read_jobs()
     assert info.value.slurm_message == "Access/permission denied"
 
 
-def test_signal_flags_and_no_retry() -> None:
+def test_signal_flags_and_no_retry(conf: str) -> None:
     module, calls = fake_pyslurm()
-    backend = PyslurmBackend(module, slurm_conf="/x/slurm.conf")
+    backend = PyslurmBackend(module, slurm_conf=conf)
     backend.signal(5, "USR1", batch_only=True)
     backend.signal(5, "SIGUSR1", batch_only=False)
     assert [c for c in calls if c[0] == "kill"] == [
@@ -268,28 +282,28 @@ def test_signal_flags_and_no_retry() -> None:
         ("kill", 5, int(signal.SIGUSR1), 0),
     ]
     module, calls = fake_pyslurm(kill=raises("Unable to contact slurm controller", 1800))
-    backend = PyslurmBackend(module, slurm_conf="/x/slurm.conf", retry_wait_s=0.0)
+    backend = PyslurmBackend(module, slurm_conf=conf, retry_wait_s=0.0)
     with pytest.raises(SlurmUnreachable):
         backend.signal(5, "USR1", batch_only=True)
     assert len([c for c in calls if c[0] == "kill"]) == 1  # a retry could signal twice
     assert backend.rpc_action_calls == 1
 
 
-def test_cancel_is_silent_for_ended_or_unknown_jobs_and_retried_when_unreachable() -> None:
+def test_cancel_is_silent_for_ended_or_unknown_jobs_and_retried_when_unreachable(conf: str) -> None:
     for errno in (2017, 2021):
         module, calls = fake_pyslurm(kill=raises("gone", errno))
-        PyslurmBackend(module, slurm_conf="/x/slurm.conf").cancel(9)
+        PyslurmBackend(module, slurm_conf=conf).cancel(9)
         assert ("kill", 9, int(signal.SIGKILL), 0) in calls
     module, calls = fake_pyslurm(kill=raises("Unable to contact slurm controller", 1800))
-    backend = PyslurmBackend(module, slurm_conf="/x/slurm.conf", retry_wait_s=0.0)
+    backend = PyslurmBackend(module, slurm_conf=conf, retry_wait_s=0.0)
     with pytest.raises(SlurmUnreachable):
         backend.cancel(9)
     assert backend.rpc_action_calls == 3  # action_attempts=3: idempotent, so retried
 
 
-def test_dry_run_sends_nothing_and_records_the_cli_commands() -> None:
+def test_dry_run_sends_nothing_and_records_the_cli_commands(conf: str) -> None:
     module, calls = fake_pyslurm()
-    backend = PyslurmBackend(module, slurm_conf="/x/slurm.conf", dry_run=True)
+    backend = PyslurmBackend(module, slurm_conf=conf, dry_run=True)
     backend.signal(3, "USR1", batch_only=True)
     backend.cancel(3)
     assert calls == [] and backend.rpc_calls == 0
@@ -299,21 +313,24 @@ def test_dry_run_sends_nothing_and_records_the_cli_commands() -> None:
     ]
 
 
-def test_each_backend_talks_to_its_own_cluster() -> None:
+def test_each_backend_talks_to_its_own_cluster(tmp_path: Path) -> None:
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "slurm.conf").write_text(f"ClusterName={name}\n")
     module, calls = fake_pyslurm(jobs=lambda: {})
-    one = PyslurmBackend(module, slurm_conf="/one/slurm.conf")
-    two = PyslurmBackend(module, slurm_conf="/two/slurm.conf")
+    one = PyslurmBackend(module, slurm_conf=f"{tmp_path}/one/slurm.conf")
+    two = PyslurmBackend(module, slurm_conf=f"{tmp_path}/two/slurm.conf")
     one.read_jobs()
     one.read_jobs()  # still on its conf: no re-initialisation
     two.read_jobs()
     one.read_jobs()
     assert [c for c in calls if c[0] in {"init", "fini"}] == [
         ("fini",),
-        ("init", "/one/slurm.conf"),
+        ("init", f"{tmp_path}/one/slurm.conf"),
         ("fini",),
-        ("init", "/two/slurm.conf"),
+        ("init", f"{tmp_path}/two/slurm.conf"),
         ("fini",),
-        ("init", "/one/slurm.conf"),
+        ("init", f"{tmp_path}/one/slurm.conf"),
     ]
 
 
@@ -331,11 +348,11 @@ def test_job_fields_are_all_the_mapping_reads() -> None:
         assert job_view(only) == job_view(raw)
 
 
-def test_a_job_view_is_reused_only_while_its_fields_are_unchanged() -> None:
+def test_a_job_view_is_reused_only_while_its_fields_are_unchanged(conf: str) -> None:
     jobs = records("pyslurm-jobs.json")
     state = {"jobs": jobs}
     module, _ = fake_pyslurm(jobs=lambda: state["jobs"])
-    backend = PyslurmBackend(module, slurm_conf="/x/slurm.conf")
+    backend = PyslurmBackend(module, slurm_conf=conf)
     first = {v.job_id: v for v in backend.read_jobs()}
     again = {v.job_id: v for v in backend.read_jobs()}
     assert all(again[k] is first[k] for k in first)  # reused, not rebuilt
@@ -348,7 +365,7 @@ def test_a_job_view_is_reused_only_while_its_fields_are_unchanged() -> None:
     assert list(third.values()) == [job_view(r) for r in changed.values()]
 
 
-def test_the_collector_is_paused_during_a_job_read_and_restored_after() -> None:
+def test_the_collector_is_paused_during_a_job_read_and_restored_after(conf: str) -> None:
     seen: list[bool] = []
 
     def jobs() -> Any:
@@ -358,5 +375,12 @@ def test_the_collector_is_paused_during_a_job_read_and_restored_after() -> None:
     module, _ = fake_pyslurm(jobs=jobs)
     assert gc.isenabled()
     with pytest.raises(SlurmUnreachable):
-        PyslurmBackend(module, slurm_conf="/x/slurm.conf").read_jobs()
+        PyslurmBackend(module, slurm_conf=conf).read_jobs()
     assert seen == [False] and gc.isenabled()
+
+
+def test_a_backend_needs_a_slurm_conf(tmp_path: Path) -> None:
+    module, calls = fake_pyslurm()
+    with pytest.raises(ConfigError, match=r"pyslurm backend: no slurm.conf at .*/none\.conf"):
+        PyslurmBackend(module, slurm_conf=str(tmp_path / "none.conf"))
+    assert calls == []  # libslurm was not re-initialised on a missing file

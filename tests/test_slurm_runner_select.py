@@ -252,3 +252,21 @@ def test_shrink_always_keeps_the_batch_host() -> None:
     assert _keep_nodes(running(nodes, "n1"), 2) == ("n1", "n2")  # NumNodes=2 is enough
     assert _keep_nodes(running(nodes, "n3"), 2) == ("n3", "n1")  # NodeList= keeps n3
     assert _keep_nodes(running(nodes, "n4"), 1) == ("n4",)
+
+
+def test_auto_never_imports_pyslurm_without_a_slurm_conf(
+    no_pyslurm: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pyslurm's import runs libslurm's slurm_init: without a slurm.conf it retries for 60 s
+    # and then exits the process, so a build for this release must not even be imported.
+    fake_build(tmp_path, "22.05")
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    runner = VersionRunner(slurm_conf=str(tmp_path / "no" / "slurm.conf"))
+    with capture_logs() as logs:
+        backend = make_backend("auto", runner=runner, pyslurm_path=tmp_path)
+    assert type(backend) is CliBackend and "pyslurm" not in sys.modules
+    assert str(tmp_path / "22.05") not in sys.path
+    (selected,) = [e for e in logs if e["event"] == "slurm.backend_selected"]
+    assert selected["reason"] == f"no slurm.conf at {tmp_path}/no/slurm.conf for libslurm"
+    with pytest.raises(ConfigError, match=r"unusable: no slurm\.conf at "):
+        make_backend("pyslurm", runner=runner, pyslurm_path=tmp_path)

@@ -101,7 +101,13 @@ from typing import Any, TypeVar
 
 import structlog
 
-from slurm_elastic.errors import ActionRefused, SlurmParseError, SlurmRejected, SlurmUnreachable
+from slurm_elastic.errors import (
+    ActionRefused,
+    ConfigError,
+    SlurmParseError,
+    SlurmRejected,
+    SlurmUnreachable,
+)
 from slurm_elastic.slurm import convert as cv
 from slurm_elastic.slurm.cli import _SIGNAL, CliBackend, _positive
 from slurm_elastic.slurm.runner import is_unreachable
@@ -350,13 +356,21 @@ def signal_number(name: str) -> int:
 # --------------------------------------------------------------------------- the backend
 
 
+def libslurm_conf(slurm_conf: str | None) -> str:
+    """The slurm.conf libslurm reads for ``slurm_conf`` (None: ``$SLURM_CONF`` or the default)."""
+    return slurm_conf or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
+
+
 class PyslurmBackend(CliBackend):
     """SlurmBackend whose reads, signals and cancels are pyslurm RPCs (see the module doc)."""
 
     def __init__(self, pyslurm: ModuleType, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._pyslurm = pyslurm
-        self._conf = self.runner.slurm_conf or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
+        self._conf = libslurm_conf(self.runner.slurm_conf)
+        if not os.path.isfile(self._conf):
+            # libslurm's slurm_init would retry for 60 s, then exit the whole process.
+            raise ConfigError(f"pyslurm backend: no slurm.conf at {self._conf}")
         self.rpc_calls = 0  # every RPC this backend made
         self.rpc_action_calls = 0  # those that change Slurm state (signal, cancel)
         self._job_cache: dict[Any, tuple[tuple[Any, ...], JobView]] = {}

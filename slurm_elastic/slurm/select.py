@@ -36,6 +36,7 @@ import structlog
 from slurm_elastic.errors import ConfigError, SlurmError
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.slurm.pyslurm_backend import PyslurmBackend, libslurm_conf
 
 log = structlog.get_logger(__name__)
 
@@ -81,16 +82,23 @@ def _has_builds(base: Path | str | None) -> bool:
 
 
 def choose(
-    preference: str, *, pyslurm_version: str | None, slurm_version: str | None
+    preference: str,
+    *,
+    pyslurm_version: str | None,
+    slurm_version: str | None,
+    why_absent: str | None = None,
 ) -> tuple[str, str]:
-    """Pure decision: (``"cli"`` | ``"pyslurm"``, reason).  ``pyslurm_version`` None = absent."""
+    """Pure decision: (``"cli"`` | ``"pyslurm"``, reason).  ``pyslurm_version`` None = absent
+    (``why_absent`` says why when it was not even tried)."""
     if preference not in PREFERENCES:
         raise ConfigError(
             f"slurm backend must be one of {', '.join(PREFERENCES)}, not {preference!r}"
         )
     if preference == "cli":
         return "cli", "configured"
-    if pyslurm_version is None:
+    if pyslurm_version is None and why_absent:
+        reason = why_absent
+    elif pyslurm_version is None:
         reason = "pyslurm is not installed or does not import"
         if slurm_version is not None:
             reason += f" (no build for Slurm {slurm_version})"
@@ -125,22 +133,28 @@ def _slurm_version(cli: CliBackend) -> str | None:
 
 def find_pyslurm(
     cli: CliBackend, base: Path | str | None = PYSLURM_BASE
-) -> tuple[ModuleType | None, str | None, str | None]:
-    """(pyslurm module, its version, the running Slurm's version); Nones for what is not
-    known.  An importable pyslurm is used as it is; otherwise the build for the running
-    Slurm under ``base`` is put on ``sys.path`` and imported (module doc)."""
-    if importlib.util.find_spec("pyslurm") is not None:
-        module, version = _import_pyslurm()
-        return module, version, _slurm_version(cli) if module is not None else None
-    if not _has_builds(base):
-        return None, None, None  # nothing to look for: no Slurm call
+) -> tuple[ModuleType | None, str | None, str | None, str | None]:
+    """(pyslurm module, its version, the running Slurm's version, why pyslurm was not
+    tried); None for what is not known.  An importable pyslurm is used as it is; otherwise
+    the build for the running Slurm under ``base`` is put on ``sys.path`` and imported
+    (module doc).  Never imported without a readable slurm.conf: pyslurm's import runs
+    libslurm's ``slurm_init``, which then retries for 60 s and exits the process."""
+    importable = importlib.util.find_spec("pyslurm") is not None
+    if not importable and not _has_builds(base):
+        return None, None, None, None  # nothing to look for: no Slurm call
     slurm_version = _slurm_version(cli)
-    path = pyslurm_dir(slurm_version, base or PYSLURM_BASE) if slurm_version else None
-    if path is None:
-        return None, None, slurm_version
-    sys.path.insert(0, str(path))
+    path = None
+    if not importable:
+        path = pyslurm_dir(slurm_version, base or PYSLURM_BASE) if slurm_version else None
+        if path is None:
+            return None, None, slurm_version, None
+    conf = libslurm_conf(cli.runner.slurm_conf)
+    if "pyslurm" not in sys.modules and not os.path.isfile(conf):
+        return None, None, slurm_version, f"no slurm.conf at {conf} for libslurm"
+    if path is not None:
+        sys.path.insert(0, str(path))
     module, version = _import_pyslurm()
-    return module, version, slurm_version
+    return module, version, slurm_version, None
 
 
 def make_backend(
@@ -167,12 +181,12 @@ def make_backend(
     if slurm_conf is not None:
         os.environ.setdefault("SLURM_CONF", slurm_conf)  # libslurm reads it at import
     cli = CliBackend(**options)
-    module, pyslurm_version, slurm_version = find_pyslurm(cli, pyslurm_path)
-    kind, reason = choose(preference, pyslurm_version=pyslurm_version, slurm_version=slurm_version)
+    module, pyslurm_version, slurm_version, why = find_pyslurm(cli, pyslurm_path)
+    kind, reason = choose(
+        preference, pyslurm_version=pyslurm_version, slurm_version=slurm_version, why_absent=why
+    )
     where = os.path.dirname(os.path.dirname(module.__file__ or "")) if module else None
     log.info("slurm.backend_selected", backend=kind, reason=reason, pyslurm_from=where)
     if kind == "pyslurm" and module is not None:
-        from slurm_elastic.slurm.pyslurm_backend import PyslurmBackend
-
         return PyslurmBackend(module, **options)
     return cli
