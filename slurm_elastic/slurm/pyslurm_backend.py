@@ -403,7 +403,12 @@ class PyslurmBackend(CliBackend):
                     "slurm.pyslurm_undecodable", read="jobs", error=str(exc), fallback="cli"
                 )
                 return super().read_jobs()
-            return self._job_views(cv.mapping(records, "pyslurm jobs").values())
+            views = self._job_views(cv.mapping(records, "pyslurm jobs").values())
+            # Free pyslurm's dictionaries while the collector is still paused: freed later,
+            # the collector (re-enabled with ~20,000 new containers counted) would scan them
+            # all first, which cost 20-30 ms at 5,000 jobs.
+            del records
+            return views
 
     def read_nodes(self) -> tuple[NodeView, ...]:
         records = self._rpc("slurm_load_node", lambda: self._pyslurm.node().get(), rpcs=NODE_RPCS)
