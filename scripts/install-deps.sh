@@ -3,12 +3,14 @@
 # Idempotent and quick when everything is present (no apt-get update, no pip run):
 #
 #   * Debian packages: Slurm 22.05 (slurmctld, slurmd, slurmdbd, client, libslurm-dev),
-#     munge, MariaDB; liblua5.1-0 (Debian's job_submit_lua.so embeds Lua 5.1, for
-#     etc/job_submit.lua); lua5.1 (runs etc/job_submit.lua stand-alone in the tests);
+#     munge, MariaDB; gcc and libc6-dev (pyslurm's Cython build); liblua5.1-0 (Debian's
+#     job_submit_lua.so embeds Lua 5.1, for etc/job_submit.lua); lua5.1 (runs etc/job_submit.lua stand-alone in the tests);
 #     systemd (only for `systemd-analyze verify` of the shipped unit; never started);
 #     debootstrap (scripts/cluster.sh builds the Slurm 24.11 and 26.05 roots with it).
 #   * torch==2.13.0 (exactly this spec: a local CPU wheel) for the job side;
-#   * this package, editable, with its test and agent extras.
+#   * this package, editable, with its test and agent extras;
+#   * pyslurm 22.5 built against the host's Slurm 22.05 (scripts/build-pyslurm.sh; ~4 min the
+#     first time, skipped when /var/lib/slurm-elastic/pyslurm/22.05 holds the build).
 #
 # PYTHON selects the interpreter (default python3).
 set -euo pipefail
@@ -16,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd libslurm-dev munge mariadb-server
-    liblua5.1-0 lua5.1 systemd debootstrap)
+    liblua5.1-0 lua5.1 systemd debootstrap gcc libc6-dev)
 TORCH_SPEC="torch==2.13.0"
 
 say() { echo "install-deps: $*"; }
@@ -100,3 +102,8 @@ else
     say "installing slurm-elastic (editable) with extras test, agent"
     "$PYTHON" -m pip install -q -e '.[test,agent]'
 fi
+
+# ------------------------------------------------------------------ pyslurm
+# Not on PyPI for 22.05: built from ../shared/vendor into its own directory (never
+# site-packages), which the daemon and the tests find via slurm.select.pyslurm_dir.
+PYTHON="$PYTHON" bash scripts/build-pyslurm.sh --slurm 22.05

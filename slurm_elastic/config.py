@@ -39,6 +39,10 @@ class _Section(BaseModel):
 
 class SlurmSection(_Section):
     backend: Literal["auto", "cli", "pyslurm"] = "auto"
+    # Where per-Slurm-release pyslurm builds live (scripts/build-pyslurm.sh): the daemon
+    # imports <pyslurm_path>/<major.minor of the running Slurm> itself ("" = don't look;
+    # a pyslurm already importable from PYTHONPATH wins).  See slurm.select.
+    pyslurm_path: str = "/var/lib/slurm-elastic/pyslurm"
     timeout_s: float = Field(20.0, gt=0)
     sacct_interval_s: float = Field(300.0, gt=0)
     sacct_lookback_s: float = Field(2_592_000.0, ge=0)

@@ -160,7 +160,9 @@ class ClusterSnapshot:
     jobs: tuple[JobView, ...]
     nodes: tuple[NodeView, ...]
     partitions: tuple[PartitionView, ...]
-    slurm_calls: int = 0  # how many Slurm client processes this read cost
+    # How many Slurm calls this read cost: client processes (CLI backend, 3) or in-process
+    # RPCs (pyslurm backend, 5); constant whatever the job count.
+    slurm_calls: int = 0
 
 
 @dataclass(frozen=True, slots=True)

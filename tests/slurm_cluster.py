@@ -7,10 +7,15 @@
   version's clients first) to this process and yields a :class:`SlurmCluster`.
 * ``clean_queue`` (function): cancels every job of that cluster and waits (bounded) until
   the queue is empty and every node is idle, then cancels again after the test.
+* ``pyslurm_module`` (session): pyslurm built for the cluster's Slurm release, imported from
+  ``/var/lib/slurm-elastic/pyslurm/<release>`` (``scripts/build-pyslurm.sh``) the way the
+  daemon finds it (``slurm.select.find_pyslurm``).
 
 Tests marked ``@pytest.mark.slurm`` are skipped when this machine cannot run the cluster
 (not root, or Debian's Slurm is not installed) -- but only outside CI: with ``CI`` set a
-missing cluster is a failure, never a skip.
+missing cluster is a failure, never a skip.  The same holds for ``pyslurm_module``: no
+pyslurm build for the running Slurm is a skip here and a failure in CI (``make setup``
+builds it).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -59,8 +65,15 @@ class SlurmCluster:
         self, *args: str, check: bool = True, timeout: float = 30.0
     ) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command against this cluster."""
+        # errors="replace": job names and comments may hold non-UTF-8 bytes (as in the runner).
         return subprocess.run(
-            args, env=self.env, capture_output=True, text=True, check=check, timeout=timeout
+            args,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=check,
+            timeout=timeout,
         )
 
     def active_job_ids(self) -> list[int]:
@@ -96,9 +109,9 @@ def cluster_unavailable_reason() -> str | None:
     return None
 
 
-def _skip_or_fail(reason: str) -> None:
+def _skip_or_fail(reason: str, what: str = "the local Slurm cluster") -> None:
     if in_ci():
-        pytest.fail(f"CI is set but the local Slurm cluster is unavailable: {reason}")
+        pytest.fail(f"CI is set but {what} is unavailable: {reason}")
     pytest.skip(reason)
 
 
@@ -193,3 +206,29 @@ def clean_queue(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
         pytest.fail(f"queue not clean after {IDLE_TIMEOUT_S:.0f}s: nodes {states}, jobs {jobs}")
     yield slurm_cluster
     _cancel_all(slurm_cluster)
+
+
+@pytest.fixture(scope="session")
+def pyslurm_module(slurm_cluster: SlurmCluster) -> ModuleType:
+    from slurm_elastic.slurm.cli import CliBackend
+    from slurm_elastic.slurm.select import (
+        PYSLURM_BASE,
+        find_pyslurm,
+        slurm_release,
+        versions_match,
+    )
+
+    cli = CliBackend(slurm_conf=str(slurm_cluster.conf), timeout_s=20)
+    module, version, slurm_version, why = find_pyslurm(cli)
+    what = f"pyslurm for Slurm {slurm_version}"
+    if module is None or version is None or slurm_version is None:
+        release = slurm_release(slurm_version or "") or "<major.minor>"
+        _skip_or_fail(
+            why
+            or f"no pyslurm imports (none on sys.path, no build under {PYSLURM_BASE}): "
+            f"bash scripts/build-pyslurm.sh --slurm {release}",
+            what,
+        )
+    if not versions_match(str(version), str(slurm_version)):
+        _skip_or_fail(f"pyslurm {version} ({module}) does not match Slurm {slurm_version}", what)
+    return module

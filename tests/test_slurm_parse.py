@@ -255,3 +255,18 @@ def test_text_garbage() -> None:
         parse_text.parse_scontrol_partitions("garbage line\n")
     with pytest.raises(SlurmParseError, match=r"missing State"):
         parse_text.parse_scontrol_partitions("PartitionName=x Nodes=n1\n")
+
+
+def test_a_running_job_of_a_year_or_more_has_no_end_in_every_parser(utc: None) -> None:
+    # A partition default of 365 days: Slurm prints start + 1 year, as for UNLIMITED.
+    line = (
+        read("scontrol-o-show-job-1-resized.txt")
+        .replace("TimeLimit=UNLIMITED", "TimeLimit=365-00:00:00")
+        .replace("EndTime=Unknown", "EndTime=2027-11-21T06:21:08")
+    )
+    assert "TimeLimit=365-00:00:00" in line and "EndTime=2027-11-21T06:21:08" in line
+    (job,) = parse_text.parse_scontrol_jobs(line)
+    assert job.state is JobState.RUNNING
+    assert (job.time_limit_s, job.end_time) == (None, None)
+    (limited,) = parse_text.parse_scontrol_jobs(line.replace("365-00:00:00", "1-00:00:00"))
+    assert limited.end_time is not None  # a real limit keeps Slurm's end time

@@ -7,7 +7,9 @@ the same paths against real Slurm).
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -15,8 +17,14 @@ from structlog.testing import capture_logs
 from slurm_elastic.errors import ConfigError, SlurmRejected, SlurmTimeout, SlurmUnreachable
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.slurm.cli import CliBackend
-from slurm_elastic.slurm.runner import SlurmRunner, slurm_message
-from slurm_elastic.slurm.select import choose, make_backend, versions_match
+from slurm_elastic.slurm.runner import CommandResult, SlurmRunner, slurm_message
+from slurm_elastic.slurm.select import (
+    choose,
+    make_backend,
+    pyslurm_dir,
+    slurm_release,
+    versions_match,
+)
 
 
 def sh(script: str) -> tuple[str, ...]:
@@ -103,6 +111,12 @@ def test_a_label_names_the_command_in_errors() -> None:
         SlurmRunner().read(down)
 
 
+def test_undecodable_bytes_in_output_are_replaced_not_fatal() -> None:
+    # A job comment with a Latin-1 byte: squeue prints it as is.
+    result = SlurmRunner().read(sh(r"printf 'caf\351 ok'"))
+    assert result.stdout == "caf\ufffd ok"
+
+
 def test_dry_run_records_actions_but_still_reads() -> None:
     runner = SlurmRunner(dry_run=True)
     with capture_logs() as logs:
@@ -148,10 +162,53 @@ def test_choose_is_a_pure_decision() -> None:
         choose("rest", pyslurm_version=None, slurm_version=None)
 
 
-def test_auto_without_pyslurm_is_cli_with_one_log_line_and_no_slurm_call() -> None:
-    assert "pyslurm" not in sys.modules
+@pytest.fixture
+def no_pyslurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process where nothing provides pyslurm (the live tests may have imported one)."""
+    monkeypatch.delitem(sys.modules, "pyslurm", raising=False)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "slurm-elastic/pyslurm" not in p])
+    if importlib.util.find_spec("pyslurm") is not None:
+        pytest.skip("a pyslurm is importable from site-packages or PYTHONPATH")
+
+
+class VersionRunner(SlurmRunner):
+    """Answers ``scontrol --version`` only, and counts the calls."""
+
+    def _run(
+        self,
+        argv: tuple[str, ...],
+        *,
+        timeout_s: float | None,
+        stdin: str | None,
+        label: str | None = None,
+    ) -> CommandResult:
+        self.calls += 1
+        assert argv == ("scontrol", "--version"), argv
+        return CommandResult(argv, 0, "slurm 22.05.8\n", "", 0.0)
+
+
+def fake_build(base: Path, release: str) -> Path:
+    package = base / release / "pyslurm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    return base / release
+
+
+def test_pyslurm_build_directory_for_the_running_release(tmp_path: Path) -> None:
+    assert slurm_release("22.05.8") == "22.05" and slurm_release("24.11.5") == "24.11"
+    assert slurm_release("unknown") is None
+    build = fake_build(tmp_path, "22.05")
+    (tmp_path / "24.11").mkdir()  # a directory without a build in it
+    assert pyslurm_dir("22.05.8", tmp_path) == build
+    assert pyslurm_dir("24.11.5", tmp_path) is None
+    assert pyslurm_dir("23.02.1", tmp_path / "missing") is None
+
+
+def test_auto_without_pyslurm_is_cli_with_one_log_line_and_no_slurm_call(
+    no_pyslurm: None, tmp_path: Path
+) -> None:
     with capture_logs() as logs:
-        backend = make_backend("auto", slurm_conf="/nonexistent/slurm.conf")
+        backend = make_backend("auto", slurm_conf="/nonexistent/slurm.conf", pyslurm_path=tmp_path)
     assert isinstance(backend, CliBackend) and isinstance(backend, SlurmBackend)
     assert backend.runner.calls == 0  # pyslurm's absence costs no Slurm call
     assert "pyslurm" not in sys.modules
@@ -161,9 +218,24 @@ def test_auto_without_pyslurm_is_cli_with_one_log_line_and_no_slurm_call() -> No
     assert selected[0]["reason"] == "pyslurm is not installed or does not import"
 
 
-def test_explicit_pyslurm_without_it_is_a_config_error() -> None:
+def test_auto_with_builds_for_other_releases_only_costs_one_version_call(
+    no_pyslurm: None, tmp_path: Path
+) -> None:
+    fake_build(tmp_path, "24.11")
+    runner = VersionRunner()
+    with capture_logs() as logs:
+        backend = make_backend("auto", runner=runner, pyslurm_path=tmp_path)
+    assert type(backend) is CliBackend and runner.calls == 1
+    assert "pyslurm" not in sys.modules and str(tmp_path / "24.11") not in sys.path
+    (selected,) = [e for e in logs if e["event"] == "slurm.backend_selected"]
+    assert selected["reason"] == (
+        "pyslurm is not installed or does not import (no build for Slurm 22.05.8)"
+    )
+
+
+def test_explicit_pyslurm_without_it_is_a_config_error(no_pyslurm: None, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="pyslurm is not installed"):
-        make_backend("pyslurm", slurm_conf="/nonexistent/slurm.conf")
+        make_backend("pyslurm", slurm_conf="/nonexistent/slurm.conf", pyslurm_path=tmp_path)
 
 
 def test_cli_options_reach_the_backend() -> None:
@@ -194,3 +266,21 @@ def test_shrink_always_keeps_the_batch_host() -> None:
     assert _keep_nodes(running(nodes, "n1"), 2) == ("n1", "n2")  # NumNodes=2 is enough
     assert _keep_nodes(running(nodes, "n3"), 2) == ("n3", "n1")  # NodeList= keeps n3
     assert _keep_nodes(running(nodes, "n4"), 1) == ("n4",)
+
+
+def test_auto_never_imports_pyslurm_without_a_slurm_conf(
+    no_pyslurm: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pyslurm's import runs libslurm's slurm_init: without a slurm.conf it retries for 60 s
+    # and then exits the process, so a build for this release must not even be imported.
+    fake_build(tmp_path, "22.05")
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    runner = VersionRunner(slurm_conf=str(tmp_path / "no" / "slurm.conf"))
+    with capture_logs() as logs:
+        backend = make_backend("auto", runner=runner, pyslurm_path=tmp_path)
+    assert type(backend) is CliBackend and "pyslurm" not in sys.modules
+    assert str(tmp_path / "22.05") not in sys.path
+    (selected,) = [e for e in logs if e["event"] == "slurm.backend_selected"]
+    assert selected["reason"] == f"no slurm.conf at {tmp_path}/no/slurm.conf for libslurm"
+    with pytest.raises(ConfigError, match=r"unusable: no slurm\.conf at "):
+        make_backend("pyslurm", runner=runner, pyslurm_path=tmp_path)

@@ -152,7 +152,12 @@ def make_backend(config: Config, *, dry_run: bool = False) -> SlurmBackend:
     """The configured backend (``slurm.backend``: auto | cli | pyslurm), via the one selector."""
     from slurm_elastic.slurm.select import make_backend as select_backend
 
-    return select_backend(config.slurm.backend, dry_run=dry_run, timeout_s=config.slurm.timeout_s)
+    return select_backend(
+        config.slurm.backend,
+        dry_run=dry_run,
+        timeout_s=config.slurm.timeout_s,
+        pyslurm_path=config.slurm.pyslurm_path,
+    )
 
 
 def content_of(result: CycleResult, reports: ReportStore) -> CycleContent:

@@ -5,8 +5,9 @@ Three implementations exist:
 * ``slurm.cli.CliBackend`` — the default; runs Slurm's own client commands
   (``squeue --json``, ``sinfo --json``, ``scontrol``, ``sacct``, ``sbatch``,
   ``scancel``) with timeouts and typed errors.  Every test exercises it.
-* ``slurm.pyslurm_backend`` — optional, chosen only when ``pyslurm`` imports
-  and matches the running Slurm's version.
+* ``slurm.pyslurm_backend`` — optional, chosen only when a ``pyslurm`` built for
+  the running Slurm's release imports: the batched reads, signals and cancels as
+  in-process RPCs, the rest through the CLI backend it extends.
 * ``sim.backend.SimBackend`` — the simulator's in-memory cluster; used only by
   the simulator and by pure decision-logic tests.
 

@@ -222,11 +222,16 @@ class CliBackend:
         views = [v for v in parse_text.parse_scontrol_jobs(out) if v.job_id == job_id]
         return views[0] if views else None
 
-    def probe(self) -> Capabilities:
+    def slurm_version(self) -> str:
+        """The running Slurm's version ("22.05.8") from ``scontrol --version``: one call."""
         version_out = self.runner.read(("scontrol", "--version")).stdout
         match = _VERSION.search(version_out)
         if match is None:
             raise SlurmParseError(f"scontrol --version: no version in {version_out.strip()!r}")
+        return match.group(1)
+
+    def probe(self) -> Capabilities:
+        version = self.slurm_version()
         config = parse_text.parse_scontrol_config(
             self.runner.read(("scontrol", "show", "config")).stdout
         )
@@ -241,11 +246,11 @@ class CliBackend:
                 self._commands = parse_json.commands(doc, "sinfo --json")
         scheduler = config.get("SchedulerParameters", "")
         return Capabilities(
-            version=match.group(1),
+            version=version,
             json_plugin=plugin,
             permit_job_expansion="permit_job_expansion" in scheduler.split(","),
             multiple_slurmd=config.get("MULTIPLE_SLURMD", "").lower() == "yes",
-            leaks_nodes_after_shrink=leaks_nodes_after_shrink(match.group(1)),
+            leaks_nodes_after_shrink=leaks_nodes_after_shrink(version),
         )
 
     # ------------------------------------------------------------------ actions

@@ -9,6 +9,12 @@ failures into the typed errors of :mod:`slurm_elastic.errors`:
 * any other non-zero exit                         -> ``SlurmRejected`` carrying
   Slurm's own message (the last meaningful stderr line)
 
+Output is decoded as UTF-8 with invalid bytes replaced (U+FFFD): job names and
+comments are user data that Slurm passes through byte for byte, and one job's
+non-UTF-8 comment must not make the whole ``squeue --json`` unreadable (a strict
+decode raised ``UnicodeDecodeError`` for every job).  pyslurm's dictionaries
+decode the same way, so both backends see the same text.
+
 Actions can run in dry-run mode (as torchx does): the command is logged and
 recorded in ``dry_run_log`` and never executed.  Reads always run, so a
 dry-run daemon still sees the real cluster.
@@ -54,6 +60,13 @@ class CommandResult:
     stderr: str
     elapsed_s: float
     dry_run: bool = False
+
+
+def is_unreachable(message: str) -> bool:
+    """Whether Slurm's ``message`` means the request never reached a working
+    controller/database (so nothing was applied).  Shared with the pyslurm backend,
+    whose RPC errors carry the same libslurm texts."""
+    return _UNREACHABLE.search(message) is not None
 
 
 def slurm_message(stderr: str) -> str:
@@ -134,6 +147,8 @@ class SlurmRunner:
                 input=stdin,
                 capture_output=True,
                 text=True,
+                encoding="utf-8",
+                errors="replace",
                 timeout=limit,
                 env=self.env(),
                 check=False,
@@ -157,7 +172,7 @@ class SlurmRunner:
 
 def _classify(result: CommandResult, what: str) -> SlurmRejected | SlurmUnreachable:
     message = slurm_message(result.stderr) or slurm_message(result.stdout)
-    if _UNREACHABLE.search(result.stderr):
+    if is_unreachable(result.stderr):
         return SlurmUnreachable(
             f"{what}: Slurm unreachable: {message or 'no message'}", command=result.argv
         )
