@@ -10,9 +10,10 @@
 # so that builds for several Slurm releases sit side by side and each cluster's
 # environment puts the right one on PYTHONPATH (slurm_elastic.slurm.select.pyslurm_dir).
 #
-# --root DIR builds inside a chroot (its python3 and libslurm-dev, e.g. Debian 13 for
-# 24.11); the result still lands in PREFIX/<slurm> on this machine, for the chroot to
-# bind-mount at the same path.  Without --root the host's python3/libslurm are used.
+# --root DIR builds inside a chroot with its libslurm-dev (the Debian 13 root of
+# scripts/cluster.sh for 24.11, whose cluster must be up so that the host's Python is seen
+# there) and the host's Python; the result lands in PREFIX/<slurm> as the root sees it
+# (<root>PREFIX/<slurm> on the host).  Without --root the host's libslurm is used.
 #
 # Idempotent: skips (one line, exit 0) when PREFIX/<slurm> already holds a build of this
 # archive for this Python (BUILD-INFO written after a successful build and import check).
@@ -55,7 +56,16 @@ SERIES="${BASH_REMATCH[1]}.$((10#${BASH_REMATCH[2]}))"
 ARCHIVE="pyslurm-${SERIES}.x.tar.gz"
 TARGET="$PREFIX/$SLURM"
 [[ $(id -u) -eq 0 ]] || die "must run as root (writes $PREFIX and /var/log)"
-[[ -z $ROOT || -x $ROOT/usr/bin/python3 ]] || die "--root $ROOT has no /usr/bin/python3"
+if [[ -n $ROOT ]]; then
+    # The build runs inside the root with the host's own Python (the one the tests and the
+    # daemon use; scripts/cluster.sh bind-mounts /root, /tmp and the repository there), so
+    # the root's cluster must be up.  The result lands at PREFIX/<slurm> as seen inside the
+    # root, i.e. <root>PREFIX/<slurm> here.
+    mountpoint -q "$ROOT/tmp" ||
+        die "$ROOT is not mounted: bring its cluster up first (scripts/cluster.sh up --slurm $SLURM)"
+    TARGET=$ROOT$PREFIX/$SLURM
+    PREFIX=$ROOT$PREFIX
+fi
 
 # ------------------------------------------------------------------ the archive
 [[ -f $VENDOR/$ARCHIVE ]] || die "no $ARCHIVE in $VENDOR (pyslurm for Slurm $SLURM is not vendored)"
@@ -69,8 +79,8 @@ HAVE=$(sha256sum "$VENDOR/$ARCHIVE" | cut -d' ' -f1)
 in_root() { # run a command with the build's python environment (the chroot's, or ours)
     if [[ -n $ROOT ]]; then chroot "$ROOT" "$@"; else "$@"; fi
 }
-PY=$PYTHON
-[[ -z $ROOT ]] || PY=python3
+# The interpreter itself, not a shim: the same path must work inside the root.
+PY=$("$PYTHON" -c 'import sys; print(sys.executable)') || die "cannot run $PYTHON"
 EXT_SUFFIX=$(in_root "$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))') ||
     die "cannot run $PY${ROOT:+ in $ROOT}"
 STAMP="slurm=$SLURM archive=$ARCHIVE sha256=$HAVE ext=$EXT_SUFFIX"
@@ -103,12 +113,24 @@ HEX=$(printf '0x%02x%02x' "$((10#${SLURM%%.*}))" "$((10#${SLURM#*.}))")
 in_root grep -q "^#define SLURM_VERSION_NUMBER $HEX" /usr/include/slurm/slurm_version.h ||
     fail "/usr/include/slurm/slurm_version.h${ROOT:+ in $ROOT} is not Slurm $SLURM"
 
+# pip inside the root trusts what this machine's pip trusts (a site may put its own CA in
+# front of the package index): the host's bundle, copied where the root sees it.
+PIP_TRUST=()
+if [[ -n $ROOT ]]; then
+    bundle=$("$PYTHON" -m pip config get global.cert 2>/dev/null || true)
+    bundle=${PIP_CERT:-${bundle:-/etc/ssl/certs/ca-certificates.crt}}
+    if [[ -f $bundle ]]; then
+        cp "$bundle" "$SCRATCH_HOST/ca-bundle.crt"
+        PIP_TRUST=(PIP_CERT="$SCRATCH/ca-bundle.crt" REQUESTS_CA_BUNDLE="$SCRATCH/ca-bundle.crt"
+            SSL_CERT_FILE="$SCRATCH/ca-bundle.crt")
+    fi
+fi
 started=$(date +%s)
 {
     echo "== $(date -Is) building $ARCHIVE ($STAMP)${ROOT:+ in $ROOT}"
     # pip builds in an isolated environment with the archive's own pins (setuptools,
     # wheel, Cython<3) from the package index, and installs into a staging directory.
-    in_root env SLURM_LIB_DIR="$LIBDIR" SLURM_INCLUDE_DIR=/usr/include \
+    in_root env SLURM_LIB_DIR="$LIBDIR" SLURM_INCLUDE_DIR=/usr/include "${PIP_TRUST[@]}" \
         "$PY" -m pip install --no-deps --no-cache-dir --no-input --disable-pip-version-check \
         --target "$SCRATCH/target" "$SCRATCH/$ARCHIVE"
 } >>"$LOG" 2>&1 || fail "pip could not build $ARCHIVE against Slurm $SLURM"
@@ -126,13 +148,17 @@ EOF
     in_root env PYTHONPATH="$SCRATCH/target" SLURM_CONF="$SCRATCH/slurm.conf" "$PY" -c '
 import sys
 import pyslurm
-version = pyslurm.version()
+version = pyslurm.__version__  # 22.5: also pyslurm.version(); 24.11: version is a module
 print("pyslurm", version, "from", pyslurm.__file__)
 sys.exit(0 if version.startswith(sys.argv[1] + ".") else 1)' "$SERIES"
 } >>"$LOG" 2>&1 || fail "the built pyslurm does not import or is not $SERIES.*"
+# The version file itself (importing pyslurm needs a slurm.conf): __version__.py in 22.5,
+# version.py from 23.x on.
 VERSION=$(in_root env PYTHONPATH="$SCRATCH/target" "$PY" -c '
-import runpy, sys
-print(runpy.run_path(sys.argv[1])["__version__"])' "$SCRATCH/target/pyslurm/__version__.py")
+import pathlib, runpy, sys
+package = pathlib.Path(sys.argv[1])
+name = next(n for n in ("__version__.py", "version.py") if (package / n).is_file())
+print(runpy.run_path(str(package / name))["__version__"])' "$SCRATCH/target/pyslurm")
 
 echo "$STAMP" >"$SCRATCH_HOST/target/BUILD-INFO"
 echo "pyslurm=$VERSION built=$(date -Is)" >>"$SCRATCH_HOST/target/BUILD-INFO"

@@ -7,6 +7,10 @@
 #   22.05          the whole suite on the host's Slurm 22.05
 #   24.11, 26.05   the live-cluster tests (`-m slurm`: backend, daemon, markers, the torch
 #                  end-to-end and demo tests) on Debian's 24.11 and 26.05
+#   pyslurm-24.11  the live backend tests (both backends) inside the 24.11 root, where a
+#                  pyslurm built against that root's libslurm loads (built first, once:
+#                  scripts/build-pyslurm.sh --root); the 22.05 leg runs them on the host.
+#                  26.05 has no pyslurm release: CLI only (the backend selection says so).
 # Under CI (CI set) a missing cluster fails, never skips (tests/slurm_cluster.py).
 # Last line: "N passed, N failed" over every leg; before it, one line per leg.
 set -uo pipefail
@@ -14,7 +18,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
 PYTHON=${PYTHON:-python3}
 INSTANCE=${SLURM_ELASTIC_TEST_INSTANCE:-0}
-LEGS=${TEST_LEGS:-"22.05 24.11 26.05"}
+LEGS=${TEST_LEGS:-"22.05 24.11 26.05 pyslurm-24.11"}
 while [[ $# -gt 0 ]]; do
     case $1 in
         --instance) INSTANCE=${2:?}; shift 2 ;;
@@ -34,8 +38,9 @@ count() { # word summary-line: the number before "word" in pytest's last line, e
     grep -oE "[0-9]+ $1" <<<"$2" | head -n 1 | cut -d' ' -f1 || true
 }
 
-run_leg() { # name version pytest-args...
+run_leg() { # name version pytest-args...  (IN_ROOT=1: pytest runs inside the version's root)
     local name=$1 version=$2 log line passed failed errors code t0=$SECONDS
+    local run=("$PYTHON")
     shift 2
     log=$(mktemp)
     echo "=== leg $name: Slurm $version, instance $INSTANCE: pytest $*"
@@ -46,7 +51,18 @@ run_leg() { # name version pytest-args...
         rc=1
         return
     fi
-    SLURM_ELASTIC_SLURM=$version "$PYTHON" -m pytest "$@" 2>&1 | tee "$log"
+    if ((${IN_ROOT:-0})); then
+        # The interpreter itself (no pyenv shim): the same path works inside the root.
+        run=(bash scripts/cluster.sh exec --slurm "$version" --instance "$INSTANCE" --
+            "$("$PYTHON" -c 'import sys; print(sys.executable)')")
+        if ! bash scripts/build-pyslurm.sh --slurm "$version" --root "$(root_of "$version")"; then
+            summary+=("$name: pyslurm did not build")
+            total_failed=$((total_failed + 1))
+            rc=1
+            return
+        fi
+    fi
+    SLURM_ELASTIC_SLURM=$version "${run[@]}" -m pytest "$@" 2>&1 | tee "$log"
     code=${PIPESTATUS[0]}
     line=$(grep -E '^=*.*[0-9]+ (passed|failed|error)' "$log" | tail -n 1)
     rm -f "$log"
@@ -61,10 +77,15 @@ run_leg() { # name version pytest-args...
     summary+=("$name: $passed passed, $failed failed (exit $code, $((SECONDS - t0)) s)")
 }
 
+root_of() { # version: its root directory, as cluster.sh prints it
+    bash scripts/cluster.sh root --slurm "$1" | sed -n 's/^Slurm [0-9.]*: //p' | tail -n 1
+}
+
 for leg in $LEGS; do
     case $leg in
         22.05) run_leg 22.05 22.05 -q tests ;;
         24.11 | 26.05) run_leg "$leg" "$leg" -q -m slurm tests ;;
+        pyslurm-24.11) IN_ROOT=1 run_leg "$leg" 24.11 -q -m slurm tests/test_slurm_backend_live.py ;;
         *) echo "test-matrix.sh: unknown leg '$leg'" >&2; exit 2 ;;
     esac
 done
