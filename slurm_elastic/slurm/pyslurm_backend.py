@@ -357,6 +357,12 @@ def signal_number(name: str) -> int:
 # --------------------------------------------------------------------------- the backend
 
 
+def _series(version: str) -> int:
+    """pyslurm "24.11.0" -> 24 (0 when unknown: treated as the oldest API)."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 def libslurm_conf(slurm_conf: str | None) -> str:
     """The slurm.conf libslurm reads for ``slurm_conf`` (None: ``$SLURM_CONF`` or the default)."""
     return slurm_conf or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
@@ -372,6 +378,18 @@ class PyslurmBackend(CliBackend):
         if not os.path.isfile(self._conf):
             # libslurm's slurm_init would retry for 60 s, then exit the whole process.
             raise ConfigError(f"pyslurm backend: no slurm.conf at {self._conf}")
+        # pyslurm 23.x on (measured with 24.11.0 against Slurm 24.11.5) differs in two
+        # places this backend uses: slurm_fini/slurm_init within one process crashes it
+        # (segmentation fault), so one process serves one slurm.conf; and the dict API's
+        # job().find_id() is broken (it hands slurm_load_job the id as bytes: "TypeError:
+        # an integer is required"), so one job is read through the CLI there.
+        self._legacy_api = _series(str(getattr(pyslurm, "__version__", ""))) < 23
+        current = _libslurm_conf or libslurm_conf(None)
+        if not self._legacy_api and current != self._conf:
+            raise ConfigError(
+                f"pyslurm {pyslurm.__version__} serves one slurm.conf per process: this one "
+                f"has {current}, not {self._conf} (it cannot re-initialise libslurm)"
+            )
         self.rpc_calls = 0  # every RPC this backend made
         self.rpc_action_calls = 0  # those that change Slurm state (signal, cancel)
         self._job_cache: dict[Any, tuple[tuple[Any, ...], JobView]] = {}
@@ -424,6 +442,8 @@ class PyslurmBackend(CliBackend):
 
     def read_job(self, job_id: int) -> JobView | None:
         """One job (action pre-checks): ``slurm_load_job``; None when Slurm does not know it."""
+        if not self._legacy_api:
+            return super().read_job(job_id)  # find_id is broken from pyslurm 23 on (above)
         try:
             records = self._rpc("slurm_load_job", lambda: self._pyslurm.job().find_id(str(job_id)))
         except SlurmRejected as exc:
@@ -523,6 +543,12 @@ class PyslurmBackend(CliBackend):
     def _use_own_conf(self) -> None:
         # libslurm keeps one slurm.conf per process (module doc): switch if needed.
         global _libslurm_conf
+        if _libslurm_conf is None:
+            # Importing pyslurm initialised libslurm from $SLURM_CONF (or the default).  A
+            # slurm_fini/slurm_init round trip right after that import crashes the process
+            # on pyslurm 24.11 (segmentation fault, measured against 24.11.5): switch only
+            # when the conf really differs.
+            _libslurm_conf = libslurm_conf(None)
         if _libslurm_conf != self._conf:
             self._pyslurm.api.slurm_fini()
             self._pyslurm.api.slurm_init(self._conf)
