@@ -30,7 +30,7 @@ What stays on the CLI backend (this class inherits it), and why:
 * ``read_history``: pyslurm 22.5 cannot return a resized job's earlier allocations.
   slurmdbd sends one record per allocation (``RESIZING`` records, and with ``-D``
   ``REQUEUED`` ones), but both of pyslurm's accounting APIs key their result by job id
-  (``slurmdb_jobs().get()`` in a dict, ``db.Jobs.load()`` in a map; upstream's TODO
+  (``slurmdb_jobs().get()`` in a dict, ``db.Jobs.load()`` in a map; upstream's open note
   "How to handle ... duplicate job ids"), so only the last record survives and
   :func:`slurm_elastic.slurm.history.collapse` has nothing to collapse (seen on 22.05.8:
   a job resized 4 -> 3 -> 2 came back as one 2-node record, and the live equality test
