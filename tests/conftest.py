@@ -7,6 +7,8 @@ cluster up with scripts/cluster.sh when it is not already running.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +27,20 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared is not beside this checkout")
     return SHARED
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """Slurm's text timestamps are local time; every fixture was captured with TZ=UTC."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,6 @@ per-version node source (``sinfo --json`` on 22.05, ``scontrol --json show nodes
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -80,19 +77,6 @@ class CapturedRunner(SlurmRunner):
         stdout = (FIXTURES / self.version / self._file(argv)).read_text()
         stderr = self.squeue_stderr if argv == SQUEUE_TEXT else ""
         return CommandResult(argv, 0, stdout, stderr, 0.0)
-
-
-@pytest.fixture
-def utc() -> Iterator[None]:
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -7,9 +7,6 @@ Fixtures and the command behind each: tests/fixtures/slurm/22.05/CAPTURED.md.  T
 from __future__ import annotations
 
 import json
-import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,20 +20,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "slurm" / "22.05"
 
 def read(name: str) -> str:
     return (FIXTURES / name).read_text()
-
-
-@pytest.fixture
-def utc() -> Iterator[None]:
-    """Text timestamps are local time; the fixtures were captured with TZ=UTC."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
 
 
 def by_id(views):  # type: ignore[no-untyped-def]

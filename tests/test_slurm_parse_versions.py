@@ -11,9 +11,7 @@ and every JSON generation is held to the same expectations below, and the text p
 from __future__ import annotations
 
 import json
-import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -50,20 +48,6 @@ def read(version: str, name: str) -> str:
 
 def by_id(views: tuple[Any, ...]) -> dict[int, Any]:
     return {v.job_id: v for v in views}
-
-
-@pytest.fixture
-def utc() -> Iterator[None]:
-    """Text timestamps are local time; the fixtures were captured with TZ=UTC."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
 
 
 def squeue(version: str, moment: str, generation: str) -> dict[int, JobView]:

@@ -11,10 +11,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import os
 import signal
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -51,20 +49,6 @@ def read(name: str) -> str:
 def records(name: str) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(read(name))
     return loaded
-
-
-@pytest.fixture
-def utc() -> Iterator[None]:
-    """scontrol's text timestamps are local time; the fixtures were captured with TZ=UTC."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
 
 
 def differences(a: Any, b: Any) -> dict[str, tuple[Any, Any]]:
