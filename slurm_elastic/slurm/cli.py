@@ -141,7 +141,7 @@ class CliBackend:
     # ------------------------------------------------------------------ reads
 
     def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
-        before = self.runner.calls
+        before = self.slurm_calls()
         jobs = self.read_jobs()
         nodes = self.read_nodes()
         partitions = self.read_partitions()
@@ -150,8 +150,12 @@ class CliBackend:
             jobs=jobs,
             nodes=nodes,
             partitions=partitions,
-            slurm_calls=self.runner.calls - before,
+            slurm_calls=self.slurm_calls() - before,
         )
+
+    def slurm_calls(self) -> int:
+        """Calls to Slurm so far: client processes here (a subclass adds its RPCs)."""
+        return self.runner.calls
 
     def read_jobs(self) -> tuple[JobView, ...]:
         if self.job_format == "text":

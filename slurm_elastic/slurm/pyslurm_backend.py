@@ -112,7 +112,7 @@ from slurm_elastic.errors import (
 from slurm_elastic.slurm import convert as cv
 from slurm_elastic.slurm.cli import _SIGNAL, CliBackend, _positive
 from slurm_elastic.slurm.runner import is_unreachable
-from slurm_elastic.types import ClusterSnapshot, JobState, JobView, NodeView, PartitionView
+from slurm_elastic.types import JobState, JobView, NodeView, PartitionView
 
 log = structlog.get_logger(__name__)
 
@@ -396,19 +396,9 @@ class PyslurmBackend(CliBackend):
 
     # ------------------------------------------------------------------ reads
 
-    def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
-        rpcs, processes = self.rpc_calls, self.runner.calls
-        jobs = self.read_jobs()
-        nodes = self.read_nodes()
-        partitions = self.read_partitions()
-        return ClusterSnapshot(
-            taken_at=time.time() if now is None else now,
-            jobs=jobs,
-            nodes=nodes,
-            partitions=partitions,
-            # RPCs, plus a process only when a read fell back to the CLI (module doc).
-            slurm_calls=(self.rpc_calls - rpcs) + (self.runner.calls - processes),
-        )
+    def slurm_calls(self) -> int:
+        """RPCs, plus a process only when a read fell back to the CLI (module doc)."""
+        return self.rpc_calls + self.runner.calls
 
     def read_jobs(self) -> tuple[JobView, ...]:
         with _collector_paused():
