@@ -192,8 +192,20 @@ lock() {
     flock -w 600 9 || die "another cluster.sh has held $LOCK_FILE for 600 s"
 }
 
+# The pid in a pid file is its first line, as Slurm's own read_pidfile (fscanf "%lu") reads
+# it: from 24.11 a slurmctld that re-executes itself on `scontrol reconfigure` rewrites its
+# pid file in place without truncating it (update_pidfile), so a shorter new pid leaves the
+# tail of the old one behind ("395\n4").
+pidfile_pid() { # pidfile
+    local pid=
+    [[ -f $1 ]] && read -r pid <"$1" 2>/dev/null
+    printf '%s' "$pid"
+}
+
 pid_alive() { # pidfile
-    [[ -f $1 ]] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null
+    local pid
+    pid=$(pidfile_pid "$1")
+    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
 }
 
 wait_for() { # seconds command...: poll until the command succeeds
@@ -227,7 +239,7 @@ stop_pidfiles() { # pidfile...
     local f pid pids=()
     for f in "$@"; do
         [[ -f $f ]] || continue
-        pid=$(cat "$f" 2>/dev/null || true)
+        pid=$(pidfile_pid "$f")
         if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
             kill -TERM "$pid" 2>/dev/null || true
             pids+=("$pid")
@@ -706,7 +718,7 @@ cmd_env() {
 
 show_daemon() { # label pidfile
     if pid_alive "$2"; then
-        printf '  %-22s up    pid %s\n' "$1" "$(cat "$2")"
+        printf '  %-22s up    pid %s\n' "$1" "$(pidfile_pid "$2")"
     else
         printf '  %-22s DOWN\n' "$1"
     fi

@@ -449,7 +449,7 @@ def test_slurmctld_down_30s_no_action_then_recovery(live: Path, slurm_cluster) -
     ctl, _ = controller(config, targets({job_id: 2}))
     conf = Path(os.environ["SLURM_CONF"])
     pid_file = _ctld_pid_file(conf)
-    os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+    os.kill(_pid_in(pid_file), signal.SIGTERM)
     wait_for(lambda: not _alive(pid_file), timeout_s=30)
     down_results: list[CycleResult] = []
     outage_end = time.monotonic() + 30
@@ -493,10 +493,16 @@ def _ctld_pid_file(conf: Path) -> Path:
     raise AssertionError(f"no SlurmctldPidFile in {conf}")
 
 
+def _pid_in(pid_file: Path) -> int:
+    """The pid on the first line, read as Slurm reads it: from 24.11 a reconfigured
+    slurmctld rewrites the file in place without truncating, leaving old digits below."""
+    return int(pid_file.read_text().splitlines()[0])
+
+
 def _alive(pid_file: Path) -> bool:
     try:
-        os.kill(int(pid_file.read_text().strip()), 0)
-    except (OSError, ValueError):
+        os.kill(_pid_in(pid_file), 0)
+    except (OSError, ValueError, IndexError):
         return False
     return True
 
