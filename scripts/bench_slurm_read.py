@@ -14,7 +14,12 @@ also on failure.
                                        [--jobs 200,5000] [--reads 15] [--fresh]
 
 ``--backend pyslurm`` loads the pyslurm build for the running Slurm the way the daemon does
-(``/var/lib/slurm-elastic/pyslurm/<major.minor>``, ``scripts/build-pyslurm.sh``).
+(``/var/lib/slurm-elastic/pyslurm/<major.minor>``, ``scripts/build-pyslurm.sh``).  The
+24.11 build lives in that version's root, so run it there::
+
+    bash scripts/cluster.sh up --slurm 24.11 --instance 2 --fresh
+    bash scripts/cluster.sh exec --slurm 24.11 --instance 2 -- \
+        python3 scripts/bench_slurm_read.py --slurm 24.11 --instance 2 --backend pyslurm
 
 ``squeue --json`` also returns jobs that ended within MinJobAge (300 s here), so a busy
 cluster may already show more jobs than asked for; ``--fresh`` restarts the instance with
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -60,7 +66,18 @@ def cluster_sh(*args: str) -> str:
 
 def slurm_conf_for(version: str, instance: int, *, fresh: bool) -> str:
     """Bring the cluster up (empty with --fresh) and apply its exports to this process
-    (SLURM_CONF, and PATH with that version's clients first)."""
+    (SLURM_CONF, and PATH with that version's clients first).
+
+    Inside a version's root (``cluster.sh exec``, where the 24.11 pyslurm build lives) the
+    cluster is the one ``exec`` named: it is up already and its exports are set."""
+    inside = os.environ.get("SLURM_ELASTIC_IN_ROOT")
+    if inside:
+        if inside != version or fresh:
+            sys.exit(
+                f"bench_slurm_read: inside the {inside} root: --slurm must be {inside} and "
+                "--fresh is for the host (cluster.sh up --fresh, then exec)"
+            )
+        return os.environ["SLURM_CONF"]
     cluster_sh("up", "--slurm", version, "--instance", str(instance), *(["--fresh"] * fresh))
     return use_cluster(version, instance)["SLURM_CONF"]
 
