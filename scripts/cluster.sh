@@ -83,6 +83,8 @@ CMD=${1:-}
 shift
 NODES=4
 INSTANCE=0
+# Unprivileged users of the hostile-user tests, given associations when they exist.
+TEST_USERS=(se-alice se-bob)
 ALL=0
 FRESH=0
 SLURM=${SLURM_ELASTIC_SLURM:-22.05}
@@ -617,6 +619,16 @@ register_accounting() {
         out=$(SLURM_CONF=$CONF sacctmgr -i add user root account=default cluster="$CLUSTER" 2>&1) ||
             die "sacctmgr add user root failed: $out"
     fi
+    # The unprivileged test users (scripts/install-deps.sh adds them on the host; every
+    # `up` copies the host's passwd into a root): 26.05 refuses a user without one.
+    local user users
+    users=$(SLURM_CONF=$CONF sacctmgr -n -P list assoc cluster="$CLUSTER" format=user)
+    for user in "${TEST_USERS[@]}"; do
+        id -u "$user" >/dev/null 2>&1 || continue
+        grep -qx "$user" <<<"$users" && continue
+        out=$(SLURM_CONF=$CONF sacctmgr -i add user "$user" account=default cluster="$CLUSTER" 2>&1) ||
+            die "sacctmgr add user $user failed: $out"
+    done
 }
 
 start_instance() {

@@ -7,6 +7,7 @@
 #     job_submit_lua.so embeds Lua 5.1, for etc/job_submit.lua); lua5.1 (runs etc/job_submit.lua stand-alone in the tests);
 #     systemd (only for `systemd-analyze verify` of the shipped unit; never started);
 #     debootstrap (scripts/cluster.sh builds the Slurm 24.11 and 26.05 roots with it).
+#   * two unprivileged test users, se-alice and se-bob (the hostile-user tests);
 #   * torch==2.13.0 (exactly this spec: a local CPU wheel) for the job side;
 #   * this package, editable, with its test and agent extras;
 #   * pyslurm 22.5 built against the host's Slurm 22.05 (scripts/build-pyslurm.sh; ~4 min the
@@ -102,6 +103,17 @@ else
     say "installing slurm-elastic (editable) with extras test, agent"
     "$PYTHON" -m pip install -q -e '.[test,agent]'
 fi
+
+# ------------------------------------------------------------------ test users
+# Two unprivileged users for the hostile-user tests (tests/slurm_cluster.py: two_users):
+# jobs of one must never move the daemon against the other's.  Their homes are under
+# /home, which every version's root binds, and cluster.sh gives them Slurm associations.
+for user in se-alice se-bob; do
+    if ! id -u "$user" >/dev/null 2>&1; then
+        say "adding test user $user"
+        useradd --create-home --user-group --shell /bin/bash "$user"
+    fi
+done
 
 # ------------------------------------------------------------------ pyslurm
 # Not on PyPI for 22.05: built from ../shared/vendor into its own directory (never

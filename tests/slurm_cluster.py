@@ -7,6 +7,9 @@
   version's clients first) to this process and yields a :class:`SlurmCluster`.
 * ``clean_queue`` (function): cancels every job of that cluster and waits (bounded) until
   the queue is empty and every node is idle, then cancels again after the test.
+* ``two_users`` (session): the two unprivileged users of the hostile-user tests
+  (``se-alice``, ``se-bob``; ``scripts/install-deps.sh`` adds them, ``cluster.sh up`` gives
+  them associations), each with ``sbatch``/``scontrol``/... run as that user.
 * ``pyslurm_module`` (session): pyslurm built for the cluster's Slurm release, imported from
   ``/var/lib/slurm-elastic/pyslurm/<release>`` (``scripts/build-pyslurm.sh``) the way the
   daemon finds it (``slurm.select.find_pyslurm``).
@@ -21,6 +24,7 @@ builds it).
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -247,3 +251,56 @@ def pyslurm_module(slurm_cluster: SlurmCluster) -> ModuleType:
     if not versions_match(str(version), str(slurm_version)):
         _skip_or_fail(f"pyslurm {version} ({module}) does not match Slurm {slurm_version}", what)
     return module
+
+
+# The unprivileged users of the hostile-user tests (scripts/install-deps.sh adds them).
+TEST_USERS = ("se-alice", "se-bob")
+
+
+@dataclass(frozen=True)
+class ClusterUser:
+    """An unprivileged local user with a Slurm association on the test cluster."""
+
+    name: str
+    uid: int
+    home: Path
+    cluster: SlurmCluster
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 30.0, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command as this user (``runuser``, never a shell), against the cluster."""
+        return subprocess.run(
+            ["runuser", "-u", self.name, "--", *args],
+            env={**self.cluster.env, "HOME": str(self.home), "USER": self.name},
+            cwd=cwd or self.home,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=check,
+            timeout=timeout,
+        )
+
+    def sbatch(self, *args: str, cwd: Path | None = None) -> int:
+        """Submit a job as this user; its id."""
+        out = self.run("sbatch", "--parsable", "-o", "/dev/null", *args, cwd=cwd).stdout
+        return int(out.strip().split(";")[0])
+
+
+@pytest.fixture(scope="session")
+def two_users(slurm_cluster: SlurmCluster) -> tuple[ClusterUser, ClusterUser]:
+    users = []
+    for name in TEST_USERS:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            _skip_or_fail(f"no local user {name}: run make setup (scripts/install-deps.sh)", name)
+        users.append(ClusterUser(name, entry.pw_uid, Path(entry.pw_dir), slurm_cluster))
+    out = slurm_cluster.run(
+        "sacctmgr", "-n", "-P", "list", "assoc", f"cluster={slurm_cluster.cluster_name}",
+        "format=user",
+    ).stdout.split()  # fmt: skip
+    missing = [u.name for u in users if u.name not in out]
+    if missing:
+        _skip_or_fail(f"no Slurm association for {missing}: run scripts/cluster.sh up again")
+    return users[0], users[1]
