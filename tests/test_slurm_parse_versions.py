@@ -105,6 +105,8 @@ def test_every_fixture_file_parses(version: str, name: str, utc: None) -> None:
     if name.endswith("controller-down.json"):
         with pytest.raises(SlurmUnreachable):
             parser(text)
+    elif name == "sacct-nothing-found.json":
+        assert parser(text) == ()
     elif name.startswith("sinfo") and version != "22.05":
         with pytest.raises(SlurmParseError, match=r"^sinfo --json lists no nodes one by one"):
             parser(text)
@@ -310,6 +312,27 @@ def test_sacct_records(version: str, generation: str) -> None:
     assert sorted(states[RUN4]) == [JobState.CANCELLED, JobState.RESIZING]
     assert sorted(states[REQUEUE1]) == [JobState.CANCELLED, JobState.REQUEUED]
     assert states[DONE1] == [JobState.COMPLETED]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sacct_over_a_window_without_jobs_is_no_history(version: str) -> None:
+    """22.05 answers an empty window with error 9003 ("Nothing found with query") and no
+    jobs; 24.11+ with no jobs alone.  Both are no history, not an unreadable one."""
+    text = read(version, "sacct-nothing-found.json")
+    assert parse_json.sacct(text) == ()
+    doc = json.loads(text)
+    if version == "22.05":
+        assert [e["error_number"] for e in doc["errors"]] == [9003]
+
+
+def test_sacct_other_errors_still_mean_unreadable() -> None:
+    doc = json.loads(read("22.05", "sacct-nothing-found.json"))
+    doc["errors"][0]["error_number"] = 1007  # any other error: the data could not be read
+    with pytest.raises(SlurmUnreachable, match="Nothing found"):
+        parse_json.sacct(doc)
+    doc["errors"].append({"error_number": 9003})
+    with pytest.raises(SlurmUnreachable):
+        parse_json.sacct(doc)
 
 
 @pytest.mark.parametrize(("version", "generation"), ALL_GENERATIONS)

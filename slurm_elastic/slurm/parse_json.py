@@ -148,6 +148,21 @@ def scontrol_nodes(text: str | bytes | Mapping[str, Any]) -> tuple[NodeView, ...
     return nodes(text, "scontrol --json show nodes")
 
 
+# 22.05 quirk: `sacct --json` over a window without jobs is an error document (error 9003,
+# "Nothing found with query", from slurmdb_jobs_get) with an empty list; 24.11+ give the
+# empty list alone.  It is the one error that means "no records", not "could not read".
+_SACCT_NOTHING_FOUND = 9003
+
+
 def sacct(text: str | bytes | Mapping[str, Any]) -> tuple[JobHistory, ...]:
-    history: tuple[JobHistory, ...] = _normalise(text, "sacct --json", "parse_sacct")
+    what = "sacct --json"
+    doc = decode(text, what)
+    errors = doc.get("errors")
+    codes = [e.get("error_number") if isinstance(e, Mapping) else None for e in errors or []]
+    if isinstance(errors, list) and codes and set(codes) == {_SACCT_NOTHING_FOUND}:
+        if doc.get("jobs"):
+            raise SlurmParseError(f"{what}: 'Nothing found' (error 9003) with job records")
+        generation(doc, what)  # still only a generation we know
+        return ()
+    history: tuple[JobHistory, ...] = _normalise(doc, what, "parse_sacct")
     return history
