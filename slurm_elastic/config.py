@@ -80,6 +80,10 @@ class ModelSection(_Section):
     # The convergence curve family (``model.convergence``): "exp" is the default validated
     # on public training curves; "auto" selects per job by holdout on its own reports.
     curve_family: Literal["exp", "optimus", "power", "auto"] = "exp"
+    # A grow must deliver this share of the speed-up it was decided on, measured over this
+    # many rates at the new size, or the job's fit stops extrapolating gains (GrowCheck).
+    grow_check_reports: int = Field(3, ge=1, le=32)
+    grow_min_gain_share: float = Field(0.5, ge=0, le=1)
 
 
 class ApiSection(_Section):

@@ -239,12 +239,20 @@ class ElasticSpec:
 
 @dataclass(frozen=True, slots=True)
 class ProgressReport:
-    """What a running job's agent reports (authenticated; see daemon API)."""
+    """What a running job's agent reports (authenticated; see daemon API).
+
+    A report that came through the daemon's API carries ``claimed_nodes``: its ``time`` is
+    then when the daemon received it and ``nodes`` the job's size in Slurm's view at that
+    moment, not what the job said (docs/security.md, "What a report can claim").  The model
+    measures such a job's speed from step deltas between arrivals at a size the job and
+    Slurm agree on, and never takes ``samples_per_s`` or a size on the job's word.  The
+    simulator's reports (the simulated cluster's own truth) leave ``claimed_nodes`` unset.
+    """
 
     job_id: int
     time: float
     step: int
-    nodes: int  # world size in nodes when the report was made
+    nodes: int  # the job's size in nodes when the report was made (0: unknown)
     epoch: float | None = None
     loss: float | None = None  # or any metric; ``metric_higher_is_better`` says which way
     metric_higher_is_better: bool = False
@@ -253,6 +261,7 @@ class ProgressReport:
     grad_noise_scale: float | None = None  # Pollux-style phi, optional
     target_metric: float | None = None  # user-given convergence target
     total_steps: int | None = None  # user-given budget, when known
+    claimed_nodes: int | None = None  # the size the job said it ran at (API reports only)
 
 
 # --------------------------------------------------------------------------- estimate

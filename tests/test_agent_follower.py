@@ -39,6 +39,7 @@ def daemon(slurm_cluster: object) -> Iterator[tuple[ApiServer, InstructionBoard]
         board=board,
         metrics=DaemonMetrics(),
         owner_of=lambda job: os.geteuid() if job == JOB else None,
+        size_of=lambda job: None,  # no cycle runs here: no size is known
         status_document=lambda: None,
         health=lambda _now: (True, "test"),
         clock=time.time,

@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import struct
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import structlog
 
 from slurm_elastic.daemon import auth
 from slurm_elastic.daemon.api import MAX_BODY_BYTES, ApiContext, ApiServer
@@ -27,6 +31,7 @@ NOBODY_UID = 65534
 NOBODY_JOB = 101  # owned by nobody
 OTHER_JOB = 102  # owned by a uid that is neither nobody nor root
 OWNERS = {NOBODY_JOB: NOBODY_UID, OTHER_JOB: 4242}
+SIZES = {NOBODY_JOB: 2, OTHER_JOB: 1}  # Slurm's view: the job's nodes in the last cycle
 
 
 def _munge_works() -> bool:
@@ -63,20 +68,25 @@ class _Health:
 wakeups: list[float] = []  # on_ack calls: an accepted ack asks the loop for a cycle now
 
 
-@pytest.fixture
-def server(munge: None) -> Iterator[tuple[ApiServer, ApiContext, _Health]]:
-    health = _Health()
-    wakeups.clear()
-    context = ApiContext(
+def _context(health: _Health) -> ApiContext:
+    return ApiContext(
         reports=ReportStore(),
         board=InstructionBoard(),
         metrics=DaemonMetrics(),
         owner_of=OWNERS.get,
+        size_of=SIZES.get,
         status_document=lambda: {"version": 1, "cycle": {"count": 3}},
         health=health,
         clock=time.time,
         on_ack=lambda: wakeups.append(time.time()),
     )
+
+
+@pytest.fixture
+def server(munge: None) -> Iterator[tuple[ApiServer, ApiContext, _Health]]:
+    health = _Health()
+    wakeups.clear()
+    context = _context(health)
     api = ApiServer(context, "127.0.0.1", 0)
     api.start()
     try:
@@ -124,6 +134,18 @@ def test_owner_report_accepted(server) -> None:
     assert report is not None
     assert (report.job_id, report.step, report.nodes, report.loss) == (NOBODY_JOB, 120, 2, 1.5)
     assert abs(report.time - time.time()) < 30
+
+
+def test_report_time_and_size_are_the_daemons(server) -> None:
+    """The job's clock and size are claims: recorded are the arrival time and Slurm's size."""
+    api, context, _ = server
+    body = json.dumps({"step": 5, "nodes": 3, "time": 1.0}).encode()
+    before = time.time()
+    assert auth.post_authenticated(f"{api.url}/v1/jobs/{OTHER_JOB}/report", body).status == 200
+    report = context.reports.latest(OTHER_JOB)
+    assert report is not None
+    assert (report.nodes, report.claimed_nodes) == (SIZES[OTHER_JOB], 3)
+    assert before <= report.time <= time.time()
 
 
 def test_missing_credential_is_401(server) -> None:
@@ -190,8 +212,28 @@ def test_unknown_job_is_404(server) -> None:
         (b'{"step": 1, "nodes": 2, "job_id": 5}', "job_id"),
         (b"[" * 30_000 + b"]" * 30_000, "not JSON"),  # nesting deeper than the parser allows
         (b" " * (MAX_BODY_BYTES + 1), "body over"),
+        (b'{"step": 1' + b"0" * 400 + b', "nodes": 2}', "step"),
+        (b'{"step": 1, "nodes": 2, "loss": 1e308}', "loss"),
+        (b'{"step": 1, "nodes": 2, "loss": NaN}', "loss"),
+        (b'{"step": 1, "nodes": 2, "samples_per_s": Infinity}', "samples_per_s"),
+        (b'{"step": 1, "nodes": 2, "epoch": 1e400}', "epoch"),
     ],
-    ids=["binary", "list", "negative", "missing", "type", "unknown", "job_id", "deep", "big"],
+    ids=[
+        "binary",
+        "list",
+        "negative",
+        "missing",
+        "type",
+        "unknown",
+        "job_id",
+        "deep",
+        "big",
+        "step-10e400",
+        "loss-1e308",
+        "nan",
+        "infinity",
+        "overflow",
+    ],
 )
 def test_malformed_body_is_400(server, body: bytes, needle: str) -> None:
     api, context, _ = server
@@ -310,3 +352,128 @@ def test_unread_body_closes_the_connection(server) -> None:
     response.read()
     connection.close()
     assert _get(f"{api.url}/healthz")[0] == 200
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def _credentials(bodies: list[bytes]) -> list[str]:
+    """One credential per body, made up front (root's: accepted for any job)."""
+    return [_credential_as(None, auth.body_digest(b)) for b in bodies]
+
+
+def test_a_burst_of_60_reports_is_answered_without_resets(server) -> None:
+    """More concurrent reports than the stdlib's backlog of 5 and than the 16 credential
+    checks at once: each one connects, is queued, and gets 200."""
+    api, context, _ = server
+    bodies = [json.dumps({"step": i, "nodes": 1}).encode() for i in range(60)]
+    creds = _credentials(bodies)
+    url = f"{api.url}/v1/jobs/{OTHER_JOB}/report"
+    start = threading.Barrier(len(bodies))
+
+    def send(i: int) -> int | str:
+        start.wait()
+        try:
+            return _post(url, bodies[i], creds[i])[0]
+        except OSError as exc:  # a reset or refused connection
+            return f"{type(exc).__name__}: {exc}"
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        results = list(pool.map(send, range(len(bodies))))
+    assert results == [200] * len(bodies)
+    assert len(context.reports.history(OTHER_JOB)) == len(bodies)
+
+
+@pytest.fixture
+def small_server(munge: None) -> Iterator[ApiServer]:
+    """A server with 2 connection slots, each held at most 1 s."""
+    api = ApiServer(_context(_Health()), "127.0.0.1", 0, max_connections=2, max_connection_s=1.0)
+    api.start()
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+def _closed_by_server(raw: socket.socket, deadline_s: float) -> bool:
+    raw.settimeout(deadline_s)
+    try:
+        return raw.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_past_the_connection_cap_is_503_then_recovers(small_server: ApiServer) -> None:
+    api = small_server
+    with structlog.testing.capture_logs() as logs:
+        idle = [socket.create_connection(api.address, timeout=5) for _ in range(2)]
+        try:
+            time.sleep(0.2)  # both accepted and holding a slot
+            status, body = _get(f"{api.url}/healthz")
+            assert status == 503 and b"too many connections" in body
+        finally:
+            for raw in idle:
+                raw.close()
+    assert any(e["event"] == "api.busy" for e in logs)
+    deadline = time.monotonic() + 10
+    while _get(f"{api.url}/healthz")[0] != 200:  # the slots are freed as their threads end
+        assert time.monotonic() < deadline, "slots never freed"
+        time.sleep(0.05)
+
+
+def test_a_connection_is_closed_after_its_time_whatever_it_sends(small_server: ApiServer) -> None:
+    """A client trickling one header byte at a time holds its slot for at most 1 s here."""
+    api = small_server
+    with socket.create_connection(api.address, timeout=5) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.1\r\n")
+        closed = False
+        deadline = time.monotonic() + 5
+        while not closed and time.monotonic() < deadline:
+            try:
+                raw.sendall(b"X")
+            except OSError:
+                closed = True
+                break
+            closed = _closed_by_server(raw, 0.2)
+        assert closed, "a trickling client kept its connection past max_connection_s"
+
+
+def _reset(raw: socket.socket) -> None:
+    """Close with a TCP reset, as a client that crashes does."""
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    raw.close()
+
+
+def test_aborted_and_malformed_requests_are_one_line_each(server, capfd) -> None:
+    api, context, _ = server
+    with structlog.testing.capture_logs() as logs:
+        # Dropped in the middle of the body: 10 of 100 bytes, then a reset.
+        raw = socket.create_connection(api.address, timeout=5)
+        raw.sendall(
+            f"POST /v1/jobs/{NOBODY_JOB}/report HTTP/1.1\r\nHost: x\r\n"
+            "Content-Length: 100\r\n\r\n".encode()
+            + b'{"step": 1'
+        )
+        time.sleep(0.2)
+        _reset(raw)
+        # Dropped in the middle of the request line.
+        raw = socket.create_connection(api.address, timeout=5)
+        raw.sendall(b"POST /v1/jo")
+        time.sleep(0.2)
+        _reset(raw)
+        # Not HTTP at all.
+        with socket.create_connection(api.address, timeout=5) as raw:
+            raw.sendall(b"\x16\x03\x01garbage\r\n\r\n")
+            assert b" 400 " in raw.recv(4096)
+        deadline = time.monotonic() + 10
+        while len(logs) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert _get(f"{api.url}/healthz")[0] == 200
+    events = sorted(e["event"] for e in logs)
+    assert events == ["api.aborted", "api.aborted", "api.bad_request"], logs
+    assert not any("exc_info" in e or "exception" in e for e in logs)
+    assert context.reports.latest(NOBODY_JOB) is None
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err

@@ -232,6 +232,7 @@ def api(live: Path) -> Iterator[tuple[ApiServer, ApiContext]]:
         board=InstructionBoard(),
         metrics=DaemonMetrics(),
         owner_of=lambda job_id: v.user_id if (v := jobs().get(job_id)) else None,
+        size_of=lambda job_id: v.node_count if (v := jobs().get(job_id)) else None,
         status_document=lambda: None,
         health=lambda now: (True, "ok"),
         clock=time.time,

@@ -110,6 +110,7 @@ class ResizeDrill:
             board=self.board,
             metrics=DaemonMetrics(),
             owner_of=self._tap.owner_of,
+            size_of=self.controller.size_of,
             status_document=lambda: None,
             health=lambda _now: (True, "drill"),
             clock=clock,

@@ -3,20 +3,29 @@ metrics and health out.
 
 Stdlib ``ThreadingHTTPServer``: a handful of small JSON requests per job per minute needs no
 framework.  Every request is answered with JSON (or Prometheus text) and a status code; no
-input can crash the server: bodies are bounded, parsed with pydantic, and every rejection is
-a log line (``report.rejected``) and a metric.
+input can crash the server: bodies are bounded, parsed with pydantic (every number bounded
+and finite), and every rejection is a log line (``report.rejected``) and a metric.  The
+server's own resources are bounded too: a listen backlog of ``LISTEN_BACKLOG``, at most
+``MAX_CONNECTIONS`` connections served at once (each on its own thread; one past the cap is
+answered 503 by the accepting thread), and none kept longer than ``MAX_CONNECTION_S``.  A
+client that drops or stalls mid-request costs one JSON log line, never a traceback.
 
-The API never calls Slurm.  Who owns a job comes from the latest snapshot the loop took
-(``owner_of``), so a burst of reports costs no Slurm calls.
+The API never calls Slurm.  Who owns a job, and its size, come from the latest snapshot the
+loop took (``owner_of``, ``size_of``), so a burst of reports costs no Slurm calls.  What a
+report says is recorded as a claim, never as a fact the daemon can see for itself: its time
+is when it arrived, its size Slurm's (docs/security.md, "What a report can claim").
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,29 +44,85 @@ from slurm_elastic.types import ProgressReport
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_CONCURRENT_AUTH = 16
+# Connections served at once, one thread each: a burst of reports from every job of a large
+# allocation fits (each is short; the credential checks queue on MAX_CONCURRENT_AUTH).
+MAX_CONNECTIONS = 64
+# Connections the kernel queues before accept (the stdlib's default of 5 reset 7 of a burst
+# of 60); Linux caps it at net.core.somaxconn (4096 by default).
+LISTEN_BACKLOG = 256
+MAX_CONNECTION_S = 30.0  # a connection is closed this long after accept, whatever it does
 _REQUEST_TIMEOUT_S = 10.0  # a client that stalls mid-request frees its thread after this
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 47\r\nConnection: close\r\n\r\n"
+    b'{"error": "busy: too many connections at once"}'
+)
 _JOB_PATH = re.compile(r"^/v1/jobs/(\d{1,12})/(report|ack|instruction)$")
 
 log = structlog.get_logger("slurm_elastic.api")
 
 
+# Bounds of a report's numbers: far beyond any real training job, and small enough that no
+# arithmetic of the model on them overflows a float (steps stay exact in a float64).
+MAX_STEP = 10**15
+MAX_NODES = 100_000
+MAX_VALUE = 1e12  # metrics, rates, noise scale: magnitude
+MAX_EPOCH = 1e9
+MAX_BATCH = 10**9
+MAX_TIME = 1e11  # seconds since the epoch (year 5138)
+
+
 class _ReportBody(BaseModel):
-    """``POST /v1/jobs/{id}/report``: ProgressReport fields; ``job_id`` comes from the path."""
+    """``POST /v1/jobs/{id}/report``: ProgressReport fields; ``job_id`` comes from the path.
 
-    model_config = ConfigDict(extra="forbid")
+    Every number is bounded and finite (``inf`` and ``NaN`` included: 400): one report
+    must never break the job's model.  ``time`` and ``nodes`` are checked and kept as the
+    job's claim; the daemon records its own receive time and Slurm's size instead.
+    """
 
-    step: int = Field(ge=0)
-    nodes: int = Field(ge=1)
-    time: float | None = Field(None, allow_inf_nan=False)  # when absent: time received
-    epoch: float | None = Field(None, ge=0, allow_inf_nan=False)
-    loss: float | None = None  # NaN allowed: a diverged run is worth reporting
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    step: int = Field(ge=0, le=MAX_STEP)
+    nodes: int = Field(ge=1, le=MAX_NODES)
+    time: float | None = Field(None, ge=0, le=MAX_TIME)  # the job's clock: not used
+    epoch: float | None = Field(None, ge=0, le=MAX_EPOCH)
+    loss: float | None = Field(None, ge=-MAX_VALUE, le=MAX_VALUE)  # or any metric
     metric_higher_is_better: bool = False
-    samples_per_s: float | None = Field(None, ge=0, allow_inf_nan=False)
-    global_batch: int | None = Field(None, ge=1)
-    grad_noise_scale: float | None = Field(None, allow_inf_nan=False)
-    target_metric: float | None = None
-    total_steps: int | None = Field(None, ge=1)
+    samples_per_s: float | None = Field(None, ge=0, le=MAX_VALUE)  # shown in status only
+    global_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
+    grad_noise_scale: float | None = Field(None, ge=0, le=MAX_VALUE)
+    target_metric: float | None = Field(None, ge=-MAX_VALUE, le=MAX_VALUE)
+    total_steps: int | None = Field(None, ge=1, le=MAX_STEP)
     job_id: int | None = None  # tolerated when equal to the path's id
+
+
+class ReportRejected(ValueError):
+    """A report body that is not a valid report (HTTP 400); the message says why."""
+
+
+def parse_report(
+    job_id: int, payload: Mapping[str, Any], *, received_at: float, slurm_nodes: int | None
+) -> ProgressReport:
+    """The report the daemon records from ``payload`` (the HTTP handler's pure core).
+
+    ``received_at`` becomes its time and ``slurm_nodes`` (the job's size in the latest
+    snapshot; None when it was not a running elastic job) its size; the size the job
+    claimed is kept beside it, so that the model takes no rate from a disputed report.
+    """
+    try:
+        body = _ReportBody.model_validate(payload)
+    except ValidationError as exc:
+        raise ReportRejected(_first_error(exc)) from None
+    if body.job_id is not None and body.job_id != job_id:
+        raise ReportRejected("job_id in the body differs from the path")
+    fields = body.model_dump(exclude={"job_id", "time", "nodes"})
+    return ProgressReport(
+        job_id=job_id,
+        time=received_at,
+        nodes=slurm_nodes or 0,
+        claimed_nodes=body.nodes,
+        **fields,
+    )
 
 
 class _AckBody(BaseModel):
@@ -77,6 +142,7 @@ class ApiContext:
     board: InstructionBoard
     metrics: DaemonMetrics
     owner_of: Callable[[int], int | None]  # job id -> owner uid, from the latest snapshot
+    size_of: Callable[[int], int | None]  # job id -> its nodes in the latest cycle (running)
     status_document: Callable[[], dict[str, Any] | None]
     health: Callable[[float], tuple[bool, str]]  # now -> (healthy, why)
     clock: Callable[[], float]
@@ -110,6 +176,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
+    def log_error(self, format: str, *args: Any) -> None:
+        """A request http.server itself refused (bad request line or headers, a timeout
+        before the request was complete): one line, no traceback."""
+        log.warning("api.bad_request", detail=format % args, client=self.client_address[0])
+
     def do_GET(self) -> None:
         self._dispatch("GET")
 
@@ -140,6 +211,13 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _HttpError(HTTPStatus.NOT_FOUND, f"no such endpoint: {method} {path}")
         except _HttpError as exc:
             self._reject(exc, path)
+        except OSError as exc:
+            # The client dropped or stalled mid-request (a reset, a timeout): nobody is left
+            # to answer, and it is the client's doing, not a bug.
+            self.close_connection = True
+            log.warning(
+                "api.aborted", path=path, error=_describe(exc), client=self.client_address[0]
+            )
         except Exception as exc:  # a bug must cost one request, not the server
             log.exception("api.error", path=path, error=str(exc))
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
@@ -183,18 +261,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _report(self, job_id: int, payload: dict[str, Any]) -> None:
         try:
-            body = _ReportBody.model_validate(payload)
-        except ValidationError as exc:
-            raise _HttpError(HTTPStatus.BAD_REQUEST, _first_error(exc), reason="bad_body") from None
-        if body.job_id is not None and body.job_id != job_id:
-            raise _HttpError(
-                HTTPStatus.BAD_REQUEST,
-                "job_id in the body differs from the path",
-                reason="bad_body",
+            report = parse_report(
+                job_id,
+                payload,
+                received_at=self.context.clock(),
+                slurm_nodes=self.context.size_of(job_id),
             )
-        fields = body.model_dump(exclude={"job_id", "time"})
-        now = self.context.clock()
-        report = ProgressReport(job_id=job_id, time=body.time if body.time else now, **fields)
+        except ReportRejected as exc:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc), reason="bad_body") from None
         self.context.reports.add(report)
         self.context.metrics.reports.inc()
         self._json(HTTPStatus.OK, {"accepted": True})
@@ -304,24 +378,125 @@ def _parse_json(body: bytes) -> dict[str, Any]:
     return payload
 
 
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "body"
     return f"{loc}: {err['msg']}"
 
 
-class _Server6(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` with bounded resources (see the module docstring)."""
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[_Handler],
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        max_connection_s: float = MAX_CONNECTION_S,
+    ) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_connection_s = max_connection_s
+        self._open: dict[socket.socket, float] = {}  # connection -> when it must be closed
+        self._open_lock = threading.Lock()
+        self.refused = 0  # connections answered 503 because every slot was busy
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request, client_address)
+            return
+        with self._open_lock:
+            self._open[request] = time.monotonic() + self._max_connection_s
+        try:
+            super().process_request(request, client_address)  # starts the thread
+        except BaseException:
+            self._done(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._done(request)
+
+    def _done(self, request: socket.socket) -> None:
+        with self._open_lock:
+            self._open.pop(request, None)
+        self._slots.release()
+
+    def service_actions(self) -> None:
+        """Every poll of the accept loop (0.5 s): end connections past their time, which a
+        client trickling one byte per timeout would otherwise hold for ever."""
+        now = time.monotonic()
+        with self._open_lock:
+            late = [conn for conn, until in self._open.items() if until < now]
+        for conn in late:
+            with contextlib.suppress(OSError):  # already closed by its client
+                conn.shutdown(socket.SHUT_RDWR)  # its thread's read returns, and it ends
+
+    def _refuse(self, request: socket.socket, client_address: Any) -> None:
+        """503 from the accepting thread, without a thread: what has already arrived of the
+        request is read first (closing with unread data would reset the connection)."""
+        self.refused += 1
+        try:
+            request.setblocking(False)
+            for _ in range(16):
+                if not request.recv(65536):
+                    break
+        except OSError:
+            pass  # nothing more arrived yet
+        try:
+            request.sendall(_BUSY)
+            request.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        log.warning("api.busy", client=str(client_address[0]), refused=self.refused)
+        self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """An error outside a request's own handling (the client reset the connection while
+        http.server read the request line, or before the response was flushed): one line."""
+        exc = sys.exc_info()[1]
+        log.warning(
+            "api.aborted",
+            path=None,
+            error=_describe(exc) if exc is not None else "unknown",
+            client=str(client_address[0]),
+        )
+
+
+class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
 class ApiServer:
     """The HTTP API on its own threads; ``start()`` binds, ``stop()`` closes."""
 
-    def __init__(self, context: ApiContext, bind: str = "127.0.0.1", port: int = 8790) -> None:
+    def __init__(
+        self,
+        context: ApiContext,
+        bind: str = "127.0.0.1",
+        port: int = 8790,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        max_connection_s: float = MAX_CONNECTION_S,
+    ) -> None:
         handler = type("Handler", (_Handler,), {"context": context})
-        server_class = _Server6 if ":" in bind else ThreadingHTTPServer
-        self._server = server_class((bind, port), handler)
-        self._server.daemon_threads = True
+        server_class = _Server6 if ":" in bind else _Server
+        self._server = server_class(
+            (bind, port),
+            handler,
+            max_connections=max_connections,
+            max_connection_s=max_connection_s,
+        )
         self._thread: threading.Thread | None = None
 
     @property

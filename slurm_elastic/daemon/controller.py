@@ -46,6 +46,7 @@ from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError
 from slurm_elastic.marker import resolve_spec
+from slurm_elastic.model.outlook import GrowCheck
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
     Action,
@@ -87,7 +88,10 @@ class Controller:
         self.agents = agents
         self._allocate = allocate or _policy_allocate
         self.estimator = Estimator(
-            reports, config.model.default_resize_cost_s, config.model.curve_family
+            reports,
+            config.model.default_resize_cost_s,
+            config.model.curve_family,
+            _grow_check(config),
         )
         self._reconciled = False
         self._sizes: dict[int, int] = {}  # effective size of each running elastic job
@@ -108,6 +112,7 @@ class Controller:
         self.knobs = GuardKnobs.from_config(config)
         self.estimator.default_resize_cost_s = config.model.default_resize_cost_s
         self.estimator.bank.use_family(config.model.curve_family)
+        self.estimator.bank.check = _grow_check(config)
         self.executor = Executor(
             self.backend,
             self.journal,
@@ -119,6 +124,12 @@ class Controller:
     @property
     def history(self) -> Mapping[int, JobHistory]:
         return self._history
+
+    def size_of(self, job_id: int) -> int | None:
+        """The job's size (its nodes plus its running companions') as of the last cycle,
+        None unless it was a running elastic job then.  Read by the API thread: the mapping
+        is replaced whole each cycle, never changed in place."""
+        return self._sizes.get(job_id)
 
     # ------------------------------------------------------------------ one cycle
 
@@ -394,6 +405,10 @@ class Controller:
 
 
 # --------------------------------------------------------------------------- pure helpers
+
+
+def _grow_check(config: Config) -> GrowCheck:
+    return GrowCheck(config.model.grow_check_reports, config.model.grow_min_gain_share)
 
 
 def keep_current_plan(problem: AllocationProblem, note: str) -> Plan:

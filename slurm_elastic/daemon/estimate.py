@@ -16,7 +16,7 @@ import structlog
 
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.model.outlook import JobFit, ModelBank, OutlookBasis, outlook_basis
+from slurm_elastic.model.outlook import GrowCheck, JobFit, ModelBank, OutlookBasis, outlook_basis
 from slurm_elastic.model.priors import HistoryIndex, Prior, prior_from_similar
 from slurm_elastic.types import ElasticSpec, JobHistory, Outlook, ProgressReport
 
@@ -68,11 +68,15 @@ class _Built:
 
 class Estimator:
     def __init__(
-        self, reports: ReportStore, default_resize_cost_s: float, curve_family: str = "exp"
+        self,
+        reports: ReportStore,
+        default_resize_cost_s: float,
+        curve_family: str = "exp",
+        grow_check: GrowCheck | None = None,
     ) -> None:
         self.reports = reports
         self.default_resize_cost_s = default_resize_cost_s
-        self.bank = ModelBank(curve_family)
+        self.bank = ModelBank(curve_family, grow_check or GrowCheck())
         self._fed_until: dict[int, float] = {}  # per job: time of the last report fed
         # Per job, the newest report at the last look: while it is still the newest,
         # nothing arrived and the job's stored reports need no new pass.

@@ -245,6 +245,7 @@ class Service:
                 board=self.board,
                 metrics=self.metrics,
                 owner_of=self.tap.owner_of,
+                size_of=self.controller.size_of,
                 status_document=lambda: self._state.document,
                 health=self.health,
                 clock=clock,

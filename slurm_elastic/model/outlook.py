@@ -32,6 +32,7 @@ Guarantees of ``estimate_outlook`` (tested):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import statistics
@@ -85,6 +86,28 @@ PREDICTIONS_CACHED = 8192  # see _predict
 RATES_CACHED = 16384  # see _rates
 
 
+# A grow promised less speed-up than this is not judged: measurement noise would decide.
+MIN_PROMISED_GAIN = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class GrowCheck:
+    """When a grow has delivered too little of the speed-up it was decided on.
+
+    After the job grows from ``a`` to ``b`` nodes, the speed-up the fit promised,
+    ``f(b)/f(a)``, is kept; once ``reports`` rates are measured at ``b``, the measured
+    speed-up must give at least ``min_gain_share`` of the promised gain (``f(b)/f(a) - 1``).
+    A job that falls short has its fit capped at its best measured speed beyond the
+    largest size it has run at, for the rest of its life: the model's extrapolation (its
+    prior, its claims) no longer buys it nodes, and what it did not gain goes back to other
+    jobs through the normal shrink path.  Config: ``model.grow_check_reports`` and
+    ``model.grow_min_gain_share`` (0 turns the check off).
+    """
+
+    reports: int = 3
+    min_gain_share: float = 0.5
+
+
 @dataclass(frozen=True, slots=True)
 class JobFit:
     """Everything known about one job's progress at one moment (immutable)."""
@@ -124,8 +147,11 @@ class JobModel:
     work all use this unit, so sizes with different batches stay comparable.
     """
 
-    def __init__(self, job_id: int, family: str = DEFAULT_FAMILY) -> None:
+    def __init__(
+        self, job_id: int, family: str = DEFAULT_FAMILY, check: GrowCheck = GrowCheck()
+    ) -> None:
         self.job_id = job_id
+        self.check = check
         self._k: list[float] = []
         self._y: list[float] = []
         self._higher_is_better = False
@@ -137,6 +163,10 @@ class JobModel:
         # (time, to_nodes, progress at the resize)
         self._pending_resize: tuple[float, int, float] | None = None
         self._costs: deque[float] = deque(maxlen=RESIZE_COSTS_KEPT)
+        # (from size, to size, promised speed-up) of the last grow, until judged (GrowCheck)
+        self._promise: tuple[int, int, float] | None = None
+        self.overpromised = False  # a grow fell short: no gain is extrapolated any more
+        self._from_jobs = False  # rates measured from a job's reports (see observations)
         self._cache: JobFit | None = None
         self._cache_key: tuple[int, int, ScalingParams | None] | None = None
         self._last_prior: Prior | None = None  # the prior the cached fit was given
@@ -162,6 +192,7 @@ class JobModel:
         if not math.isfinite(report.time) or report.step < 0:
             return ("time not finite or step negative",)
         self._n_reports += 1
+        self._from_jobs = self._from_jobs or report.claimed_nodes is not None
         if report.total_steps is not None and report.total_steps > 0:
             self._total_steps = int(report.total_steps)
         if report.target_metric is not None and math.isfinite(report.target_metric):
@@ -185,13 +216,16 @@ class JobModel:
             else:
                 ignored.append("loss not finite")
         rate = self._rate_from(report)
-        rate = rate * factor if rate is not None else None
+        rate = rate * factor if rate is not None and math.isfinite(rate * factor) else None
         if rate is not None and report.nodes not in self._rates and len(self._rates) >= MAX_SIZES:
             ignored.append(f"more than {MAX_SIZES} distinct sizes")
         elif rate is not None:
             self._rates.setdefault(report.nodes, deque(maxlen=RATE_WINDOW)).append(rate)
+            self._judge_grow(report.nodes)
         elif report.nodes <= 0:
             ignored.append("nodes <= 0")
+        elif not _agrees(report):
+            ignored.append(f"claimed {report.claimed_nodes} nodes, Slurm says {report.nodes}")
         self._measure_resize(report, rate, k)
         if report.epoch is not None and math.isfinite(report.epoch) and report.epoch > 0.0:
             self._per_epoch = k / report.epoch if k > 0.0 else self._per_epoch
@@ -203,8 +237,46 @@ class JobModel:
         return tuple(ignored)
 
     def record_resize(self, now: float, to_nodes: int) -> None:
-        """A resize to ``to_nodes`` was applied at ``now``; the next report there measures it."""
-        self._pending_resize = (now, int(to_nodes), self._progress)
+        """A resize to ``to_nodes`` was applied at ``now``; the next report there measures it.
+
+        A grow also records the speed-up the current fit promised for it (``GrowCheck``).
+        """
+        to_nodes = int(to_nodes)
+        self._pending_resize = (now, to_nodes, self._progress)
+        self._promise = None
+        last = self._last
+        fit = self._cache.throughput if self._cache is not None else None
+        if last is None or fit is None or self.check.min_gain_share <= 0:
+            return
+        before = last.nodes
+        if 0 < before < to_nodes and before in self._rates:
+            promised = fit.throughput(to_nodes) / fit.throughput(before)
+            if promised > 1.0 + MIN_PROMISED_GAIN:
+                self._promise = (before, to_nodes, promised)
+
+    def _judge_grow(self, size: int) -> None:
+        """Once enough rates are measured at the size of the last grow, compare them with
+        what it promised (``GrowCheck``)."""
+        promise = self._promise
+        if promise is None or size != promise[1] or len(self._rates[size]) < self.check.reports:
+            return
+        self._promise = None
+        before, after, promised = promise
+        base = self._rates.get(before)
+        if not base:
+            return
+        measured = statistics.median(self._rates[after]) / statistics.median(base)
+        share = (measured - 1.0) / (promised - 1.0)
+        if share < self.check.min_gain_share:
+            self.overpromised = True
+            log.warning(
+                "model.grow_shortfall",
+                job_id=self.job_id,
+                from_nodes=before,
+                to_nodes=after,
+                promised_speedup=round(promised, 3),
+                measured_speedup=round(measured, 3),
+            )
 
     def _factor(self, r: ProgressReport) -> float:
         """Reference steps per optimizer step at this report's batch (1.0 at the first)."""
@@ -230,10 +302,16 @@ class JobModel:
             self._y[:COMPACT] = [sorted(ys[i : i + 3])[1] for i in range(0, COMPACT, 3)]
 
     def _rate_from(self, r: ProgressReport) -> float | None:
-        if r.nodes <= 0:
+        """Steps per second at ``r.nodes``: the report's own rate from a trusted source (the
+        simulator), else measured from the step delta since the previous report at the same
+        size.  A report from a job (``claimed_nodes`` set) gives a rate only when the size it
+        claims is Slurm's, and so did the previous one: a claim about a size the job is not
+        running at is never a measurement."""
+        if r.nodes <= 0 or not _agrees(r):
             return None
         if (
-            r.samples_per_s is not None
+            r.claimed_nodes is None
+            and r.samples_per_s is not None
             and r.global_batch
             and math.isfinite(r.samples_per_s)
             and r.samples_per_s > 0
@@ -241,7 +319,7 @@ class JobModel:
         ):
             return r.samples_per_s / r.global_batch
         last = self._last
-        if last is None or last.nodes != r.nodes:
+        if last is None or last.nodes != r.nodes or not _agrees(last):
             return None
         if self._pending_resize is not None and last.time <= self._pending_resize[0]:
             return None  # a resize happened between the two reports
@@ -252,7 +330,7 @@ class JobModel:
 
     def _measure_resize(self, r: ProgressReport, rate: float | None, k: float) -> None:
         pend = self._pending_resize
-        if pend is None or r.time < pend[0] or r.nodes != pend[1]:
+        if pend is None or r.time < pend[0] or r.nodes != pend[1] or not _agrees(r):
             return
         t0, _, k0 = pend
         rates = self._rates.get(r.nodes)
@@ -361,6 +439,8 @@ class JobModel:
         """Combine fits (made here or in a batch) with the rest of the state; caches it."""
         last = self._last
         window = PATIENCE_EPOCHS * self._per_epoch if self._per_epoch else None
+        if self.overpromised and tput is not None:
+            tput = dataclasses.replace(tput, flat_beyond=True)
         self._cache = JobFit(
             job_id=self.job_id,
             step=last.step if last else 0,
@@ -404,12 +484,24 @@ class JobModel:
         sizes = sorted(self._rates)
         rates = [statistics.median(self._rates[s]) for s in sizes]
         weights = [math.sqrt(len(self._rates[s])) for s in sizes]
+        if self._from_jobs:
+            # A job's steps are its own word: it may claim any speed at a size it runs at,
+            # but no speed-up beyond linear between two of them (data-parallel training
+            # does not scale better than its node count), so no job looks better than one
+            # that scales perfectly (docs/security.md).
+            for i in range(1, len(sizes)):
+                rates[i] = min(rates[i], rates[i - 1] * sizes[i] / sizes[i - 1])
         shape: ScalingParams | None = None
         if prior is not None and prior.scaling_measured:
             # History's shape, this job's level: scale to match the best-observed size.
             i = max(range(len(sizes)), key=weights.__getitem__)
             shape = prior.scaling.scaled(prior.scaling.throughput(sizes[i]) / max(rates[i], 1e-300))
         return sizes, rates, weights, shape
+
+
+def _agrees(r: ProgressReport) -> bool:
+    """The report's size is not disputed: no claim (simulator), or the job claims Slurm's."""
+    return r.claimed_nodes is None or r.claimed_nodes == r.nodes
 
 
 def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
@@ -440,14 +532,15 @@ def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
 class ModelBank:
     """All jobs' models, keyed by job id (the daemon and the simulator hold one)."""
 
-    def __init__(self, family: str = DEFAULT_FAMILY) -> None:
+    def __init__(self, family: str = DEFAULT_FAMILY, check: GrowCheck = GrowCheck()) -> None:
         self._models: dict[int, JobModel] = {}
         self._family = family
+        self.check = check  # for jobs seen from now on (``model.grow_*`` on SIGHUP)
 
     def model(self, job_id: int) -> JobModel:
         m = self._models.get(job_id)
         if m is None:
-            m = self._models[job_id] = JobModel(job_id, self._family)
+            m = self._models[job_id] = JobModel(job_id, self._family, self.check)
         return m
 
     def use_family(self, choice: str) -> None:

@@ -110,6 +110,9 @@ class ThroughputFit:
     n_obs: int
     rel_rmse: float  # relative step-time error of the smooth model at the observed sizes
     knots: tuple[tuple[float, float], ...] = ()
+    # Beyond the largest observed size, never faster than the fastest observed size: set
+    # for a job whose grow did not deliver what the fit promised (``outlook.GrowCheck``).
+    flat_beyond: bool = False
 
     @property
     def confidence(self) -> float:
@@ -136,6 +139,13 @@ class ThroughputFit:
 
     def throughput(self, n: float) -> float:
         """Steps per second at ``n`` nodes (finite, > 0)."""
+        speed = self._throughput(n)
+        if self.flat_beyond and self.knots and math.log(max(float(n), 1e-9)) > self.knots[-1][0]:
+            best = max(self._throughput(math.exp(x)) for x, _ in self.knots)
+            return min(speed, best)
+        return speed
+
+    def _throughput(self, n: float) -> float:
         kn = self.knots
         x = math.log(max(float(n), 1e-9))
         smooth = math.log(self.params.throughput(n)) + (self._correction_at(x) if kn else 0.0)
