@@ -21,7 +21,8 @@
 #      prints both raw, 26.05 the script in SubmitLine) -> "het" (jobs and nodes, in the
 #      default JSON generation only; `scontrol --json show job` of het1 where it exists)
 #   4. everything cancelled, a 1-node job runs to completion -> accounting ("sacct")
-# Every moment also records `squeue -O` (parse_text.SQUEUE_FORMAT) and `scontrol -o show
+# Every moment also records `squeue -O` (parse_text.squeue_format, every field followed by
+# parse_text.CAPTURE_SEPARATOR, as the backend's fresh separator would be) and `scontrol -o show
 # job`, so that the tests can hold the text paths against the JSON of the same moment.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,7 +47,8 @@ cd /tmp
 # see the jobs of an earlier run under the same ids.
 T0=$(date +%Y-%m-%dT%H:%M:%S)
 
-SQUEUE_FORMAT=$(cd "$REPO" && python3 -c 'from slurm_elastic.slurm.parse_text import SQUEUE_FORMAT as f; print(f)')
+SEPARATOR=$(cd "$REPO" && python3 -c 'from slurm_elastic.slurm.parse_text import CAPTURE_SEPARATOR as s; print(s)')
+SQUEUE_FORMAT=$(cd "$REPO" && python3 -c 'from slurm_elastic.slurm.parse_text import CAPTURE_SEPARATOR as s, squeue_format as f; print(f(s))')
 SACCT_FIELDS=$(cd "$REPO" && python3 -c 'from slurm_elastic.slurm.parse_text import SACCT_FIELDS as f; print(",".join(f))')
 # The JSON generations this version's commands accept, newest last.
 GENERATIONS=()
@@ -168,7 +170,7 @@ for g in "${GENERATIONS[@]}"; do
     # -D as the backend: 24.11+ leave a requeued job's earlier runs out of --json without it
     record "sacct.$(label "$g").json" sacct -a -D "$(flag "$g")" -S "$T0" -j "$JOBS"
 done
-record sacct-P.txt sacct -a -X -D -P -n --noconvert -o "$SACCT_FIELDS" -S "$T0" -j "$JOBS"
+record sacct-P.txt sacct -a -X -D -p -n --noconvert --delimiter="$SEPARATOR" -o "$SACCT_FIELDS" -S "$T0" -j "$JOBS"
 
 {
     echo "# Slurm $(scontrol --version | awk '{print $2}') fixtures (captured from a local test cluster)"

@@ -77,10 +77,10 @@ _SIGNAL = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+-]*$|^\d{1,2}$")
 _VERSION = re.compile(r"(\d+\.\d+\.\d+)")
 _USER = re.compile(r"^[a-z_][a-z0-9_.-]*\$?$", re.IGNORECASE)
 _SACCT_TEXT = (
-    "sacct", "-a", "-X", "-D", "-P", "-n", "--noconvert",
+    "sacct", "-a", "-X", "-D", "-p", "-n", "--noconvert",
     "-o", ",".join(parse_text.SACCT_FIELDS),
 )  # fmt: skip
-_SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all", "-O", parse_text.SQUEUE_FORMAT)
+_SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all")
 _SQUEUE_JSON = ("squeue", "--json", "-a", "-t", "all")
 _SINFO_JSON = ("sinfo", "--json")
 
@@ -160,15 +160,22 @@ class CliBackend:
     def read_jobs(self) -> tuple[JobView, ...]:
         if self.job_format == "text":
             # The text path has no admin comment (see parse_text.parse_squeue_text).
-            result = self.runner.read(_SQUEUE_TEXT)
-            if "invalid job format" in result.stderr.lower():
-                raise SlurmParseError(f"squeue -O: {result.stderr.strip().splitlines()[-1]}")
-            return parse_text.parse_squeue_text(result.stdout)
+            return self._squeue_text(_SQUEUE_TEXT)
         out = self.runner.read(_SQUEUE_JSON, label="squeue --json").stdout
         doc = parse_json.decode(out, "squeue --json")
         jobs = parse_json.squeue(doc)
         self._commands = parse_json.commands(doc, "squeue --json")
         return jobs
+
+    def _squeue_text(self, argv: tuple[str, ...]) -> tuple[JobView, ...]:
+        """``argv`` + ``-O`` with a separator made for this call (``parse_text``)."""
+        separator = parse_text.new_separator()
+        result = self.runner.read(
+            (*argv, "-O", parse_text.squeue_format(separator)), label="squeue -O"
+        )
+        if "invalid job format" in result.stderr.lower():
+            raise SlurmParseError(f"squeue -O: {result.stderr.strip().splitlines()[-1]}")
+        return parse_text.parse_squeue_text(result.stdout, separator=separator)
 
     def read_nodes(self) -> tuple[NodeView, ...]:
         try:
@@ -202,12 +209,16 @@ class CliBackend:
             # (22.05 always listed them); the text path passes it too.
             argv = ("sacct", "-a", "-D", "--json", *window)
             return parse_json.sacct(self.runner.read(argv, label="sacct --json").stdout)
-        out = self.runner.read((*_SACCT_TEXT, *window)).stdout
-        return parse_text.parse_sacct_text(out)
+        separator = parse_text.new_separator()
+        argv = (*_SACCT_TEXT, f"--delimiter={separator}", *window)
+        out = self.runner.read(argv, label="sacct -p").stdout
+        return parse_text.parse_sacct_text(out, separator=separator)
 
     def read_job(self, job_id: int) -> JobView | None:
-        """One job via ``scontrol --json show job`` (24.11+) or ``scontrol -o show job``
-        (22.05); for action pre-checks only, never per cycle.
+        """One job via ``scontrol --json show job`` (24.11+) or ``squeue -j ID -O`` with a
+        fresh separator (22.05, whose scontrol has no ``--json`` and whose ``squeue --json``
+        ignores ``-j``); for action pre-checks only, never per cycle.  Not ``scontrol -o``:
+        a newline in the job's own comment would let its owner forge the record.
 
         Counted in ``runner.read_calls`` like every read; a cycle's observe cost is
         ``ClusterSnapshot.slurm_calls`` (3)."""
@@ -218,13 +229,13 @@ class CliBackend:
             found = [v for v in parse_json.scontrol_jobs(out) if v.job_id == job_id]
             return found[0] if found else None  # an unknown id: no jobs, exit status 0
         try:
-            out = self.runner.read(("scontrol", "-o", "show", "job", str(job_id))).stdout
+            views = self._squeue_text(("squeue", "-h", "-t", "all", "-j", str(job_id)))
         except SlurmRejected as exc:
             if "invalid job id" in exc.slurm_message.lower():
                 return None
             raise
-        views = [v for v in parse_text.parse_scontrol_jobs(out) if v.job_id == job_id]
-        return views[0] if views else None
+        found = [v for v in views if v.job_id == job_id]
+        return found[0] if found else None
 
     def slurm_version(self) -> str:
         """The running Slurm's version ("22.05.8") from ``scontrol --version``: one call."""
