@@ -21,33 +21,13 @@
 #      prints both raw, 26.05 the script in SubmitLine) -> "het" (jobs and nodes, in the
 #      default JSON generation only; `scontrol --json show job` of het1 where it exists)
 #   4. everything cancelled, a 1-node job runs to completion -> accounting ("sacct")
-# Every moment also records `squeue -O` (parse_text.SQUEUE_FORMAT) and `scontrol -o show
+# Every moment also records `squeue -O` (parse_text.squeue_format, every field followed by
+# parse_text.CAPTURE_SEPARATOR, as the backend's fresh separator would be) and `scontrol -o show
 # job`, so that the tests can hold the text paths against the JSON of the same moment.
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(dirname "$HERE")"
-SLURM="" INSTANCE=5 OUT=""
-while [[ $# -gt 0 ]]; do
-    case $1 in
-        --slurm) SLURM=${2:?}; shift 2 ;;
-        --instance) INSTANCE=${2:?}; shift 2 ;;
-        --out) OUT=${2:?}; shift 2 ;;
-        *) echo "capture_fixtures.sh: unknown argument '$1'" >&2; exit 2 ;;
-    esac
-done
-[[ -n $SLURM ]] || { echo "capture_fixtures.sh: --slurm V is required" >&2; exit 2; }
-OUT=${OUT:-$REPO/tests/fixtures/slurm/$SLURM}
-mkdir -p "$OUT"
-bash "$HERE/cluster.sh" up --slurm "$SLURM" --instance "$INSTANCE" --fresh >/dev/null
-eval "$(bash "$HERE/cluster.sh" env --slurm "$SLURM" --instance "$INSTANCE")"
-export TZ=UTC # text timestamps are local time: the tests parse them with TZ=UTC
-cd /tmp
-# `up --fresh` restarts job ids at 1 but keeps the accounting database: sacct must not
-# see the jobs of an earlier run under the same ids.
-T0=$(date +%Y-%m-%dT%H:%M:%S)
-
-SQUEUE_FORMAT=$(cd "$REPO" && python3 -c 'from slurm_elastic.slurm.parse_text import SQUEUE_FORMAT as f; print(f)')
-SACCT_FIELDS=$(cd "$REPO" && python3 -c 'from slurm_elastic.slurm.parse_text import SACCT_FIELDS as f; print(",".join(f))')
+NAME=capture_fixtures.sh SUBDIR="" UP_OPTIONS=--fresh
+# shellcheck source=scripts/capture_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/capture_common.sh"
 # The JSON generations this version's commands accept, newest last.
 GENERATIONS=()
 for g in v0.0.38 v0.0.39 v0.0.40 v0.0.41 v0.0.42 v0.0.43 v0.0.44 v0.0.45; do
@@ -168,7 +148,7 @@ for g in "${GENERATIONS[@]}"; do
     # -D as the backend: 24.11+ leave a requeued job's earlier runs out of --json without it
     record "sacct.$(label "$g").json" sacct -a -D "$(flag "$g")" -S "$T0" -j "$JOBS"
 done
-record sacct-P.txt sacct -a -X -D -P -n --noconvert -o "$SACCT_FIELDS" -S "$T0" -j "$JOBS"
+record sacct-P.txt sacct -a -X -D -p -n --noconvert --delimiter="$SEPARATOR" -o "$SACCT_FIELDS" -S "$T0" -j "$JOBS"
 
 {
     echo "# Slurm $(scontrol --version | awk '{print $2}') fixtures (captured from a local test cluster)"

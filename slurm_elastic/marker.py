@@ -35,6 +35,16 @@ with ``NumNodes=n-n`` and a running job reports only its current size.  So after
 submission **the marker wins**: :func:`resolve_spec` takes ``min``/``max`` from the marker
 and falls back to the job's reported range only for values the marker leaves out.
 
+Comments that cannot be trusted
+-------------------------------
+Slurm stores a comment byte for byte and the daemon decodes what it reads with
+replacement (U+FFFD for bytes that are not UTF-8).  A comment holding a replaced byte,
+a control character (a newline, an escape), or an invisible format character that
+reorders or hides text (bidi overrides, zero-width marks, U+2028/2029) does not say
+for sure what its owner wrote: :func:`untrusted` names the first such character, and the
+daemon leaves that job alone with the reason (``slurm-elastic status``) instead of
+guessing a marker from it.  A tab is whitespace, as in ``job_submit.lua``.
+
 Companion jobs (submitted by the daemon to grow a job) carry the token
 ``slurm-elastic:companion-of=<PARENT_JOBID>`` and are never elastic themselves:
 :func:`parse_marker` returns ``None`` for them.
@@ -64,6 +74,7 @@ __all__ = [
     "parse_token",
     "resolve_spec",
     "tokens",
+    "untrusted",
 ]
 
 MARKER_WORD = "elastic"
@@ -76,6 +87,12 @@ MAX_DIGITS = 6
 _TOKEN = re.compile(r"[^ \t\n\v\f\r;]+")
 _DIGITS = re.compile(r"[0-9]+")
 _LOWEST = {"min": 1, "max": 1, "step": 1, "gpus": 0, "cost": 0}
+# What makes a comment untrusted (module docstring): C0 controls but tab, DEL, C1
+# controls, the replacement character, zero-width and bidi format characters, BOM, and
+# the Unicode line and paragraph separators.
+_UNTRUSTED = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,17 @@ def _show(text: str, limit: int = 20) -> str:
 
 def _msg(token: str, reason: str) -> str:
     return f"invalid elastic marker '{_show(token, 60)}': {reason}"
+
+
+def untrusted(comment: str | None) -> str | None:
+    """Why ``comment`` cannot be trusted (module docstring), None when it can."""
+    found = _UNTRUSTED.search(comment or "")
+    if found is None:
+        return None
+    char = found.group()
+    if char == "\ufffd":
+        return "the comment holds bytes that are not UTF-8"
+    return f"the comment holds control or format character U+{ord(char):04X}"
 
 
 # --------------------------------------------------------------------------- parse

@@ -25,7 +25,8 @@ DEFAULT = {"22.05": "0.0.38", "24.11": "0.0.42", "26.05": "0.0.45"}
 SQUEUE_JSON = ("squeue", "--json", "-a", "-t", "all")
 SINFO_JSON = ("sinfo", "--json")
 SCONTROL_NODES = ("scontrol", "--json", "show", "nodes")
-SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all", "-O", parse_text.SQUEUE_FORMAT)
+SQUEUE_TEXT = ("squeue", "-h", "-a", "-t", "all")
+SQUEUE_ONE = ("squeue", "-h", "-t", "all", "-j")
 SCONTROL_JOB = ("scontrol", "--json", "show", "job")
 
 
@@ -45,7 +46,7 @@ class CapturedRunner(SlurmRunner):
             return f"sinfo-{m if v == '22.05' else 'pending'}.{g}.json"
         if argv == SCONTROL_NODES and v != "22.05":
             return f"scontrol-nodes-{m}.{g}.json"
-        if argv == SQUEUE_TEXT:
+        if argv[:-2] == SQUEUE_TEXT or argv[:-3] == SQUEUE_ONE:  # read_job: every job
             return f"squeue-O-{m}.txt"
         if argv == (*SCONTROL_JOB, "5") and v != "22.05":  # captured for het1 only
             return f"scontrol-show-job-het1.{g}.json"
@@ -59,7 +60,7 @@ class CapturedRunner(SlurmRunner):
             return "scontrol-show-config.txt"
         if argv[:4] == ("sacct", "-a", "-D", "--json"):
             return f"sacct.{g}.json"
-        if argv[0] == "sacct" and "-D" in argv and "-P" in argv:
+        if argv[0] == "sacct" and "-D" in argv and "-p" in argv:
             return "sacct-P.txt"
         # What 22.05's scontrol says to --json (measured), or a command the test did not expect.
         raise SlurmRejected(f"{argv[0]} rejected", slurm_message="unrecognized option '--json'")
@@ -75,8 +76,19 @@ class CapturedRunner(SlurmRunner):
         self.calls += 1
         self.argvs.append(argv)
         stdout = (FIXTURES / self.version / self._file(argv)).read_text()
-        stderr = self.squeue_stderr if argv == SQUEUE_TEXT else ""
+        # The text fixtures were captured with CAPTURE_SEPARATOR: answer in the call's own.
+        stdout = stdout.replace(parse_text.CAPTURE_SEPARATOR, call_separator(argv))
+        stderr = self.squeue_stderr if argv[:-2] == SQUEUE_TEXT else ""
         return CommandResult(argv, 0, stdout, stderr, 0.0)
+
+
+def call_separator(argv: tuple[str, ...]) -> str:
+    """The separator a text read asked for (squeue -O's field suffix, sacct's
+    --delimiter); the capture's own for any other command (nothing to replace)."""
+    if argv[0] == "squeue" and "-O" in argv:
+        return argv[argv.index("-O") + 1].split(",")[0].removeprefix("JobID:0")
+    delimiter = next((a for a in argv if a.startswith("--delimiter=")), None)
+    return delimiter.removeprefix("--delimiter=") if delimiter else parse_text.CAPTURE_SEPARATOR
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -149,20 +161,29 @@ def test_probe(version: str) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_read_job_is_json_where_scontrol_has_it(version: str, utc: None) -> None:
-    """read_job: scontrol --json show job on 24.11+ (free text cannot break or forge a
-    record there), scontrol -o show job on 22.05; learnt from one sinfo --json at most."""
+    """read_job: scontrol --json show job on 24.11+, squeue -j ID -O with a fresh
+    separator on 22.05 (free text can neither break nor forge a record in either; 22.05's
+    scontrol -o could be forged); learnt from one sinfo --json at most."""
     runner = CapturedRunner(version, "het")
     backend = CliBackend(runner)
     leader = backend.read_job(5)
     assert leader is not None and (leader.het_job_id, leader.het_job_offset) == (5, 0)
     assert leader.state is JobState.RUNNING
-    single = SCONTROL_JOB if version != "22.05" else ("scontrol", "-o", "show", "job")
-    assert runner.argvs == [SINFO_JSON, (*single, "5")]
+    assert runner.argvs[0] == SINFO_JSON and len(runner.argvs) == 2
+
+    def one_job(argv: tuple[str, ...]) -> bool:
+        if version == "22.05":
+            return argv[:-2] == (*SQUEUE_ONE, "5") and argv[-2] == "-O"
+        return argv == (*SCONTROL_JOB, "5")
+
+    assert one_job(runner.argvs[1])
     backend.read_cluster()  # 22.05's node read is sinfo --json again; none on 24.11+
     backend.read_job(5)
-    assert runner.argvs[-1] == (*single, "5") and runner.argvs.count(SINFO_JSON) == (
+    assert one_job(runner.argvs[-1]) and runner.argvs.count(SINFO_JSON) == (
         2 if version == "22.05" else 1
     )
+    if version == "22.05":  # a fresh separator per call
+        assert runner.argvs[1][-1] != runner.argvs[-1][-1]
 
 
 @pytest.mark.parametrize("history_format", ["text", "json"])

@@ -16,6 +16,7 @@ from slurm_elastic.slurm import parse_json, parse_text
 from slurm_elastic.types import JobState
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm" / "22.05"
+SEP = parse_text.CAPTURE_SEPARATOR  # the text fixtures' separator (CAPTURED.md)
 
 
 def read(name: str) -> str:
@@ -141,11 +142,11 @@ def test_sacct_json_completed() -> None:
 
 def test_sacct_text_matches_json(utc: None) -> None:
     from_json = by_id(parse_json.sacct(read("sacct-resized-requeued-het.json")))
-    from_text = by_id(parse_text.parse_sacct_text(read("sacct-P-all.txt")))
+    from_text = by_id(parse_text.parse_sacct_text(read("sacct-P-all.txt"), separator=SEP))
     assert set(from_text) == set(range(1, 12))
     for job_id, history in from_json.items():
         assert from_text[job_id] == history
-    (completed,) = parse_text.parse_sacct_text(read("sacct-P-completed.txt"))
+    (completed,) = parse_text.parse_sacct_text(read("sacct-P-completed.txt"), separator=SEP)
     assert completed == parse_json.sacct(read("sacct-completed.json"))[0]
 
 
@@ -232,8 +233,8 @@ def test_controller_down_documents_are_unreachable_not_empty() -> None:
 
 
 def test_text_garbage() -> None:
-    with pytest.raises(SlurmParseError, match=r"expected 25 '\|'-separated fields"):
-        parse_text.parse_squeue_text("1|2|RUNNING\n")
+    with pytest.raises(SlurmParseError, match=r"3 fields do not make whole rows of 25"):
+        parse_text.parse_squeue_text("1|2|RUNNING|\n", separator="|")
     with pytest.raises(SlurmParseError, match=r"no Key=Value pairs"):
         parse_text.parse_scontrol_partitions("garbage line\n")
     with pytest.raises(SlurmParseError, match=r"missing State"):

@@ -39,17 +39,29 @@ JSON_CASES: list[tuple[str, Parser]] = [
     ("24.11/squeue-het.0.0.42.json", parse_json.squeue),
     ("26.05/squeue-het.0.0.45.json", parse_json.squeue),
 ]
+
+
+def squeue_text(text: str) -> tuple[Any, ...]:
+    """The squeue -O parser with the text fixtures' separator (CAPTURED.md)."""
+    return parse_text.parse_squeue_text(text, separator=parse_text.CAPTURE_SEPARATOR)
+
+
+def sacct_text(text: str) -> tuple[Any, ...]:
+    """The sacct -p parser with the text fixtures' separator (CAPTURED.md)."""
+    return parse_text.parse_sacct_text(text, separator=parse_text.CAPTURE_SEPARATOR)
+
+
 TEXT_CASES: list[tuple[str, Parser]] = [
     ("22.05/scontrol-o-show-job-running-pending.txt", parse_text.parse_scontrol_jobs),
     ("22.05/scontrol-o-show-partition.txt", parse_text.parse_scontrol_partitions),
-    ("22.05/squeue-O-het.txt", parse_text.parse_squeue_text),
-    ("22.05/sacct-P-all.txt", parse_text.parse_sacct_text),
+    ("22.05/squeue-O-het.txt", squeue_text),
+    ("22.05/sacct-P-all.txt", sacct_text),
     ("24.11/scontrol-o-show-job-het.txt", parse_text.parse_scontrol_jobs),
-    ("24.11/squeue-O-het.txt", parse_text.parse_squeue_text),
+    ("24.11/squeue-O-het.txt", squeue_text),
     ("26.05/scontrol-o-show-job-het.txt", parse_text.parse_scontrol_jobs),
     ("26.05/scontrol-o-show-partition.txt", parse_text.parse_scontrol_partitions),
-    ("26.05/squeue-O-pending.txt", parse_text.parse_squeue_text),
-    ("26.05/sacct-P.txt", parse_text.parse_sacct_text),
+    ("26.05/squeue-O-pending.txt", squeue_text),
+    ("26.05/sacct-P.txt", sacct_text),
 ]
 ALL_PARSERS = [
     parse_json.squeue,
@@ -58,8 +70,8 @@ ALL_PARSERS = [
     parse_json.sacct,
     parse_text.parse_scontrol_jobs,
     parse_text.parse_scontrol_partitions,
-    parse_text.parse_squeue_text,
-    parse_text.parse_sacct_text,
+    squeue_text,
+    sacct_text,
 ]
 TYPED = (SlurmParseError, SlurmUnreachable)
 QUICK = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,6 +10,7 @@ and every JSON generation is held to the same expectations below, and the text p
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import fields
@@ -26,6 +27,7 @@ from slurm_elastic.types import JobHistory, JobState, JobView, NodeView, Partiti
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 VERSIONS = ("22.05", "24.11", "26.05")
+SEP = parse_text.CAPTURE_SEPARATOR  # the text fixtures' separator (CAPTURED.md)
 # The JSON generations each version writes (``--json=v0.0.NN``); a plain --json gives the last.
 GENERATIONS = {
     "22.05": ("0.0.38",),
@@ -78,10 +80,10 @@ def _parser(name: str) -> Callable[[str], tuple[Any, ...]] | None:
         if name.startswith("sacct"):
             return parse_json.sacct
     table: dict[str, Callable[[str], tuple[Any, ...]]] = {
-        "squeue-O-": parse_text.parse_squeue_text,
+        "squeue-O-": functools.partial(parse_text.parse_squeue_text, separator=SEP),
         "scontrol-o-show-job-": parse_text.parse_scontrol_jobs,
         "scontrol-o-show-partition": parse_text.parse_scontrol_partitions,
-        "sacct-P": parse_text.parse_sacct_text,
+        "sacct-P": functools.partial(parse_text.parse_sacct_text, separator=SEP),
     }
     return next((p for prefix, p in table.items() if name.startswith(prefix)), None)
 
@@ -366,7 +368,7 @@ def test_sacct_history(version: str, generation: str) -> None:
 
 @pytest.mark.parametrize(("version", "generation"), ALL_GENERATIONS)
 def test_sacct_text_matches_json(version: str, generation: str, utc: None) -> None:
-    text = by_id(parse_text.parse_sacct_text(read(version, "sacct-P.txt")))
+    text = by_id(parse_text.parse_sacct_text(read(version, "sacct-P.txt"), separator=SEP))
     assert text == by_id(parse_json.sacct(read(version, f"sacct.{generation}.json")))
 
 
@@ -462,7 +464,9 @@ def test_text_paths_match_json(version: str, moment: str, utc: None) -> None:
     the differences listed in ``known_differences`` (each checked exactly)."""
     from_json = squeue(version, moment, DEFAULT[version])
     paths = {
-        "squeue -O": parse_text.parse_squeue_text(read(version, f"squeue-O-{moment}.txt")),
+        "squeue -O": parse_text.parse_squeue_text(
+            read(version, f"squeue-O-{moment}.txt"), separator=SEP
+        ),
         "scontrol": parse_text.parse_scontrol_jobs(
             read(version, f"scontrol-o-show-job-{moment}.txt")
         ),
@@ -484,14 +488,13 @@ def test_text_paths_match_json(version: str, moment: str, utc: None) -> None:
 def test_squeue_text_pending_range_min_and_max(version: str, utc: None) -> None:
     """The old `squeue -o` showed -N2-4 as min 4 and no max (%D is the scheduler's
     estimate); -O's tres-alloc (the request while pending) and MaxNodes fix both."""
-    line = next(
-        line for line in read(version, "squeue-O-pending.txt").splitlines() if "|range24|" in line
-    )
+    text = read(version, "squeue-O-pending.txt").replace(SEP, "|")
+    line = next(line for line in text.splitlines() if "|range24|" in line)
     assert "|4|4|" in line and "node=2" in line  # NumNodes 4, MaxNodes 4, tres-alloc node=2
-    jobs = by_id(parse_text.parse_squeue_text(read(version, "squeue-O-pending.txt")))
+    jobs = by_id(parse_text.parse_squeue_text(read(version, "squeue-O-pending.txt"), separator=SEP))
     assert (jobs[RANGE24].min_nodes, jobs[RANGE24].max_nodes) == (2, 4)
     assert (jobs[SHARED24].min_nodes, jobs[SHARED24].max_nodes) == (2, 3)
-    assert jobs[RANGE24].comment == COMMENT  # a "|" inside the last field survives
+    assert jobs[RANGE24].comment == COMMENT  # a "|" inside a field survives
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -522,11 +525,16 @@ def test_scontrol_submit_line_is_free_text(utc: None) -> None:
 
 
 def test_squeue_format_fields() -> None:
-    """Width 0 and a "|" suffix on every field; the free-text comment last, bare."""
-    parts = parse_text.SQUEUE_FORMAT.split(",")
-    assert parts[-1] == "Comment:0"
-    assert all(p.endswith(":0|") for p in parts[:-1])
-    assert {"MaxNodes:0|", "tres-alloc:0|", "NumNodes:0|"} <= set(parts)
+    """Width 0 and the call's separator after every field, the last one too."""
+    separator = parse_text.new_separator()
+    parts = parse_text.squeue_format(separator).split(",")
+    assert parts[-1] == f"Comment:0{separator}"
+    assert all(p.endswith(f":0{separator}") for p in parts)
+    assert {f"MaxNodes:0{separator}", f"tres-alloc:0{separator}"} <= set(parts)
+    assert separator.isalpha() and len(separator) == parse_text.SEPARATOR_LENGTH
+    assert parse_text.new_separator() != separator
+    with pytest.raises(ValueError, match="letters only"):
+        parse_text.squeue_format("a1")
 
 
 # --------------------------------------------------------------------------- partitions

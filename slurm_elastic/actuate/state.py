@@ -8,7 +8,8 @@
 * a companion (``slurm-elastic:companion-of=<PARENT>``) — linked to its parent, or an
   orphan when the parent is gone or no longer running;
 * anything else, with the reason it is not elastic ("not elastic", "malformed marker:
-  ...", "heterogeneous job", ...).  Those jobs are never touched.
+  ...", "comment not trusted, ...", "heterogeneous job", ...).  Those jobs are never
+  touched.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from slurm_elastic.actuate.companion import companion_parent, orphan_reason
 from slurm_elastic.errors import MarkerError
+from slurm_elastic.marker import untrusted
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker).
@@ -141,6 +143,9 @@ def classify(
 def _elastic_or_reason(
     job: JobView, resolve_spec: SpecResolver, partition_allowed: Callable[[str], bool]
 ) -> tuple[str, ElasticSpec | None]:
+    why = untrusted(job.comment)
+    if why is not None:
+        return f"comment not trusted, job left alone: {why}", None
     try:
         spec = resolve_spec(job)
     except MarkerError as exc:

@@ -15,7 +15,7 @@ import hostlist
 
 from slurm_elastic.actuate.companion import companion_parent
 from slurm_elastic.errors import AgentError, SlurmElasticError
-from slurm_elastic.slurm.parse_text import parse_scontrol_jobs
+from slurm_elastic.slurm.parse_text import new_separator, parse_scontrol_jobs, split_rows
 from slurm_elastic.slurm.runner import SlurmRunner
 from slurm_elastic.types import JobView
 
@@ -38,16 +38,22 @@ def read_job(job_id: int, runner: SlurmRunner | None = None) -> JobView:
 
 
 def effective_nodes(job_id: int, runner: SlurmRunner | None = None) -> int:
-    """Nodes the training runs on: the job's own plus its running companions' (one call)."""
+    """Nodes the training runs on: the job's own plus its running companions' (one call).
+
+    Only this user's jobs are read (``--me``: a companion has its parent's owner, and
+    another user's job naming this one as its parent must not count), split at a separator
+    made for the call, so that no comment's newline can add a row."""
     run = runner or SlurmRunner(timeout_s=15.0)
+    separator = new_separator()
+    fields = ("%i", "%D", "%k")
+    argv = ["squeue", "-h", "--me", "-t", "RUNNING", "-o", "".join(f + separator for f in fields)]
     try:
-        out = run.read(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%D|%k"]).stdout
+        out = run.read(argv, label="squeue --me").stdout
+        rows = split_rows(out, separator, len(fields), "squeue --me")
     except SlurmElasticError as exc:
         raise AgentError(f"cannot read the queue: {exc}") from None
     total = 0
-    for line in out.splitlines():
-        job, _, rest = line.partition("|")
-        count, _, comment = rest.partition("|")
+    for job, count, comment in rows:
         if not count.strip().isdigit():
             continue
         if job.strip() == str(job_id) or companion_parent(comment) == job_id:

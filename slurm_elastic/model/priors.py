@@ -7,6 +7,11 @@ of the same thing.  "Similar" is decided in this order (the first non-empty leve
 2. same user and same job name;
 3. same user and same working directory (the same script run under another name).
 
+Every level is the same user's, on purpose: names, working directories and comments are
+whatever a user writes, so drawing on other users' jobs would let one user steer the
+estimates that size another's (docs/security.md, "What a user can put in Slurm's
+output").  The user is the one Slurm recorded for the job, never a field a user wrote.
+
 From the similar jobs we take the run time (``COMPLETED`` runs; other finished runs only
 when no completed one exists, since a cancelled run says little about its natural
 length), the sizes they ran at, and, where the daemon kept their progress reports, the

@@ -9,16 +9,27 @@ record's end to its own end.  A requeued job likewise has one ``REQUEUED``
 record per earlier run (``sacct -D``, and always in ``--json``); those runs are
 separate allocations with their own start.
 
-Both the JSON and the ``sacct -P`` parser produce :class:`AcctRecord` rows and
-hand them to :func:`collapse`.
+Both the JSON and the ``sacct -p`` parser produce :class:`AcctRecord` rows (through
+:func:`records`, which leaves out a row that does not parse instead of failing the read)
+and hand them to :func:`collapse`.  A row whose owner Slurm does not name (no ``user``:
+the uid it recorded has no name) counts for nobody's history: priors are drawn from the
+same user's jobs only (``model.priors``), and an unnamed owner cannot be that user.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
+import structlog
+
+from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.types import Allocation, JobHistory, JobState
+
+log = structlog.get_logger(__name__)
+
+Raw = TypeVar("Raw")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +53,36 @@ class AcctRecord:
     het_job_offset: int | None = None
 
 
+def records(
+    raws: Iterable[Raw], parse: Callable[[Raw, int], AcctRecord | None], what: str
+) -> tuple[AcctRecord, ...]:
+    """``parse(raw, index)`` of every raw row (None: not an allocation row); a row that
+    raises SlurmParseError is left out with a warning.  The history only feeds priors:
+    one job's unreadable row must not take the whole look-back window from everyone."""
+    kept: list[AcctRecord] = []
+    skipped = 0
+    for index, raw in enumerate(raws):
+        try:
+            record = parse(raw, index)
+        except SlurmParseError as exc:
+            skipped += 1
+            if skipped <= 3:  # a few examples; the count says the rest
+                log.warning("history.row_skipped", source=what, error=str(exc))
+            continue
+        if record is not None:
+            kept.append(record)
+    if skipped:
+        log.warning("history.rows_skipped", source=what, skipped=skipped, kept=len(kept))
+    return tuple(kept)
+
+
 def collapse(records: Iterable[AcctRecord]) -> tuple[JobHistory, ...]:
-    """Group rows by job id (in first-seen order) and fold each group into a JobHistory."""
+    """Group rows by job id (in first-seen order) and fold each group into a JobHistory;
+    rows without an owner's name are left out (module docstring)."""
     groups: dict[int, list[AcctRecord]] = {}
     for record in records:
+        if not record.user.strip():
+            continue
         groups.setdefault(record.job_id, []).append(record)
     return tuple(_fold(rows) for rows in groups.values())
 

@@ -4,10 +4,13 @@
   line per record.  Values may contain spaces (``Comment=a b``) and even
   ``x=y``, so lines are split at *known* keys: after a free-text key only a
   known key ends the value; each key is taken once (its first occurrence).
-* ``squeue -h -O SQUEUE_FORMAT`` and ``sacct -P -n -o SACCT_FIELDS``: ``|``
-  separated, the free-text comment last so a ``|`` inside it survives.  Other
-  free-text columns (job name, working directory) come before it: a ``|`` in one of
-  them makes the line a SlurmParseError (the JSON path has no such limit).
+* ``squeue -h -O squeue_format(SEP)`` and ``sacct -p -n --delimiter=SEP -o
+  SACCT_FIELDS``: every field, the last one too, followed by ``SEP``, a separator made
+  fresh for each call (:func:`new_separator`).  Slurm prints names, comments and working
+  directories byte for byte, newlines and ``|`` included, so with a fixed separator a user
+  could write a field that reads as more fields or as another job's row (a finished job of
+  any user in ``sacct``).  Nobody can write a separator they do not know: split at it,
+  every row has exactly its fields, whatever they hold (:func:`split_rows`).
 
 What a job field means (a pending job's requested minimum, Slurm's guessed times) is
 decided in :mod:`slurm_elastic.slurm.semantics`, as for the JSON generations.  The text
@@ -20,11 +23,13 @@ command (Slurm prints local time); they are converted with the same zone.
 from __future__ import annotations
 
 import re
+import secrets
+import string
 from collections.abc import Callable, Mapping
 
 from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.slurm import convert as cv
-from slurm_elastic.slurm import semantics
+from slurm_elastic.slurm import history, semantics
 from slurm_elastic.slurm.history import AcctRecord, collapse
 from slurm_elastic.types import JobHistory, JobState, JobView, PartitionView
 
@@ -97,10 +102,11 @@ def _logical_lines(text: str, starts_record: Callable[[str], bool]) -> list[tupl
 
     Slurm prints free text raw: a comment holding a newline (accepted by sbatch on every
     version), or 26.05's SubmitLine (the whole sbatch line, ``--wrap`` script and all),
-    continues on the next line of ``scontrol -o``, ``squeue -O`` and ``sacct -P`` output.
-    A line that does not look like the start of a record continues the previous one.  A
-    continuation forged to look like a record start stays ambiguous: that is what the
-    JSON reads are for."""
+    continues on the next line of ``scontrol -o`` output.  A line that does not look like
+    the start of a record continues the previous one.  A continuation forged to look like
+    a record start stays ambiguous, so the daemon reads no job this way (the backend's
+    ``read_job`` uses JSON or ``squeue -O`` with a fresh separator); partitions have no
+    user-written field, and the job agent reads only its own job."""
     joined: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if joined and line.strip() and not starts_record(line):
@@ -253,8 +259,8 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
 
 # --------------------------------------------------------------------------- squeue -O
 
-# ``squeue -O`` fields, each with width 0 (unpadded, never truncated) and a "|" suffix;
-# the free-text comment comes last, without a suffix, so a "|" inside it survives.
+# ``squeue -O`` fields, each with width 0 (unpadded, never truncated) and the call's
+# separator as suffix (see the module docstring).
 # Why -O and not -o: -o has no letter for the maximum node count, and its %D is a
 # pending job's scheduler estimate (a pending -N2-4 showed min 4 and no max on every
 # version).  -O has MaxNodes and tres-alloc, which for a pending job is the requested
@@ -262,7 +268,9 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
 # path (see ``semantics``).  MaxNodes means the request only while the job pends: for
 # a running job squeue prints its current size there (JSON says 0), so it is not read.
 # Checked on 22.05.8, 24.11.5 and 26.05.5.  An unknown field name makes squeue print an
-# error but exit 0 with an empty column (24.11): the backend checks stderr.
+# error but exit 0 with an empty column (24.11): the backend checks stderr.  Any text
+# after a field's width is its suffix, on every version: ``JobID:0Xyz`` prints the id
+# then ``Xyz``.
 _SQUEUE_FIELDS = (
     ("raw_id", "JobID"), ("het_id", "HetJobID"), ("het_offset", "HetJobOffset"),
     ("state", "State"), ("count", "NumNodes"), ("max", "MaxNodes"), ("nodelist", "NodeList"),
@@ -273,37 +281,64 @@ _SQUEUE_FIELDS = (
     ("tres_per_node", "tres-per-node"), ("dependency", "Dependency"),
     ("workdir", "WorkDir"), ("name", "Name"), ("comment", "Comment"),
 )  # fmt: skip
-SQUEUE_FORMAT = ",".join(
-    f"{field}:0" + ("" if index == len(_SQUEUE_FIELDS) - 1 else "|")
-    for index, (_, field) in enumerate(_SQUEUE_FIELDS)
-)
 SQUEUE_COLUMNS = tuple(name for name, _ in _SQUEUE_FIELDS)
+SEPARATOR_LENGTH = 24
+# The separator of the captured text fixtures (tests/fixtures/slurm/*/CAPTURED.md); the
+# backend never uses it: a separator written in the source is one a user can know.
+CAPTURE_SEPARATOR = "QqCaptureSeparatorQq"
 
 
-def _has_columns(names: tuple[str, ...]) -> Callable[[str], bool]:
-    """Whether a line holds every column but the free-text last one (a record's start)."""
-    return lambda line: line.count("|") >= len(names) - 1
+def new_separator() -> str:
+    """A separator for one call: letters only (squeue reads a digit or '.' after ':' as
+    part of the width, ',' as the next field), 24 of them from ``secrets``: ~137 bits.
+
+    A user learns it only by seeing the command line while it runs, when the fields it
+    prints are already stored; docs/security.md says what that leaves."""
+    return "".join(secrets.choice(string.ascii_letters) for _ in range(SEPARATOR_LENGTH))
 
 
-def _split_row(line: str, names: tuple[str, ...], where: str) -> dict[str, str]:
-    # The last column is free text: split at most len-1 times so a "|" inside it survives.
-    parts = line.split("|", len(names) - 1)
-    if len(parts) != len(names):
-        raise SlurmParseError(
-            f"{where}: expected {len(names)} '|'-separated fields, got {len(parts)}"
-        )
-    return dict(zip(names, parts, strict=True))
+def squeue_format(separator: str) -> str:
+    """The ``squeue -O`` argument printing ``SQUEUE_COLUMNS``, each followed by
+    ``separator``."""
+    if not separator.isalpha():
+        raise ValueError("an squeue -O separator must be letters only")
+    return ",".join(f"{field}:0{separator}" for _, field in _SQUEUE_FIELDS)
 
 
-def parse_squeue_text(text: str) -> tuple[JobView, ...]:
-    """``squeue -h -a -t all -O SQUEUE_FORMAT`` -> JobViews (no admin comment: a second
-    free-text column could not be split reliably)."""
+def split_rows(text: str, separator: str, width: int, what: str) -> list[list[str]]:
+    """Rows of ``width`` fields, each field followed by ``separator``, rows by a newline.
+
+    A field may hold anything but the separator, newlines and ``|`` included: the
+    newline that ends a row is the one right after a row's last separator, and the
+    first field (a job id) never holds one.  Output that does not divide into whole
+    rows is a SlurmParseError (a truncated read, or a separator a field did hold)."""
+    if not separator:
+        raise ValueError("an empty separator splits nothing")
+    pieces = text.split(separator)
+    if pieces.pop().strip():
+        raise SlurmParseError(f"{what}: output does not end with a whole row")
+    if len(pieces) % width:
+        raise SlurmParseError(f"{what}: {len(pieces)} fields do not make whole rows of {width}")
+    rows = []
+    for start in range(0, len(pieces), width):
+        row = pieces[start : start + width]
+        if start:
+            if not row[0].startswith("\n"):
+                raise SlurmParseError(f"{what}: row {start // width + 1} does not start a line")
+            row[0] = row[0][1:]
+        rows.append(row)
+    return rows
+
+
+def parse_squeue_text(text: str, *, separator: str) -> tuple[JobView, ...]:
+    """``squeue -h -a -t all -O squeue_format(separator)`` -> JobViews (no admin comment:
+    ``-O`` has no field for it)."""
     views = []
-    for number, line in _logical_lines(text, _has_columns(SQUEUE_COLUMNS)):
-        if not line.strip():
-            continue
-        row = _split_row(line, SQUEUE_COLUMNS, f"squeue -O: line {number}")
-        job_id = cv.as_int(row["raw_id"], f"squeue -O: line {number}: job id")
+    for number, fields in enumerate(
+        split_rows(text, separator, len(SQUEUE_COLUMNS), "squeue -O"), start=1
+    ):
+        row = dict(zip(SQUEUE_COLUMNS, fields, strict=True))
+        job_id = cv.as_int(row["raw_id"], f"squeue -O: row {number}: job id")
         where = f"squeue -O: job {job_id}"
         state = cv.job_state(row["state"], f"{where}: state")
         count = cv.as_int(row["count"], f"{where}: nodes")
@@ -379,42 +414,43 @@ SACCT_FIELDS = (
 )  # fmt: skip
 
 
-def parse_sacct_text_records(text: str) -> tuple[AcctRecord, ...]:
-    records = []
-    for number, line in _logical_lines(text, _has_columns(SACCT_FIELDS)):
-        if not line.strip():
-            continue
-        row = _split_row(line, SACCT_FIELDS, f"sacct -P: line {number}")
-        if "." in row["jobidraw"]:
-            continue  # a step row (when called without -X): not an allocation
-        job_id = cv.as_int(row["jobidraw"], f"sacct -P: line {number}: jobidraw")
-        where = f"sacct -P: job {job_id}"
-        het_id, het_offset = _het_from_display(row["jobid"], where)
-        state = cv.job_state(row["state"], f"{where}: state")
-        records.append(
-            AcctRecord(
-                job_id=job_id,
-                name=row["jobname"],
-                user=row["user"],
-                account=row["account"],
-                partition=row["partition"],
-                state=state,
-                submit_time=cv.timestamp_text(row["submit"], f"{where}: submit"),
-                start_time=cv.timestamp_text(row["start"], f"{where}: start"),
-                end_time=cv.timestamp_text(row["end"], f"{where}: end"),
-                node_count=cv.as_int(row["nnodes"] or "0", f"{where}: nnodes"),
-                nodes=cv.nodes("" if state is JobState.PENDING else row["nodelist"], where),
-                comment=_null(row["comment"]),
-                work_dir=row["workdir"],
-                het_job_id=het_id,
-                het_job_offset=het_offset,
-            )
-        )
-    return tuple(records)
+def parse_sacct_text_records(text: str, *, separator: str) -> tuple[AcctRecord, ...]:
+    """``sacct -a -X -D -p -n --delimiter=separator -o SACCT_FIELDS`` -> records; a row
+    that does not parse is left out (``history.records``)."""
+    rows = split_rows(text, separator, len(SACCT_FIELDS), "sacct -p")
+    return history.records(
+        (dict(zip(SACCT_FIELDS, fields, strict=True)) for fields in rows), _sacct_record, "sacct -p"
+    )
 
 
-def parse_sacct_text(text: str) -> tuple[JobHistory, ...]:
-    return collapse(parse_sacct_text_records(text))
+def _sacct_record(row: Mapping[str, str], index: int) -> AcctRecord | None:
+    if "." in row["jobidraw"]:
+        return None  # a step row (when called without -X): not an allocation
+    job_id = cv.as_int(row["jobidraw"], f"sacct -p: row {index + 1}: jobidraw")
+    where = f"sacct -p: job {job_id}"
+    het_id, het_offset = _het_from_display(row["jobid"], where)
+    state = cv.job_state(row["state"], f"{where}: state")
+    return AcctRecord(
+        job_id=job_id,
+        name=row["jobname"],
+        user=row["user"],
+        account=row["account"],
+        partition=row["partition"],
+        state=state,
+        submit_time=cv.timestamp_text(row["submit"], f"{where}: submit"),
+        start_time=cv.timestamp_text(row["start"], f"{where}: start"),
+        end_time=cv.timestamp_text(row["end"], f"{where}: end"),
+        node_count=cv.as_int(row["nnodes"] or "0", f"{where}: nnodes"),
+        nodes=cv.nodes("" if state is JobState.PENDING else row["nodelist"], where),
+        comment=_null(row["comment"]),
+        work_dir=row["workdir"],
+        het_job_id=het_id,
+        het_job_offset=het_offset,
+    )
+
+
+def parse_sacct_text(text: str, *, separator: str) -> tuple[JobHistory, ...]:
+    return collapse(parse_sacct_text_records(text, separator=separator))
 
 
 def parse_scontrol_config(text: str) -> dict[str, str]:

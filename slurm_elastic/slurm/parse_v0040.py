@@ -47,7 +47,7 @@ from typing import Any
 
 from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.slurm import convert as cv
-from slurm_elastic.slurm import semantics
+from slurm_elastic.slurm import history, semantics
 from slurm_elastic.slurm.history import AcctRecord, collapse
 from slurm_elastic.types import JobHistory, JobView, NodeView
 
@@ -78,8 +78,9 @@ def parse_nodes(doc: Mapping[str, Any]) -> tuple[NodeView, ...]:
 
 
 def parse_sacct_records(doc: Mapping[str, Any]) -> tuple[AcctRecord, ...]:
+    """Records of a ``sacct --json`` document; one that does not parse is left out."""
     jobs = cv.as_list(cv.field(doc, "jobs", "sacct --json"), "sacct --json: jobs")
-    return tuple(_acct(cv.mapping(j, f"sacct --json: jobs[{i}]"), i) for i, j in enumerate(jobs))
+    return history.records(jobs, _acct, "sacct --json")
 
 
 def parse_sacct(doc: Mapping[str, Any]) -> tuple[JobHistory, ...]:
@@ -172,7 +173,8 @@ def _node(raw: Mapping[str, Any], index: int) -> NodeView:
     )
 
 
-def _acct(raw: Mapping[str, Any], index: int) -> AcctRecord:
+def _acct(raw: Any, index: int) -> AcctRecord:
+    raw = cv.mapping(raw, f"sacct --json: jobs[{index}]")
     job_id = cv.as_int(cv.field(raw, "job_id", f"sacct --json: jobs[{index}]"), "job_id")
     where = f"sacct --json: job {job_id} (record {index})"
     state = cv.mapping(cv.field(raw, "state", where), f"{where}: state")
