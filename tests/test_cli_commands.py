@@ -534,7 +534,8 @@ def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(daemon, ["--config", str(bad), "--once"])
     assert result.exit_code == 1
     assert (
-        result.output.strip() == f"Error: {bad}: interval_s: Input should be greater than 0 (got 0)"
+        result.output.strip()
+        == f"Error: {bad}: interval_s: Input should be greater than or equal to 0.01 (got 0)"
     )
 
     blocker = tmp_path / "file"
