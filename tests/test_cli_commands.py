@@ -543,9 +543,9 @@ def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:
     unwritable = tmp_path / "c.yaml"
     unwritable.write_text(f"state_dir: {blocker}/state\n")
     result = CliRunner().invoke(daemon, ["--config", str(unwritable), "--once"])
-    assert result.exit_code == 1
-    assert (
-        result.output.strip() == f"Error: state_dir: cannot create {blocker}/state: Not a directory"
+    assert result.exit_code == ExitCode.STATE
+    assert result.output.strip() == (
+        f"Error: {blocker}/state: cannot create the state directory (state_dir): Not a directory"
     )
 
     import socket

@@ -71,6 +71,12 @@ class CycleFailed(click.ClickException):
     exit_code = ExitCode.CYCLE_FAILED
 
 
+class StateFault(click.ClickException):
+    """``Error: <file>: ...``, exit 5: the state directory or the journal cannot be used."""
+
+    exit_code = ExitCode.STATE
+
+
 def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
     """The config for a one-shot command; its logs go to stderr, warnings only by default."""
     from slurm_elastic.config import load_main
@@ -137,15 +143,19 @@ def daemon(config_file: Path | None, once: bool) -> None:
 
     \b
     Exit status: 0 stopped by SIGTERM/SIGINT, or --once and its cycle succeeded;
-    1 could not start (config, state_dir, API port); 2 usage;
-    3 --once and its one cycle failed (Slurm unreachable, output not understood).
+    1 could not start (config, API port); 2 usage;
+    3 --once and its one cycle failed (Slurm unreachable, output not understood);
+    5 the state directory or journal cannot be used (read-only, full, corrupt),
+    at start-up or while running.
     Without --once a failed cycle never ends the daemon (see /healthz).
     """
     from slurm_elastic.daemon.service import run_daemon
-    from slurm_elastic.errors import SlurmElasticError
+    from slurm_elastic.errors import SlurmElasticError, StateError
 
     try:
         code = run_daemon(config_file, once=once)
+    except StateError as exc:
+        raise StateFault(str(exc)) from None
     except (SlurmElasticError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(code)
@@ -320,6 +330,7 @@ def _journal_copy(state_dir: Path) -> Iterator[Any]:
     import sqlite3
 
     from slurm_elastic.daemon.journal import Journal
+    from slurm_elastic.errors import StateError
 
     source = state_dir / "journal.sqlite"
     with tempfile.TemporaryDirectory(prefix="slurm-elastic-plan.") as tmp:
@@ -336,7 +347,13 @@ def _journal_copy(state_dir: Path) -> Iterator[Any]:
                     f"warning: cannot copy {source} ({exc}); using an empty journal", err=True
                 )
                 target.unlink(missing_ok=True)
-        journal = Journal(target)
+        try:
+            journal = Journal(target)
+        except StateError as exc:  # the copy is as damaged as its source
+            detail = str(exc).removeprefix(f"{target}: ")
+            click.echo(f"warning: cannot use {source} ({detail}); using an empty journal", err=True)
+            target.unlink(missing_ok=True)
+            journal = Journal(target)
         try:
             yield journal
         finally:
