@@ -50,6 +50,7 @@ from slurm_elastic.daemon.status import (
 )
 from slurm_elastic.errors import ConfigError, StateError
 from slurm_elastic.slurm.backend import SlurmBackend
+from slurm_elastic.terminal import safe_text
 from slurm_elastic.types import ClusterSnapshot, ProgressReport
 
 log = structlog.get_logger("slurm_elastic.service")
@@ -95,8 +96,9 @@ class Notifier:
 
 
 def status_line(text: str, limit: int = 400) -> str:
-    """``STATUS=`` with one line of text: a newline in an error would start a new assignment."""
-    return "STATUS=" + " ".join(text.split())[:limit]
+    """``STATUS=`` with one line of text: a newline in an error would start a new assignment,
+    and ``systemctl status`` shows the rest to the admin (user-written text escaped)."""
+    return "STATUS=" + safe_text(" ".join(text.split()))[:limit]
 
 
 def watchdog_interval_s(environ: dict[str, str] | None = None) -> float | None:
