@@ -701,3 +701,29 @@ def test_plan_tables_and_error_lines_show_hostile_text_escaped(
     _shown_safely(capsys.readouterr().out)
     error = CycleFailed(f"dry-run cycle failed: {HOSTILE}")
     _shown_safely(error.format_message())
+
+
+@pytest.mark.slurm
+def test_a_users_hostile_job_name_reaches_the_admin_escaped(
+    clean_queue, two_users, tmp_path: Path
+) -> None:
+    """se-alice names her elastic job with escape sequences and a bidi override: Slurm keeps
+    them (squeue prints them raw); status, explain and plan show them escaped, JSON exact."""
+    alice, _ = two_users
+    name = "x\x1b]0;pwned\x07\x1b[2J\u202egnp"
+    job_id = alice.sbatch(
+        "-N1-2", "--comment=elastic", "-J", name, "--wrap", "sleep 300", cwd=alice.home
+    )
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\napi: {{port: 0}}\n")
+    args = ("--config", str(config_file))
+    _cli("daemon", "--once", *args)
+    shown = "".join(
+        _cli(*command, *args).stdout
+        for command in (("status",), ("explain", str(job_id), "--dry-run"), ("plan",))
+    )
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in shown
+    assert f"{job_id} " in shown and "x\\x1b]0;pwned\\x07\\x1b[2J\\u202egnp" in shown
+    document = json.loads(_cli("status", "--json", *args).stdout)
+    assert {j["job_id"]: j["name"] for j in document["jobs"]}[job_id] == name
