@@ -57,8 +57,8 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
-# Numbers of the config: never a bool, always finite (``allow_inf_nan=False`` below).
-Seconds = Annotated[float, BeforeValidator(_not_bool)]
+# Numbers of the config (seconds, counts, shares): never a bool, always finite.
+Number = Annotated[float, BeforeValidator(_not_bool)]
 Count = Annotated[int, BeforeValidator(_not_bool)]
 
 
@@ -78,9 +78,9 @@ class SlurmSection(_Section):
     # imports <pyslurm_path>/<major.minor of the running Slurm> itself ("" = don't look;
     # a pyslurm already importable from PYTHONPATH wins).  See slurm.select.
     pyslurm_path: str = "/var/lib/slurm-elastic/pyslurm"
-    timeout_s: Seconds = _number(20.0, 0.1, 10 * MINUTE)
-    sacct_interval_s: Seconds = _number(300.0, 1.0, DAY)
-    sacct_lookback_s: Seconds = _number(2_592_000.0, 0.0, 366 * DAY)
+    timeout_s: Number = _number(20.0, 0.1, 10 * MINUTE)
+    sacct_interval_s: Number = _number(300.0, 1.0, DAY)
+    sacct_lookback_s: Number = _number(2_592_000.0, 0.0, 366 * DAY)
     # ``scontrol reconfigure`` once a job the daemon shrank has ended (Slurm 22.05 node leak,
     # see ``slurm.cli.leaks_nodes_after_shrink``): auto = when the probed version has it.
     reconfigure_after_shrink: Literal["auto", "always", "never"] = "auto"
@@ -88,37 +88,37 @@ class SlurmSection(_Section):
 
 class PolicySection(_Section):
     name: Literal["mip", "greedy", "dp", "static"] = "mip"
-    time_limit_s: Seconds = _number(1.0, 0.01, 10 * MINUTE)
-    horizon_s: Seconds = _number(3600.0, 1.0, 30 * DAY)
+    time_limit_s: Number = _number(1.0, 0.01, 10 * MINUTE)
+    horizon_s: Number = _number(3600.0, 1.0, 30 * DAY)
     fallback: Literal["greedy", "dp", "static", "none"] = "greedy"
 
 
 class GuardsSection(_Section):
-    cooldown_s: Seconds = _number(120.0, 0.0, 7 * DAY)
-    min_dwell_s: Seconds = _number(300.0, 0.0, 7 * DAY)
+    cooldown_s: Number = _number(120.0, 0.0, 7 * DAY)
+    min_dwell_s: Number = _number(300.0, 0.0, 7 * DAY)
     max_resizes_per_cycle: Count = _number(2, 0, 10_000)
-    payback_horizon_s: Seconds = _number(1800.0, 0.0, 30 * DAY)
+    payback_horizon_s: Number = _number(1800.0, 0.0, 30 * DAY)
     hard_shrink: bool = False
-    ack_timeout_s: Seconds = _number(60.0, 1.0, DAY)
-    time_limit_margin_s: Seconds = _number(300.0, 0.0, 7 * DAY)
-    stale_snapshot_s: Seconds = _number(60.0, 1.0, DAY)
+    ack_timeout_s: Number = _number(60.0, 1.0, DAY)
+    time_limit_margin_s: Number = _number(300.0, 0.0, 7 * DAY)
+    stale_snapshot_s: Number = _number(60.0, 1.0, DAY)
 
 
 class GrowSection(_Section):
     method: Literal["companion", "expand", "off"] = "companion"
-    companion_pending_timeout_s: Seconds = _number(600.0, 1.0, 7 * DAY)
+    companion_pending_timeout_s: Number = _number(600.0, 1.0, 7 * DAY)
     agent_command: str = Field("slurm-elastic run", min_length=1)
 
 
 class ModelSection(_Section):
-    default_resize_cost_s: Seconds = _number(30.0, 0.0, DAY)
+    default_resize_cost_s: Number = _number(30.0, 0.0, DAY)
     # The convergence curve family (``model.convergence``): "exp" is the default validated
     # on public training curves; "auto" selects per job by holdout on its own reports.
     curve_family: Literal["exp", "optimus", "power", "auto"] = "exp"
     # A grow must deliver this share of the speed-up it was decided on, measured over this
     # many rates at the new size, or the job's fit stops extrapolating gains (GrowCheck).
-    grow_check_reports: int = Field(3, ge=1, le=32)
-    grow_min_gain_share: float = Field(0.5, ge=0, le=1)
+    grow_check_reports: Count = _number(3, 1, 32)
+    grow_min_gain_share: Number = _number(0.5, 0.0, 1.0)
 
 
 class ApiSection(_Section):
@@ -156,7 +156,7 @@ class PartitionsSection(_Section):
 
 class Config(_Section):
     mode: Literal["shadow", "enforce"] = "shadow"
-    interval_s: Seconds = _number(10.0, 0.01, HOUR)
+    interval_s: Number = _number(10.0, 0.01, HOUR)
     state_dir: Path = Path("/var/lib/slurm-elastic")
     slurm: SlurmSection = SlurmSection()
     policy: PolicySection = PolicySection()
