@@ -23,6 +23,7 @@ from slurm_elastic.daemon.exitcodes import ExitCode
 from slurm_elastic.daemon.journal import JOURNAL_FILE
 from slurm_elastic.daemon.service import Notifier, Service
 from slurm_elastic.errors import StateError
+from tests.slurm_cluster import wait_until
 from tests.test_daemon_controller_data import RecordingBackend, pending, snapshot
 from tests.test_daemon_service_process import MAIN
 from tests.test_journal import GROW, fill, spoil_a_row
@@ -125,3 +126,39 @@ def test_plan_on_a_corrupt_journal_says_so_and_plans_without_it(
     assert said.startswith(f"warning: {warning} {source} (") and "\n" not in said
     assert said.endswith("; using an empty journal")
     assert source.read_bytes() == before
+
+
+@pytest.mark.slurm
+def test_the_real_daemon_stops_in_one_line_when_its_disk_fills(
+    clean_queue, two_users, tmp_path: Path, tmpfs: Callable[..., Path]
+) -> None:
+    """``slurm-elastic daemon`` in enforce mode cycles on a small state file system; the disk
+    fills, then se-alice submits an elastic job: the journal cannot take its spec, so the
+    daemon stops with one line naming the journal, exit 5 (it used to fail every cycle,
+    with a traceback that did not name the file, and never say so)."""
+    alice, _ = two_users
+    state = tmpfs()
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"mode: enforce\nstate_dir: {state}\napi: {{port: 0}}\ninterval_s: 0.5")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MAIN, "daemon", "--config", str(config_file)],
+        env={**os.environ, "PYTHONPATH": str(REPO), "NOTIFY_SOCKET": ""},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: (state / "status.json").exists(), 30, "a first cycle")
+        fill(state)
+        alice.sbatch("-N1-2", "--comment=elastic", "--wrap", "sleep 300", cwd=alice.home)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.stderr is not None
+    said = [line for line in proc.stderr.read().splitlines() if not line.startswith("{")]
+    assert (code, said) == (
+        ExitCode.STATE,
+        [f"Error: {state / JOURNAL_FILE}: database or disk is full"],
+    )
