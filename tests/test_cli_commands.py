@@ -727,3 +727,28 @@ def test_a_users_hostile_job_name_reaches_the_admin_escaped(
     assert f"{job_id} " in shown and "x\\x1b]0;pwned\\x07\\x1b[2J\\u202egnp" in shown
     document = json.loads(_cli("status", "--json", *args).stdout)
     assert {j["job_id"]: j["name"] for j in document["jobs"]}[job_id] == name
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["daemon", "--once"], ["plan"], ["status"], ["explain", "7"], ["config", "check"]],
+)
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"mode: shadow\n# caf\xe9\n", "(file): not UTF-8 text (byte 0xe9 at offset 18)"),
+        (b"mode: [shadow\n", "line 2: invalid YAML: "),
+        (b"interval_s: .inf\n", "interval_s: Input should be a finite number (got inf)"),
+    ],
+)
+def test_every_command_refuses_a_bad_config_in_one_line(
+    tmp_path: Path, command: list[str], content: bytes, reason: str
+) -> None:
+    from slurm_elastic.cli import cli
+
+    bad = tmp_path / "slurm-elastic.yaml"
+    bad.write_bytes(content)
+    result = CliRunner().invoke(cli, [*command, "--config", str(bad)])
+    assert result.exit_code == 1
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"Error: {bad}: {reason}")
