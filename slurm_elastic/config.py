@@ -12,24 +12,59 @@ one-line ``ConfigError`` naming the file, the dotted key and the reason.
 
 ``Config.provenance`` maps each dotted leaf key to the file that set it (``"default"`` when no
 file did), which ``slurm-elastic config check`` prints.
+
+Every number is finite and inside a closed range ``[low, high]`` (``_number``): ``.inf``,
+``.nan``, ``true`` and absurd values are refused at load time, with the same one-line error,
+instead of making every cycle fail later.  The ranges are listed in the README
+("Configuration"), and a test checks that list against the fields.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+)
 
 from slurm_elastic.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-elastic/slurm-elastic.yaml")
 ENV_VAR = "SLURM_ELASTIC_CONFIG"
 DEFAULT_SOURCE = "default"
+
+MINUTE = 60.0
+HOUR = 3600.0
+DAY = 86400.0
+
+
+def _not_bool(value: Any) -> Any:
+    # pydantic reads true/false as 1/0; in this file that is a typo, not a number.
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true/false")
+    return value
+
+
+# Numbers of the config (seconds, counts, shares): never a bool, always finite.
+Number = Annotated[float, BeforeValidator(_not_bool)]
+Count = Annotated[int, BeforeValidator(_not_bool)]
+
+
+def _number(default: float, low: float, high: float) -> Any:
+    """A finite number in ``[low, high]``: the stated bounds of one key (README table)."""
+    return Field(default, ge=low, le=high, allow_inf_nan=False)
 
 
 class _Section(BaseModel):
@@ -43,9 +78,9 @@ class SlurmSection(_Section):
     # imports <pyslurm_path>/<major.minor of the running Slurm> itself ("" = don't look;
     # a pyslurm already importable from PYTHONPATH wins).  See slurm.select.
     pyslurm_path: str = "/var/lib/slurm-elastic/pyslurm"
-    timeout_s: float = Field(20.0, gt=0)
-    sacct_interval_s: float = Field(300.0, gt=0)
-    sacct_lookback_s: float = Field(2_592_000.0, ge=0)
+    timeout_s: Number = _number(20.0, 0.1, 10 * MINUTE)
+    sacct_interval_s: Number = _number(300.0, 1.0, DAY)
+    sacct_lookback_s: Number = _number(2_592_000.0, 0.0, 366 * DAY)
     # ``scontrol reconfigure`` once a job the daemon shrank has ended (Slurm 22.05 node leak,
     # see ``slurm.cli.leaks_nodes_after_shrink``): auto = when the probed version has it.
     reconfigure_after_shrink: Literal["auto", "always", "never"] = "auto"
@@ -53,42 +88,42 @@ class SlurmSection(_Section):
 
 class PolicySection(_Section):
     name: Literal["mip", "greedy", "dp", "static"] = "mip"
-    time_limit_s: float = Field(1.0, gt=0)
-    horizon_s: float = Field(3600.0, gt=0)
+    time_limit_s: Number = _number(1.0, 0.01, 10 * MINUTE)
+    horizon_s: Number = _number(3600.0, 1.0, 30 * DAY)
     fallback: Literal["greedy", "dp", "static", "none"] = "greedy"
 
 
 class GuardsSection(_Section):
-    cooldown_s: float = Field(120.0, ge=0)
-    min_dwell_s: float = Field(300.0, ge=0)
-    max_resizes_per_cycle: int = Field(2, ge=0)
-    payback_horizon_s: float = Field(1800.0, ge=0)
+    cooldown_s: Number = _number(120.0, 0.0, 7 * DAY)
+    min_dwell_s: Number = _number(300.0, 0.0, 7 * DAY)
+    max_resizes_per_cycle: Count = _number(2, 0, 10_000)
+    payback_horizon_s: Number = _number(1800.0, 0.0, 30 * DAY)
     hard_shrink: bool = False
-    ack_timeout_s: float = Field(60.0, gt=0)
-    time_limit_margin_s: float = Field(300.0, ge=0)
-    stale_snapshot_s: float = Field(60.0, gt=0)
+    ack_timeout_s: Number = _number(60.0, 1.0, DAY)
+    time_limit_margin_s: Number = _number(300.0, 0.0, 7 * DAY)
+    stale_snapshot_s: Number = _number(60.0, 1.0, DAY)
 
 
 class GrowSection(_Section):
     method: Literal["companion", "expand", "off"] = "companion"
-    companion_pending_timeout_s: float = Field(600.0, gt=0)
+    companion_pending_timeout_s: Number = _number(600.0, 1.0, 7 * DAY)
     agent_command: str = Field("slurm-elastic run", min_length=1)
 
 
 class ModelSection(_Section):
-    default_resize_cost_s: float = Field(30.0, ge=0)
+    default_resize_cost_s: Number = _number(30.0, 0.0, DAY)
     # The convergence curve family (``model.convergence``): "exp" is the default validated
     # on public training curves; "auto" selects per job by holdout on its own reports.
     curve_family: Literal["exp", "optimus", "power", "auto"] = "exp"
     # A grow must deliver this share of the speed-up it was decided on, measured over this
     # many rates at the new size, or the job's fit stops extrapolating gains (GrowCheck).
-    grow_check_reports: int = Field(3, ge=1, le=32)
-    grow_min_gain_share: float = Field(0.5, ge=0, le=1)
+    grow_check_reports: Count = _number(3, 1, 32)
+    grow_min_gain_share: Number = _number(0.5, 0.0, 1.0)
 
 
 class ApiSection(_Section):
     bind: str = "127.0.0.1"
-    port: int = Field(8790, ge=0, le=65535)  # 0: pick a free port (tests)
+    port: Count = _number(8790, 0, 65535)  # 0: pick a free port (tests)
     unmunge: str = Field("unmunge", min_length=1)
 
     @field_validator("bind")
@@ -121,7 +156,7 @@ class PartitionsSection(_Section):
 
 class Config(_Section):
     mode: Literal["shadow", "enforce"] = "shadow"
-    interval_s: float = Field(10.0, gt=0)
+    interval_s: Number = _number(10.0, 0.01, HOUR)
     state_dir: Path = Path("/var/lib/slurm-elastic")
     slurm: SlurmSection = SlurmSection()
     policy: PolicySection = PolicySection()
@@ -181,22 +216,50 @@ def config_paths(
         main = env.get(ENV_VAR) or DEFAULT_CONFIG_PATH
     main_path = Path(main)
     conf_d = main_path.parent / "conf.d"
-    extra = sorted(conf_d.glob("*.yaml")) if conf_d.is_dir() else []
+    try:
+        extra = sorted(conf_d.glob("*.yaml")) if _kind(conf_d) == "dir" else []
+    except OSError as exc:
+        raise ConfigError(f"{conf_d}: (directory): cannot read: {exc.strerror or exc}") from None
     return [main_path, *extra]
+
+
+def _kind(path: Path) -> Literal["missing", "dir", "file", "other"]:
+    """What is at ``path``; a directory on the way that cannot be searched is a ConfigError
+    (``Path.exists`` raises PermissionError there rather than answer)."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError as exc:
+        raise ConfigError(f"{path}: (file): cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        return "dir"
+    # /dev/null: "no settings" (scripts and tests pass it); other devices, FIFOs and sockets
+    # could block or never end.
+    return "file" if stat.S_ISREG(mode) or str(path) == os.devnull else "other"
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: (file): cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = raw[exc.start : exc.start + 1].hex()
+        raise ConfigError(
+            f"{path}: (file): not UTF-8 text (byte 0x{bad} at offset {exc.start})"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
+        where = f"line {mark.line + 1}" if mark is not None else "(file)"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
+        raise ConfigError(f"{path}: {where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: (file): invalid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -244,6 +307,12 @@ def _source_for(loc: str, prov: Mapping[str, str]) -> str:
     return DEFAULT_SOURCE
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """The offending value for the error line: repr (control characters escaped), cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _error_line(exc: ValidationError, prov: Mapping[str, str]) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]).replace("json_", "json") or "(top level)"
@@ -251,7 +320,7 @@ def _error_line(exc: ValidationError, prov: Mapping[str, str]) -> str:
     if err["type"] == "extra_forbidden":
         reason = "unknown key"
     elif "input" in err and err["type"] not in ("missing",):
-        reason = f"{reason} (got {err['input']!r})"
+        reason = f"{reason} (got {_shown(err['input'])})"
     more = len(exc.errors()) - 1
     tail = f" (+{more} more error{'s' if more > 1 else ''})" if more else ""
     return f"{_source_for(loc, prov)}: {loc}: {reason}{tail}"
@@ -276,10 +345,13 @@ def load_config(
     prov: dict[str, str] = {}
     read: list[str] = []
     for index, path in enumerate(files):
-        if index == 0 and optional_main and not path.exists():
+        kind = _kind(path)
+        if index == 0 and optional_main and kind == "missing":
             continue
-        if not path.exists() or path.is_dir():
+        if kind in ("missing", "dir"):
             raise ConfigError(f"{path}: (file): does not exist or is a directory")
+        if kind == "other":  # a FIFO or a device would block or never end
+            raise ConfigError(f"{path}: (file): not a regular file")
         _merge(merged, _read_yaml(path), str(path), prov)
         read.append(str(path))
     try:

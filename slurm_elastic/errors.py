@@ -15,7 +15,8 @@ one-line message a human can act on.  Raw ``subprocess`` / ``OSError`` /
     │   └── ActionRefused      an invalid action the backend would not send (nothing sent)
     ├── SolverError            a policy could not produce a plan
     ├── AuthError              a report/ack failed MUNGE authentication or authorisation
-    └── AgentError             job-side launcher failures
+    ├── AgentError             job-side launcher failures
+    └── StateError             the state directory or the journal cannot be used (names the file)
 """
 
 from __future__ import annotations
@@ -76,3 +77,8 @@ class AuthError(SlurmElasticError):
 
 class AgentError(SlurmElasticError):
     pass
+
+
+class StateError(SlurmElasticError):
+    """The daemon's state directory or journal cannot be written or trusted (read-only, full,
+    corrupt).  The daemon stops on it: it never acts on what it cannot write down first."""

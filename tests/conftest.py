@@ -8,8 +8,9 @@ cluster up with scripts/cluster.sh when it is not already running.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,32 @@ def _reset_structlog() -> Iterator[None]:
     so that ``structlog.testing.capture_logs`` sees every event in the tests that follow."""
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """``tmpfs(size="1m", read_only=False)``: a real small (or read-only) file system, for
+    full-disk and read-only state directories.  Needs root (mount); unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(size: str = "1m", *, read_only: bool = False) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        point = tmp_path / f"tmpfs{len(mounted)}"
+        point.mkdir()
+        options = f"size={size},mode=0755" + (",ro" if read_only else "")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in reversed(mounted):
+        # Lazily if a test left a file open: the mount must not outlive the test.
+        if subprocess.run(["umount", str(point)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(point)], check=True)

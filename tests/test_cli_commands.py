@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.commands import (
     STATUS_COLUMNS,
+    _action_rows,
     config_check,
     daemon,
     explain,
@@ -32,6 +35,7 @@ from slurm_elastic.daemon.commands import (
 from slurm_elastic.daemon.exitcodes import ExitCode
 from slurm_elastic.daemon.status import STATUS_FILE, read_document, write_atomic
 from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.terminal import safe_text
 from tests.slurm_cluster import wait_until
 from tests.test_daemon_service_process import MAIN as _MAIN
 from tests.test_daemon_service_process import daemon_process, wait_api, write_config
@@ -534,7 +538,8 @@ def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(daemon, ["--config", str(bad), "--once"])
     assert result.exit_code == 1
     assert (
-        result.output.strip() == f"Error: {bad}: interval_s: Input should be greater than 0 (got 0)"
+        result.output.strip()
+        == f"Error: {bad}: interval_s: Input should be greater than or equal to 0.01 (got 0)"
     )
 
     blocker = tmp_path / "file"
@@ -542,9 +547,9 @@ def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:
     unwritable = tmp_path / "c.yaml"
     unwritable.write_text(f"state_dir: {blocker}/state\n")
     result = CliRunner().invoke(daemon, ["--config", str(unwritable), "--once"])
-    assert result.exit_code == 1
-    assert (
-        result.output.strip() == f"Error: state_dir: cannot create {blocker}/state: Not a directory"
+    assert result.exit_code == ExitCode.STATE
+    assert result.output.strip() == (
+        f"Error: {blocker}/state: cannot create the state directory (state_dir): Not a directory"
     )
 
     import socket
@@ -562,20 +567,16 @@ def test_daemon_start_errors_are_one_line(tmp_path: Path) -> None:
     )
 
 
-def test_status_uses_rich_only_on_a_tty(tmp_path: Path) -> None:
+def _on_a_tty(*args: str, code: int = 0) -> str:
+    """What ``slurm-elastic ARGS`` writes to a terminal (a pty: rich styles its tables)."""
     import pty
 
-    path = tmp_path / STATUS_FILE
-    write_atomic(
-        path,
-        {"version": 1, "generated_at": time.time(), "daemon": {}, "cycle": {"ok": True},
-         "jobs": [TRAIN_ROW]},
-    )  # fmt: skip
-    args = [sys.executable, "-c", _MAIN, "status", "--file", str(path), "--config", "/dev/null"]
     primary, secondary = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
-    env.update(COLUMNS="120", TERM="xterm")  # CI may run with TERM=dumb
-    proc = subprocess.Popen(args, stdout=secondary, stderr=secondary, env=env)
+    env.update(COLUMNS="200", TERM="xterm")  # CI may run with TERM=dumb
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _MAIN, *args], stdout=secondary, stderr=secondary, env=env
+    )
     os.close(secondary)
     chunks = []
     while True:
@@ -587,8 +588,167 @@ def test_status_uses_rich_only_on_a_tty(tmp_path: Path) -> None:
             break
         chunks.append(chunk)
     os.close(primary)
-    assert proc.wait(timeout=30) == 0
-    on_tty = b"".join(chunks).decode(errors="replace")
+    assert proc.wait(timeout=30) == code
+    return b"".join(chunks).decode("utf-8")
+
+
+def test_status_uses_rich_only_on_a_tty(tmp_path: Path) -> None:
+    path = tmp_path / STATUS_FILE
+    write_atomic(
+        path,
+        {"version": 1, "generated_at": time.time(), "daemon": {}, "cycle": {"ok": True},
+         "jobs": [TRAIN_ROW]},
+    )  # fmt: skip
+    on_tty = _on_a_tty("status", "--file", str(path), "--config", "/dev/null")
     assert "\x1b[" in on_tty and "JOBID" in on_tty and "alice" in on_tty  # styled by rich
     piped = _cli("status", "--file", str(path), "--config", "/dev/null")
     assert "\x1b[" not in piped.stdout and piped.stdout.splitlines()[0].split()[0] == "JOBID"
+
+
+# --------------------------------------------------------------------------- hostile text
+
+# What a user can put in a job name, comment or user field, and what each one does raw:
+# OSC 0 retitles the terminal, CSI recolours and moves the cursor, C1 CSI (0x9b) is CSI in
+# one byte, CR overwrites the line, U+202E reverses what follows, U+2066 isolates, U+200B
+# hides, U+2028 breaks the line, a lone surrogate (an undecodable byte) cannot be printed,
+# rich markup makes an OSC 8 link.
+HOSTILE = (
+    "x\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b1m\r\u202egnp.exe\u2066\u200b\u2028"
+    "\udcfe[link=http://evil.invalid]click[/link]"
+)
+RAW = ("\x1b]", "\x1b[2J", "\x1b[31m", "\x9b", "\r", "\u202e", "\u2066", "\u200b", "\u2028")
+
+
+def _shown_safely(out: str) -> None:
+    for raw in RAW:
+        assert raw not in out, repr(raw)
+    assert "\\x1b]0;pwned\\x07" in out and "\\u202egnp.exe" in out  # shown, escaped
+
+
+def test_safe_text_escapes_what_a_terminal_would_act_on() -> None:
+    assert safe_text(HOSTILE) == (
+        "x\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mred\\x9b1m\\x0d\\u202egnp.exe\\u2066\\u200b"
+        "\\u2028\\udcfe[link=http://evil.invalid]click[/link]"
+    )
+    assert safe_text("tab\there\nand") == "tab\\x09here\\x0aand"
+    assert safe_text("trace\nback\x1b", multiline=True) == "trace\nback\\x1b"
+    for fine in ("café 日本語 🚀 naïve", "a b", "", "path/to\\file"):
+        assert safe_text(fine) == fine  # printable text is left as it is
+    assert safe_text(42) == "42"
+
+
+@given(st.text())
+def test_safe_text_output_is_always_printable(text: str) -> None:
+    shown = safe_text(text)
+    assert shown.isprintable()
+    assert (shown == text) == text.isprintable()
+
+
+def _hostile_status(tmp_path: Path) -> Path:
+    row = {**TRAIN_ROW, "name": HOSTILE, "user": HOSTILE, "reason": f"malformed: {HOSTILE}"}
+    path = tmp_path / STATUS_FILE
+    write_atomic(
+        path,
+        {"version": 1, "generated_at": time.time(), "daemon": {"interval_s": 10},
+         "cycle": {"ok": False, "error": f"observe: {HOSTILE}"}, "jobs": [row],
+         "plan": {"solver": "mip", "status": "optimal", "objective": 1.0, "solve_s": 0.1,
+                  "note": HOSTILE, "decisions": [
+                      {"job_id": 7, "current_nodes": 2, "target_nodes": 3, "rule": HOSTILE,
+                       "predicted_gain": 1.0, "resize_cost": 0.5, "detail": HOSTILE}]},
+         "actions": [{"job_id": 7, "kind": "grow", "from_nodes": 2, "to_nodes": 3,
+                      "outcome": "shadow", "detail": HOSTILE}]},
+    )  # fmt: skip
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(f"state_dir: {tmp_path}\napi: {{port: 1}}\n")
+    return config_file
+
+
+def test_status_and_explain_show_hostile_text_escaped_in_pipes(tmp_path: Path) -> None:
+    config_file = _hostile_status(tmp_path)
+    status_out = CliRunner().invoke(status, ["--config", str(config_file)])
+    assert status_out.exit_code == ExitCode.CYCLE_FAILED
+    _shown_safely(status_out.output)  # the rows and the "last cycle failed" warning
+    explained = CliRunner().invoke(explain, ["--config", str(config_file), "7"])
+    assert explained.exit_code == ExitCode.CYCLE_FAILED
+    _shown_safely(explained.output)
+    assert "\\x1b]0;pwned" in explained.output.split("action: grow")[1]  # the action's detail
+
+
+def test_status_on_a_tty_shows_hostile_text_escaped(tmp_path: Path) -> None:
+    """rich passes escape sequences in a str through and reads markup in it: neither here."""
+    config_file = _hostile_status(tmp_path)
+    on_tty = _on_a_tty("status", "--config", str(config_file), code=ExitCode.CYCLE_FAILED)
+    _shown_safely(on_tty.replace("\r\n", "\n"))  # the pty's own line ends
+    assert "\x1b]8;" not in on_tty and "[link=http://evil.invalid]click[/link]" in on_tty
+
+
+def test_json_output_keeps_hostile_text_exact_and_escaped(tmp_path: Path) -> None:
+    config_file = _hostile_status(tmp_path)
+    result = CliRunner().invoke(status, ["--config", str(config_file), "--json"])
+    document = json.loads(result.stdout)
+    assert document["jobs"][0]["name"] == HOSTILE  # a machine gets the text as it is
+    for raw in RAW:
+        assert raw not in result.stdout  # JSON's own escapes (\u001b, \u202e)
+
+
+def test_plan_tables_and_error_lines_show_hostile_text_escaped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from slurm_elastic.daemon.commands import _ACTION_COLUMNS, CycleFailed, render_table
+
+    action = {"job_id": 7, "kind": "grow", "from_nodes": 1, "to_nodes": 2, "outcome": "failed"}
+    render_table(_ACTION_COLUMNS, _action_rows([{**action, "detail": HOSTILE}], ()), title="t")
+    _shown_safely(capsys.readouterr().out)
+    error = CycleFailed(f"dry-run cycle failed: {HOSTILE}")
+    _shown_safely(error.format_message())
+
+
+@pytest.mark.slurm
+def test_a_users_hostile_job_name_reaches_the_admin_escaped(
+    clean_queue, two_users, tmp_path: Path
+) -> None:
+    """se-alice names her elastic job with escape sequences and a bidi override: Slurm keeps
+    them (squeue prints them raw); status, explain and plan show them escaped, JSON exact."""
+    alice, _ = two_users
+    name = "x\x1b]0;pwned\x07\x1b[2J\u202egnp"
+    job_id = alice.sbatch(
+        "-N1-2", "--comment=elastic", "-J", name, "--wrap", "sleep 300", cwd=alice.home
+    )
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\napi: {{port: 0}}\n")
+    args = ("--config", str(config_file))
+    _cli("daemon", "--once", *args)
+    shown = "".join(
+        _cli(*command, *args).stdout
+        for command in (("status",), ("explain", str(job_id), "--dry-run"), ("plan",))
+    )
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in shown
+    assert f"{job_id} " in shown and "x\\x1b]0;pwned\\x07\\x1b[2J\\u202egnp" in shown
+    document = json.loads(_cli("status", "--json", *args).stdout)
+    assert {j["job_id"]: j["name"] for j in document["jobs"]}[job_id] == name
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["daemon", "--once"], ["plan"], ["status"], ["explain", "7"], ["config", "check"]],
+)
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"mode: shadow\n# caf\xe9\n", "(file): not UTF-8 text (byte 0xe9 at offset 18)"),
+        (b"mode: [shadow\n", "line 2: invalid YAML: "),
+        (b"interval_s: .inf\n", "interval_s: Input should be a finite number (got inf)"),
+    ],
+)
+def test_every_command_refuses_a_bad_config_in_one_line(
+    tmp_path: Path, command: list[str], content: bytes, reason: str
+) -> None:
+    from slurm_elastic.cli import cli
+
+    bad = tmp_path / "slurm-elastic.yaml"
+    bad.write_bytes(content)
+    result = CliRunner().invoke(cli, [*command, "--config", str(bad)])
+    assert result.exit_code == 1
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"Error: {bad}: {reason}")

@@ -371,3 +371,41 @@ def test_every_service_log_event_is_a_listed_stable_name() -> None:
                 used.add(node.args[0].value)
     assert used, "no log calls found"
     assert used <= set(EVENTS), sorted(used - set(EVENTS))
+
+
+def test_console_log_lines_show_hostile_text_escaped() -> None:
+    """On a TTY the console renderer prints str values raw: a job name with escape sequences
+    in a log value, or in an exception's message, must reach the terminal escaped."""
+    import io
+
+    import structlog
+
+    from slurm_elastic.daemon.log import configure_logging
+    from tests.test_cli_commands import HOSTILE, RAW, _shown_safely
+
+    out = io.StringIO()
+    configure_logging("info", json_lines=False, stream=out)
+    log = structlog.get_logger("test")
+    log.info("report.rejected", name=HOSTILE, job_ids=[HOSTILE])
+    try:
+        raise ValueError(f"bad comment {HOSTILE}")
+    except ValueError:
+        log.exception("cycle.failed", error=HOSTILE)
+    console = out.getvalue()
+    _shown_safely(console)
+    assert "Traceback (most recent call last):\n" in console  # still readable, line by line
+    out = io.StringIO()
+    configure_logging("info", json_lines=True, stream=out)
+    log.info("report.rejected", name=HOSTILE)
+    line = out.getvalue()
+    assert not any(raw in line for raw in RAW)  # JSON's own escapes: \u001b, \u202e
+    assert json.loads(line)["name"] == HOSTILE
+
+
+def test_systemd_status_line_is_one_escaped_line() -> None:
+    from slurm_elastic.daemon.service import status_line
+    from tests.test_cli_commands import RAW
+
+    line = status_line("cycle 3 failed: squeue: job \x1b]0;x\x07 \u202ename\nREADY=1")
+    assert line.startswith("STATUS=cycle 3 failed: ") and "\n" not in line
+    assert not any(raw in line for raw in RAW) and "\\x1b]0;x\\x07 \\u202ename READY=1" in line

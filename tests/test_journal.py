@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import random
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from structlog.testing import capture_logs
+
 from slurm_elastic.actuate.companion import companion_comment
-from slurm_elastic.daemon.journal import ActionStatus, Journal
+from slurm_elastic.daemon.journal import JOURNAL_FILE, ActionStatus, Journal
+from slurm_elastic.errors import StateError
 from slurm_elastic.types import Action, ActionKind, ElasticSpec
 from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot
 
@@ -196,3 +205,150 @@ def test_what_is_read_every_cycle_follows_every_write(tmp_path: Path) -> None:
         assert journal.open_actions() == fresh.open_actions()
         assert journal.known_specs() == fresh.known_specs()
         fresh.close()
+
+
+# --------------------------------------------------------------------------- faults of the file
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Five intents, then the process dies without closing the journal (as a kill -9 would).
+_WRITE_AND_DIE = """
+import os, signal, sys
+from slurm_elastic.daemon.journal import Journal
+from slurm_elastic.types import Action, ActionKind
+journal = Journal.in_state_dir(sys.argv[1])
+for job in range(1, 6):
+    journal.record_intent(Action(ActionKind.GROW, job, 1, 2, "test"), float(job))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _killed_after_five_intents(state: Path) -> Path:
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITE_AND_DIE, str(state)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+    )
+    assert done.returncode == -9
+    wal = state / (JOURNAL_FILE + "-wal")
+    assert wal.stat().st_size > 0  # what an unclean stop leaves
+    return wal
+
+
+@pytest.mark.parametrize("torn_bytes", [0, 7])
+def test_a_torn_last_write_is_recovered_and_said_in_one_line(
+    tmp_path: Path, torn_bytes: int
+) -> None:
+    """A kill mid-commit leaves the write-ahead log's last frame short: SQLite drops that
+    transaction (never acted on: Slurm is called after the commit) and keeps every one
+    before it; the open says so in one line."""
+    wal = _killed_after_five_intents(tmp_path)
+    size = wal.stat().st_size
+    os.truncate(wal, size - torn_bytes)
+    with capture_logs() as logs:
+        journal = Journal.in_state_dir(tmp_path)
+    kept = [e.job_id for e in journal.open_actions()]
+    assert kept == ([1, 2, 3, 4, 5] if torn_bytes == 0 else [1, 2, 3, 4])
+    (line,) = [e for e in logs if e["event"] == "journal.recovered"]
+    assert line["path"] == str(tmp_path / JOURNAL_FILE) and line["wal_bytes"] == size - torn_bytes
+    assert line["log_level"] == "warning" and "unfinished last one" in line["detail"]
+    journal.close()
+    with capture_logs() as logs:  # closed cleanly this time: nothing to recover
+        Journal.in_state_dir(tmp_path).close()
+    assert [e for e in logs if e["event"] == "journal.recovered"] == []
+
+
+def _one_line(exc: pytest.ExceptionInfo[StateError]) -> str:
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_file_that_is_not_a_journal_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / JOURNAL_FILE
+    path.write_bytes(os.urandom(5000))
+    with pytest.raises(StateError) as info:
+        Journal(path)
+    assert _one_line(info).startswith(f"{path}: corrupt journal (file is not a database); ")
+
+
+def test_a_cut_journal_is_one_line(tmp_path: Path) -> None:
+    """Damage past the first page (a file cut short): found at open, not in a later cycle."""
+    journal = Journal.in_state_dir(tmp_path)
+    journal.remember_specs({job: ElasticSpec(1, 4) for job in range(3000)}, 1.0)  # many pages
+    journal.close()  # folds the write-ahead log into the file
+    path = tmp_path / JOURNAL_FILE
+    os.truncate(path, path.stat().st_size // 2 + 100)
+    with pytest.raises(StateError) as info:
+        Journal(path)
+    assert _one_line(info).startswith(f"{path}: corrupt journal (")
+    assert "move it aside" in str(info.value)
+
+
+def spoil_a_row(path: Path) -> None:
+    """A journal whose pages are sound but one row holds what this code never writes."""
+    journal = Journal(path)
+    journal.record_intent(GROW, 1.0)
+    journal.close()
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE actions SET kind='teleport', extra='{not json'")
+    db.close()
+
+
+def test_a_row_this_code_never_wrote_is_one_line_at_open(tmp_path: Path) -> None:
+    path = tmp_path / JOURNAL_FILE
+    spoil_a_row(path)
+    with pytest.raises(StateError) as info:
+        Journal(path)
+    assert _one_line(info).startswith(f"{path}: corrupt journal (unreadable action row: ")
+
+
+def test_a_read_only_state_dir_is_one_line(tmpfs: Callable[..., Path]) -> None:
+    """Empty, then with a journal in it (remounted read-only): no start either way."""
+    empty = tmpfs(read_only=True)
+    with pytest.raises(StateError) as info:
+        Journal.in_state_dir(empty)
+    assert _one_line(info) == f"{empty}: cannot write in the state directory: Read-only file system"
+    state = tmpfs()
+    Journal.in_state_dir(state).close()
+    subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+    with pytest.raises(StateError) as info:
+        Journal.in_state_dir(state)
+    assert _one_line(info) == f"{state}: cannot write in the state directory: Read-only file system"
+
+
+def fill(directory: Path) -> Path:
+    """Write a file in ``directory`` until its file system is full (ENOSPC)."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.strerror == "No space left on device"
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_full_disk_is_one_line_and_loses_nothing_written(tmpfs: Callable[..., Path]) -> None:
+    state = tmpfs()
+    journal = Journal.in_state_dir(state)
+    written = [journal.record_intent(GROW, float(t)) for t in range(5)]
+    filler = fill(state)
+    with pytest.raises(StateError) as info:
+        for t in range(5, 10_000):  # the log may have room left for a few
+            written.append(journal.record_intent(GROW, float(t)))
+    assert _one_line(info) == f"{state / JOURNAL_FILE}: database or disk is full"
+    with pytest.raises(StateError, match="database or disk is full"):
+        journal.remember_specs({1: ElasticSpec(1, 4)}, 1.0)  # a transaction: rolled back
+    # Every intent recorded before the disk filled is there; the journal is usable again
+    # once there is room.
+    assert [e.id for e in journal.open_actions()] == written
+    journal.close()
+    filler.unlink()
+    again = Journal.in_state_dir(state)
+    assert [e.id for e in again.all_actions()] == written and again.known_specs() == {}
+    again.record_intent(GROW, 1e4)
+    again.close()

@@ -6,6 +6,9 @@ the command that needs it.
 
 Output: rich tables on a TTY, plain aligned text otherwise (pipes, scripts); ``--json``
 everywhere a machine might read.  Errors are one line (click's ``Error: ...``), exit 1.
+Job names, users, reasons and Slurm's messages are written by users: every line for a
+human goes out through ``_say``, ``_Error`` or ``render_table``, which show control and
+format characters escaped (``terminal.safe_text``), never raw.
 A failed or stale cycle still prints its output, then exits with its own status
 (``exitcodes.ExitCode``, docs/cli-exit-codes.md) so that scripts need not parse text.
 """
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import click
 
 from slurm_elastic.daemon.exitcodes import ExitCode
+from slurm_elastic.terminal import safe_text
 
 if TYPE_CHECKING:
     from slurm_elastic.config import Config
@@ -65,10 +69,23 @@ STATUS_COLUMNS = ("JOBID", "PARTITION", "NAME", "USER", "ST", "NODES", "MIN", "M
 STATUS_COLUMNS += ("STEP", "RATE", "REASON")
 
 
-class CycleFailed(click.ClickException):
+class _Error(click.ClickException):
+    """click's ``Error: ...`` line, with user-written text in it shown escaped."""
+
+    def format_message(self) -> str:
+        return safe_text(self.message)
+
+
+class CycleFailed(_Error):
     """``Error: ...`` like any other, but exit 3: the command ran and the cycle failed."""
 
     exit_code = ExitCode.CYCLE_FAILED
+
+
+class StateFault(_Error):
+    """``Error: <file>: ...``, exit 5: the state directory or the journal cannot be used."""
+
+    exit_code = ExitCode.STATE
 
 
 def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
@@ -80,7 +97,7 @@ def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
     try:
         config = load_main(config_file)
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _Error(str(exc)) from None
     configure_logging("debug" if verbose else "warning", config.log.json_)
     return config
 
@@ -88,12 +105,17 @@ def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
 # --------------------------------------------------------------------------- output
 
 
+def _say(line: str, *, err: bool = False) -> None:
+    """One line for a human (never JSON): what users wrote in it is shown escaped."""
+    click.echo(safe_text(line), err=err)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return safe_text(value)
 
 
 def render_table(
@@ -104,20 +126,22 @@ def render_table(
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=title, box=None, header_style="bold", pad_edge=False)
         for header in headers:
             table.add_column(header, overflow="fold")
         for row in cells:
-            table.add_row(*row)
+            # Text, not str: rich reads "[link=...]" in a str as markup (an OSC 8 link).
+            table.add_row(*(Text(cell) for cell in row))
         Console().print(table)
         return
     if title:
-        click.echo(title)
+        _say(title)
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     for line in [list(headers), *cells]:
         padded = [c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)]
-        click.echo(" ".join([*padded, line[-1]]).rstrip())
+        _say(" ".join([*padded, line[-1]]).rstrip())
 
 
 def _echo_json(value: Any) -> None:
@@ -137,17 +161,21 @@ def daemon(config_file: Path | None, once: bool) -> None:
 
     \b
     Exit status: 0 stopped by SIGTERM/SIGINT, or --once and its cycle succeeded;
-    1 could not start (config, state_dir, API port); 2 usage;
-    3 --once and its one cycle failed (Slurm unreachable, output not understood).
+    1 could not start (config, API port); 2 usage;
+    3 --once and its one cycle failed (Slurm unreachable, output not understood);
+    5 the state directory or journal cannot be used (read-only, full, corrupt),
+    at start-up or while running.
     Without --once a failed cycle never ends the daemon (see /healthz).
     """
     from slurm_elastic.daemon.service import run_daemon
-    from slurm_elastic.errors import SlurmElasticError
+    from slurm_elastic.errors import SlurmElasticError, StateError
 
     try:
         code = run_daemon(config_file, once=once)
+    except StateError as exc:
+        raise StateFault(str(exc)) from None
     except (SlurmElasticError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _Error(str(exc)) from None
     sys.exit(code)
 
 
@@ -173,13 +201,13 @@ def fetch_status(config: Config, api: str | None, status_file: Path | None) -> t
         except AgentError as exc:
             problems.append(str(exc))
         if api is not None:
-            raise click.ClickException("; ".join(problems))
+            raise _Error("; ".join(problems))
         status_file = Path(config.state_dir) / STATUS_FILE
     try:
         return read_document(status_file), str(status_file)
     except (OSError, ValueError) as exc:
         problems.append(f"{status_file}: {getattr(exc, 'strerror', None) or exc}")
-        raise click.ClickException("no daemon status: " + "; ".join(problems)) from None
+        raise _Error("no daemon status: " + "; ".join(problems)) from None
 
 
 class StatusProblem(NamedTuple):
@@ -290,7 +318,7 @@ def status(
     jobs = filter_jobs(document.get("jobs", []), wanted_users, _parse_job_ids(job_ids))
     problem = status_problem(document, config, time.time())
     if problem:
-        click.echo(f"warning: {problem.warning}", err=True)
+        _say(f"warning: {problem.warning}", err=True)
     if as_json:
         _echo_json({**document, "jobs": jobs, "source": source})
     else:
@@ -303,7 +331,7 @@ def _status_table(document: dict[str, Any], jobs: Sequence[dict[str, Any]], sour
     cycle = document.get("cycle", {})
     daemon_info = document.get("daemon", {})
     render_table(STATUS_COLUMNS, [_status_row(j) for j in jobs])
-    click.echo(
+    _say(
         f"# mode {daemon_info.get('mode')}, policy {daemon_info.get('policy')}, "
         f"cycle {cycle.get('count')} {'ok' if cycle.get('ok') else 'FAILED'}, "
         f"{time.time() - float(document.get('generated_at', 0)):.0f}s ago ({source})",
@@ -320,6 +348,7 @@ def _journal_copy(state_dir: Path) -> Iterator[Any]:
     import sqlite3
 
     from slurm_elastic.daemon.journal import Journal
+    from slurm_elastic.errors import StateError
 
     source = state_dir / "journal.sqlite"
     with tempfile.TemporaryDirectory(prefix="slurm-elastic-plan.") as tmp:
@@ -332,11 +361,15 @@ def _journal_copy(state_dir: Path) -> Iterator[Any]:
                 ):
                     src.backup(dst)
             except sqlite3.Error as exc:
-                click.echo(
-                    f"warning: cannot copy {source} ({exc}); using an empty journal", err=True
-                )
+                _say(f"warning: cannot copy {source} ({exc}); using an empty journal", err=True)
                 target.unlink(missing_ok=True)
-        journal = Journal(target)
+        try:
+            journal = Journal(target)
+        except StateError as exc:  # the copy is as damaged as its source
+            detail = str(exc).removeprefix(f"{target}: ")
+            _say(f"warning: cannot use {source} ({detail}); using an empty journal", err=True)
+            target.unlink(missing_ok=True)
+            journal = Journal(target)
         try:
             yield journal
         finally:
@@ -425,14 +458,14 @@ def plan(config_file: Path | None, as_json: bool) -> None:
         raise CycleFailed(f"dry-run cycle failed: {result.error}")
     if as_json:
         return
-    click.echo(_plan_header(wire["plan"]))
+    _say(_plan_header(wire["plan"]))
     render_table(_DECISION_COLUMNS, _decision_rows(wire["plan"], ()))
     actions = _action_rows(wire["actions"], ())
     click.echo("")
     if actions:
         render_table(_ACTION_COLUMNS, actions, title="actions (shadow: none applied)")
     else:
-        click.echo("actions: none (every elastic job is at its target)")
+        _say("actions: none (every elastic job is at its target)")
 
 
 @click.command()
@@ -465,14 +498,15 @@ def explain(
         wire, source = fetch_status(config, api, None)
         problem = status_problem(wire, config, time.time())
         if problem:
-            click.echo(f"warning: {problem.warning}", err=True)
+            _say(f"warning: {problem.warning}", err=True)
     found = explain_job(wire, job_id)
     if found is None:
-        raise click.ClickException(f"job {job_id} is not in the daemon's view ({source})")
+        raise _Error(f"job {job_id} is not in the daemon's view ({source})")
     if as_json:
         _echo_json({**found, "source": source})
     else:
-        click.echo("\n".join(explain_lines(found)))
+        for line in explain_lines(found):
+            _say(line)
     if problem:
         sys.exit(problem.exit_code)
 
@@ -545,10 +579,10 @@ def config_check(config_file: Path | None, as_json: bool) -> None:
     if as_json:
         _echo_json({"files": list(cfg.files), "values": values, "sources": provenance})
         return
-    click.echo("# files read: " + (", ".join(cfg.files) or "none (all defaults)"))
+    _say("# files read: " + (", ".join(cfg.files) or "none (all defaults)"))
     width = max(len(key) for key, _ in flat)
     for key, value in flat:
         shown = json.dumps(value, default=str)
-        click.echo(f"{key.ljust(width)} = {shown.ljust(24)} # {provenance[key]}")
+        _say(f"{key.ljust(width)} = {shown.ljust(24)} # {provenance[key]}")
     if shutil.which("sinfo") is None:
         click.echo("# note: Slurm client commands are not on PATH", err=True)

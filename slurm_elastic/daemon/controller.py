@@ -44,7 +44,7 @@ from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.problem import build_problem, not_eligible
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
-from slurm_elastic.errors import SlurmElasticError, SlurmError
+from slurm_elastic.errors import SlurmElasticError, SlurmError, StateError
 from slurm_elastic.marker import resolve_spec
 from slurm_elastic.model.outlook import GrowCheck
 from slurm_elastic.slurm.backend import SlurmBackend
@@ -153,6 +153,8 @@ class Controller:
         history_calls = self._refresh_history(now)
         try:
             result = self._cycle(snapshot, now, started, history_calls, done_here)
+        except StateError:
+            raise  # the journal failed: not one failed cycle, the end of the service
         except SlurmElasticError as exc:
             return self._failed(now, started, f"cycle: {exc}", age, snapshot.slurm_calls)
         self.last_result = result

@@ -27,3 +27,7 @@ class ExitCode(IntEnum):
     # The daemon's status is older than 3 x its interval + slurm.timeout_s (the /healthz
     # window): it is probably not running, so every row may be out of date.
     STALE = 4
+    # ``daemon``: the state directory or the journal cannot be used (read-only, full,
+    # corrupt), at start-up or when a journal write failed while running.  One line names
+    # the file; systemd's Restart=on-failure retries, and a restart reconciles with Slurm.
+    STATE = 5

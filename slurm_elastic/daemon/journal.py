@@ -13,13 +13,24 @@ committed before Slurm is called, a daemon killed at any point leaves either an 
 or ``waiting`` row; ``reconcile`` at start-up looks at Slurm and closes each one exactly
 once — completed when Slurm shows the effect, rolled back when it does not — so nothing
 is repeated and nothing is forgotten.  It also cancels orphan companions.
+
+Faults of the file are one ``StateError`` naming it, never a traceback: a state directory
+the daemon cannot write, a full disk, a file that is not a database or fails SQLite's
+integrity check.  The daemon then stops (``daemon.service``): it must not act on what it
+cannot write down first, and a restart's ``reconcile`` is the recovery path already
+designed for a crash.  A torn last write (the daemon killed mid-commit) is SQLite's own
+recovery: the write-ahead log keeps every committed transaction and drops an unfinished
+one, which was never acted on (an intent is committed before Slurm is called); the first
+open after such a stop says so in one ``journal.recovered`` line.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import os
 import sqlite3
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,7 +40,7 @@ from pathlib import Path
 import structlog
 
 from slurm_elastic.actuate.companion import companion_parent, orphan_reason
-from slurm_elastic.errors import SlurmError
+from slurm_elastic.errors import SlurmError, StateError
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, ElasticSpec
 
@@ -137,15 +148,31 @@ class Journal:
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        on_disk = self.path != ":memory:"
+        left_over = 0
+        if on_disk:
+            _check_directory(Path(self.path).parent)
+            # Left by a stop that did not close the journal (a kill, a crash): SQLite
+            # replays it on open, below.  A clean close folds it in and removes it.
+            left_over = _size(Path(self.path + "-wal"))
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
-        # FULL: an intent must be on disk before Slurm is told anything.
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _fault(self.path, exc) from exc
+        try:
+            self._open_checked(on_disk)
+        except StateError:
+            self._db.close()
+            raise
+        if left_over:
+            log.warning(
+                "journal.recovered",
+                path=self.path,
+                wal_bytes=left_over,
+                detail="not closed cleanly (killed?): every committed write was kept and an"
+                " unfinished last one, if any, dropped; open actions are reconciled with Slurm",
+            )
         self._resized: dict[int, float] | None = None  # last_resize_at's mirror
         # Read every cycle: the open rows are loaded once and kept in step by this
         # object's writes (the daemon is the journal's only writer); the specs are kept
@@ -153,24 +180,47 @@ class Journal:
         self._open: tuple[JournalEntry, ...] | None = None
         self._specs: dict[int, ElasticSpec] | None = None
 
+    def _open_checked(self, on_disk: bool) -> None:
+        with self._access() as db:
+            if on_disk:
+                db.execute("PRAGMA journal_mode=WAL")
+            # FULL: an intent must be on disk before Slurm is told anything.
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(_SCHEMA)
+            # Reads every page once: a damaged file stops the start, not a later cycle.
+            found = [str(row[0]) for row in db.execute("PRAGMA quick_check").fetchall()]
+        if found != ["ok"]:
+            raise _corrupt(self.path, found[0] if found else "no answer from quick_check")
+        self.all_actions()  # and every row decodes (raises the same corrupt-journal line)
+
     @classmethod
     def in_state_dir(cls, state_dir: str | Path) -> Journal:
         return cls(Path(state_dir) / JOURNAL_FILE)
 
     def close(self) -> None:
+        with self._access() as db:
+            db.close()
+
+    @contextmanager
+    def _access(self) -> Iterator[sqlite3.Connection]:
+        """The connection under the lock; a fault of the file leaves as one StateError."""
         with self._lock:
-            self._db.close()
+            try:
+                yield self._db
+            except (sqlite3.Error, OSError) as exc:
+                raise _fault(self.path, exc) from exc
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._access() as db:
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield db
+                db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if db.in_transaction:  # also when COMMIT itself failed (a full disk)
+                    db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     # ------------------------------------------------------------------ actions
 
@@ -197,7 +247,7 @@ class Journal:
             instruction_id,
             deadline,
         )
-        with self._lock:
+        with self._access():
             # One statement in autocommit mode is its own transaction, committed (and,
             # with synchronous=FULL, on disk) before execute returns: the intent is
             # written before the caller acts, as with an explicit BEGIN/COMMIT around it.
@@ -228,7 +278,7 @@ class Journal:
         detail: str = "",
         companion_id: int | None = None,
     ) -> None:
-        with self._lock:
+        with self._access():
             before = self.open_actions()  # loaded once, then kept in step here
             self._db.execute(  # one statement: its own transaction (see record_intent)
                 "UPDATE actions SET status=?, updated_at=?, detail=?,"
@@ -264,7 +314,7 @@ class Journal:
         return rows[0] if rows else None
 
     def open_actions(self) -> tuple[JournalEntry, ...]:
-        with self._lock:
+        with self._access():
             if self._open is None:
                 self._open = self._select("WHERE status IN ('intent','waiting') ORDER BY id", ())
             return self._open
@@ -285,7 +335,7 @@ class Journal:
         on first use and kept in step by this object's writes (the daemon is the journal's
         only writer), not by a pass over every row the journal keeps.
         """
-        with self._lock:
+        with self._access():
             if self._resized is None:
                 rows = self._db.execute(_LAST_RESIZE.format("")).fetchall()
                 self._resized = {int(job): float(at) for job, at in rows}
@@ -297,7 +347,7 @@ class Journal:
     def _resize_closed(self, job_id: int, kind: str, at: float) -> None:
         """A closed row of ``job_id`` updated at ``at`` was added to the table: the
         mirror's MAX(updated_at) for the job takes it in (a shrink or grow only)."""
-        with self._lock:
+        with self._access():
             if self._resized is None or kind not in ("shrink", "grow"):
                 return
             if at != at:  # NaN is stored as NULL, which MAX skips: read the table back
@@ -308,7 +358,7 @@ class Journal:
 
     def _resize_row_changed(self, action_id: int) -> None:
         """Refresh the mirror for the job of one written row (a shrink or grow only)."""
-        with self._lock:
+        with self._access():
             if self._resized is None:
                 return
             row = self._db.execute("SELECT job_id, kind FROM actions WHERE id=?", (action_id,))
@@ -338,7 +388,7 @@ class Journal:
 
     def reconfigured_jobs(self) -> set[int]:
         """Jobs whose ending already had its ``scontrol reconfigure`` tried (applied or failed)."""
-        with self._lock:
+        with self._access():
             rows = self._db.execute(
                 "SELECT DISTINCT job_id FROM actions"
                 " WHERE kind='reconfigure' AND status IN ('applied','failed')"
@@ -346,14 +396,17 @@ class Journal:
         return {int(r[0]) for r in rows}
 
     def _select(self, where: str, args: tuple[object, ...]) -> tuple[JournalEntry, ...]:
-        with self._lock:
+        with self._access():
             rows = self._db.execute(
                 "SELECT id, job_id, kind, from_nodes, to_nodes, status, created_at, updated_at,"
                 " reason, detail, extra, instruction_id, deadline, companion_id"
                 f" FROM actions {where}",
                 args,
             ).fetchall()
-        return tuple(_entry(row) for row in rows)
+        try:
+            return tuple(_entry(row) for row in rows)
+        except (ValueError, TypeError) as exc:  # a row SQLite kept but this code never wrote
+            raise _corrupt(self.path, f"unreadable action row: {exc}") from exc
 
     def prune(self, before: float) -> int:
         """Delete closed actions and ended companion links last touched before ``before``.
@@ -378,7 +431,7 @@ class Journal:
     def link_companion(
         self, parent_id: int, companion_id: int, nodes: int, action_id: int | None, now: float
     ) -> None:
-        with self._lock:  # one statement: its own transaction (see record_intent)
+        with self._access():  # one statement: its own transaction (see record_intent)
             self._db.execute(
                 "INSERT OR IGNORE INTO companions (companion_id, parent_id, nodes, action_id,"
                 " linked_at) VALUES (?,?,?,?,?)",
@@ -386,7 +439,7 @@ class Journal:
             )
 
     def end_companion(self, companion_id: int, now: float) -> None:
-        with self._lock:  # one statement: its own transaction (see record_intent)
+        with self._access():  # one statement: its own transaction (see record_intent)
             self._db.execute(
                 "UPDATE companions SET ended_at=? WHERE companion_id=? AND ended_at IS NULL",
                 (now, companion_id),
@@ -394,7 +447,7 @@ class Journal:
 
     def companions(self, *, active_only: bool = True) -> tuple[CompanionLink, ...]:
         where = "WHERE ended_at IS NULL" if active_only else ""
-        with self._lock:
+        with self._access():
             rows = self._db.execute(
                 "SELECT companion_id, parent_id, nodes, action_id, linked_at, ended_at"
                 f" FROM companions {where} ORDER BY companion_id"
@@ -430,7 +483,7 @@ class Journal:
             )
 
     def known_specs(self) -> dict[int, ElasticSpec]:
-        with self._lock:
+        with self._access():
             if self._specs is None:
                 rows = self._db.execute(
                     "SELECT job_id, min_nodes, max_nodes, step, gpus_per_node, resize_cost_s"
@@ -442,7 +495,7 @@ class Journal:
     def forget_specs(self, job_ids: Iterable[int]) -> None:
         ids = [(job_id,) for job_id in job_ids]
         if ids:
-            with self._lock:
+            with self._access():
                 with self._tx() as db:
                     db.executemany("DELETE FROM specs WHERE job_id=?", ids)
                 # Committed: exactly these keys go (a rolled-back delete leaves the cache).
@@ -569,6 +622,43 @@ class Journal:
             self.mark(action_id, ActionStatus.APPLIED, now)
             self.end_companion(job.job_id, now)
             report.cancelled.append(job.job_id)
+
+
+def _check_directory(directory: Path) -> None:
+    """The state directory exists (made if need be) and this process can create files in
+    it: SQLite needs its ``-wal`` and ``-shm`` files beside the journal."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StateError(
+            f"{directory}: cannot write in the state directory: {exc.strerror or exc}"
+        ) from exc
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _corrupt(path: str, detail: str) -> StateError:
+    return StateError(
+        f"{path}: corrupt journal ({detail}); the daemon will not act on it: move it aside"
+        " to start with an empty one (docs/security.md, Honest failure)"
+    )
+
+
+def _fault(path: str, exc: sqlite3.Error | OSError) -> StateError:
+    """One line naming the file (``database or disk is full``, ``attempt to write a readonly
+    database``, ...); damage to the file says what the operator can do."""
+    if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return _corrupt(path, str(exc))
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return StateError(f"{path}: {reason}")
 
 
 def _reads_back(action: Action) -> bool:

@@ -1,17 +1,24 @@
 """structlog set-up for the daemon and the CLI.
 
 JSON lines when stderr is not a TTY (journald, files, log shippers), a readable console
-rendering on a TTY.  Event names are stable identifiers that operators alert on; the
-``EVENTS`` tuple lists the ones the service layer emits, so that a rename is a visible diff.
+rendering on a TTY.  Log values carry user-written text (job names, comments, Slurm's
+messages): JSON escapes control characters itself; the console rendering shows them
+escaped through ``terminal.safe_text`` (``_terminal_safe``), never raw.
+
+Event names are stable identifiers that operators alert on; the ``EVENTS`` tuple lists the
+ones the service layer emits, so that a rename is a visible diff.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
 from typing import Literal, TextIO
 
 import structlog
+
+from slurm_elastic.terminal import safe_text
 
 # Stable event names (the first positional argument of every log call).
 EVENTS = (
@@ -33,7 +40,11 @@ EVENTS = (
     "status.write_failed",
     "status.publish_failed",
     "sd_notify.failed",
+    "journal.recovered",
 )
+
+# Console values rendered over several lines: a traceback, a stack.
+_MULTILINE_KEYS = frozenset(("exception", "stack"))
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -61,10 +72,34 @@ def configure_logging(
         # Tracebacks become one string field, so that every event stays one line.
         processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:
-        processors.append(structlog.dev.ConsoleRenderer(colors=out.isatty()))
+        processors += [
+            _terminal_safe,
+            structlog.dev.ConsoleRenderer(
+                colors=out.isatty(), exception_formatter=_terminal_safe_traceback
+            ),
+        ]
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
+
+
+def _terminal_safe(
+    logger: object, method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """Every string value as ``safe_text`` shows it (the console renderer prints str raw;
+    other values it prints as ``repr``, which escapes already)."""
+    return {
+        key: safe_text(value, multiline=key in _MULTILINE_KEYS) if isinstance(value, str) else value
+        for key, value in event.items()
+    }
+
+
+def _terminal_safe_traceback(out: TextIO, exc_info: structlog.typing.ExcInfo) -> None:
+    """A plain traceback, its lines kept and anything else escaped: an exception's message
+    may quote user-written text."""
+    text = io.StringIO()
+    structlog.dev.plain_traceback(text, exc_info)
+    out.write(safe_text(text.getvalue(), multiline=True))

@@ -48,8 +48,9 @@ from slurm_elastic.daemon.status import (
     build_document,
     write_atomic,
 )
-from slurm_elastic.errors import ConfigError
+from slurm_elastic.errors import ConfigError, StateError
 from slurm_elastic.slurm.backend import SlurmBackend
+from slurm_elastic.terminal import safe_text
 from slurm_elastic.types import ClusterSnapshot, ProgressReport
 
 log = structlog.get_logger("slurm_elastic.service")
@@ -95,8 +96,9 @@ class Notifier:
 
 
 def status_line(text: str, limit: int = 400) -> str:
-    """``STATUS=`` with one line of text: a newline in an error would start a new assignment."""
-    return "STATUS=" + " ".join(text.split())[:limit]
+    """``STATUS=`` with one line of text: a newline in an error would start a new assignment,
+    and ``systemctl status`` shows the rest to the admin (user-written text escaped)."""
+    return "STATUS=" + safe_text(" ".join(text.split()))[:limit]
 
 
 def watchdog_interval_s(environ: dict[str, str] | None = None) -> float | None:
@@ -222,8 +224,8 @@ class Service:
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(
-                f"state_dir: cannot create {self.state_dir}: {exc.strerror}"
+            raise StateError(
+                f"{self.state_dir}: cannot create the state directory (state_dir): {exc.strerror}"
             ) from None
         # After the cheap local checks, so a start-up error stays one line.
         self.tap = SnapshotTap(backend if backend is not None else make_backend(config))
@@ -281,6 +283,9 @@ class Service:
     def run(self, *, once: bool = False) -> int:
         """Run until SIGTERM/SIGINT (or one cycle with ``once``); returns the exit status.
 
+        A fault of the journal (``StateError``: disk full, read-only, corrupt) ends the loop
+        by raising it: the CLI prints its one line and exits ``ExitCode.STATE``.
+
         The loop exits 0 when asked to stop: a failed cycle is the service's normal life
         (it says why in STATUS= and /healthz) and a non-zero exit would make systemd restart
         it.  ``once`` is what a script or a timer runs, and there the one cycle *is* the
@@ -337,6 +342,10 @@ class Service:
         error_kind: str | None = None
         try:
             result = self.controller.run_once(started)
+        except StateError:
+            # The journal cannot be written (or trusted): acting on would break the promise
+            # that every action is written down first.  Stop; a restart reconciles.
+            raise
         except Exception as exc:  # a bug in one cycle must not end the service
             log.exception("cycle.failed", cycle=state.count, error=str(exc))
             state.last_error = f"{type(exc).__name__}: {exc}"
