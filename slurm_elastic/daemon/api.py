@@ -446,6 +446,8 @@ class _Server(ThreadingHTTPServer):
         """503 from the accepting thread, without a thread: what has already arrived of the
         request is read first (closing with unread data would reset the connection)."""
         self.refused += 1
+        # Logged before the answer, so the line exists once the client has its 503.
+        log.warning("api.busy", client=str(client_address[0]), refused=self.refused)
         try:
             request.setblocking(False)
             for _ in range(16):
@@ -458,7 +460,6 @@ class _Server(ThreadingHTTPServer):
             request.shutdown(socket.SHUT_WR)
         except OSError:
             pass
-        log.warning("api.busy", client=str(client_address[0]), refused=self.refused)
         self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
