@@ -272,19 +272,17 @@ def capped_max(low: int, high: int, step: int, capacity: int) -> int:
     return low + (capacity - low) // step * step
 
 
-def cap_spec(spec: ElasticSpec, capacity: int, token: str = MARKER_WORD) -> ElasticSpec:
+def cap_spec(spec: ElasticSpec, capacity: int, token: str | None = None) -> ElasticSpec:
     """The spec with its range capped at ``capacity`` nodes (see "Bounded ranges").
 
-    Raises :class:`OutOfReach` when even the minimum is more than ``capacity``.
+    Raises :class:`OutOfReach` when even the minimum is more than ``capacity`` (its
+    message names the marker ``token`` when given, as the plugin's does).
     """
     if spec.min_nodes > capacity:
-        raise OutOfReach(_reach_msg(token, spec.min_nodes, capacity))
+        reason = f"min={spec.min_nodes} is more than the {capacity} nodes its partitions can give"
+        raise OutOfReach(reason if token is None else _msg(token, reason))
     high = capped_max(spec.min_nodes, spec.max_nodes, spec.step, capacity)
     return spec if high == spec.max_nodes else replace(spec, max_nodes=high)
-
-
-def _reach_msg(token: str, low: int, capacity: int) -> str:
-    return _msg(token, f"min={low} is more than the {capacity} nodes its partitions can give")
 
 
 def check_submission(

@@ -24,7 +24,15 @@ from slurm_elastic.types import (
     ProgressReport,
     SolverStatus,
 )
-from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot, targets
+from tests.test_daemon_controller_data import (
+    RecordingBackend,
+    job,
+    pending,
+    snapshot,
+    spying,
+    targets,
+)
+from tests.test_daemon_eligibility import enforcing
 
 
 def make(
@@ -271,3 +279,30 @@ def test_refused_grow_is_recorded_failed_and_cools_down() -> None:
     assert again.actions == () and {r.job_id: r.reason for r in again.jobs}[8].startswith(
         "cooldown"
     )
+
+
+# --------------------------------------------------------------------------- bounded work
+
+
+def test_hostile_ranges_are_capped_at_the_partitions_every_cycle() -> None:
+    """Markers that reach the daemon unchecked (``scontrol update Comment=``, no plugin):
+    max=999999, an incomplete marker with -N1-999999, and a min beyond the cluster.  Each
+    job's sizes, outlook and status row are bounded by the 4 nodes; the third is left alone."""
+    jobs = [
+        pending(20, comment="elastic:min=1,max=999999", user="se-bob"),
+        pending(21, lo=1, hi=999_999, comment="elastic", user="se-bob"),
+        pending(22, comment="elastic:min=5,max=999999", user="se-bob"),
+        pending(23, lo=1, hi=2, comment="elastic", user="se-alice"),
+    ]
+    seen: list[AllocationProblem] = []
+    ctl, _ = enforcing(snapshot(jobs), allocate=spying(seen))
+    result = ctl.run_once(1000.0)
+    assert result.ok
+    (problem,) = seen
+    sizes = {d.job_id: d.allowed_sizes for d in problem.elastic}
+    assert sizes == {20: (1, 2, 3, 4), 21: (1, 2, 3, 4), 23: (1, 2)}
+    assert all(len(d.outlook.sizes) <= 4 for d in problem.elastic)
+    rows = {r.job_id: r for r in result.jobs}
+    assert (rows[20].min_nodes, rows[20].max_nodes) == (1, 4)
+    assert rows[22].reason == "out of reach: min=5 is more than the 4 nodes its partitions can give"
+    assert ctl.journal.known_specs()[21].max_nodes == 4

@@ -160,3 +160,14 @@ def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]
         return fixed_plan(problem, mapping, solver="test-plan")
 
     return allocate
+
+
+def spying(seen: list[AllocationProblem]) -> Callable[[AllocationProblem, str], Plan]:
+    """The daemon's own policy, keeping every problem it is given."""
+    from slurm_elastic.daemon.controller import _policy_allocate
+
+    def allocate(problem: AllocationProblem, policy: str) -> Plan:
+        seen.append(problem)
+        return _policy_allocate(problem, policy)
+
+    return allocate

@@ -161,6 +161,10 @@ def test_scontrol_partitions() -> None:
     assert not parts["shared"].is_default and not parts["shared"].exclusive
     assert parts["batch"].nodes == ("n1", "n2", "n3", "n4")
     assert parts["batch"].state == "UP" and parts["batch"].max_time_s is None
+    assert parts["batch"].max_nodes is None  # MaxNodes=UNLIMITED
+    limited = read("scontrol-o-show-partition.txt").replace("MaxNodes=UNLIMITED", "MaxNodes=2")
+    (first, *_) = parse_text.parse_scontrol_partitions(limited)
+    assert first.max_nodes == 2 and first.job_capacity == 2
 
 
 def test_scontrol_jobs_match_json(utc: None) -> None:

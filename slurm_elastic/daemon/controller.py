@@ -41,11 +41,11 @@ from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
-from slurm_elastic.daemon.problem import build_problem, not_eligible
+from slurm_elastic.daemon.problem import build_problem, job_capacity, not_eligible
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError
-from slurm_elastic.marker import resolve_spec
+from slurm_elastic.marker import cap_spec, resolve_spec
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
     Action,
@@ -168,7 +168,7 @@ class Controller:
         known = self.journal.known_specs()
         cls = classify(
             snapshot,
-            lambda job: _resolve_spec(job, known),
+            functools.partial(_resolve_spec, known=known, capacity=job_capacity(snapshot)),
             self.config.partitions.allows,
             previous=self._classified,
         )
@@ -417,17 +417,22 @@ def keep_current_plan(problem: AllocationProblem, note: str) -> Plan:
 _marker_spec = functools.lru_cache(maxsize=4096)(resolve_spec)
 
 
-def _resolve_spec(job: JobView, known: Mapping[int, ElasticSpec]) -> ElasticSpec | None:
-    """The job's spec: remembered from when it was first seen, else from its marker.
+def _resolve_spec(
+    job: JobView, *, known: Mapping[int, ElasticSpec], capacity: Callable[[JobView], int]
+) -> ElasticSpec | None:
+    """The job's spec: remembered from when it was first seen, else from its marker, capped
+    at what its partitions can ever give (``OutOfReach`` when its minimum is more).
 
     Remembered first, because pinning ``NumNodes=n-n`` (and running) erases the node
     range Slurm reports, and a marker left incomplete (no job_submit plugin) needs that
-    range; the marker must still be there (a user may remove it to opt out).
+    range; the marker must still be there (a user may remove it to opt out).  Capped every
+    cycle, because the plugin checks only submissions: a comment changed later with
+    ``scontrol update`` reaches the daemon unchecked.
     """
     spec = _marker_spec(job.comment, job.min_nodes, job.max_nodes)
     if spec is None:
         return None
-    return known.get(job.job_id, spec)
+    return cap_spec(known.get(job.job_id, spec), capacity(job))
 
 
 def _policy_allocate(problem: AllocationProblem, policy: str) -> Plan:

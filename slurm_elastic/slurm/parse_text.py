@@ -157,9 +157,17 @@ def parse_scontrol_partitions(text: str) -> tuple[PartitionView, ...]:
                 exclusive=oversubscribe.startswith("EXCLUSIVE") or exclusive not in {"NO", ""},
                 state=_need(fields, "State", where).upper(),
                 max_time_s=cv.duration_text(fields.get("MaxTime", "UNLIMITED"), where),
+                max_nodes=_max_nodes(fields.get("MaxNodes", "UNLIMITED"), where),
             )
         )
     return tuple(views)
+
+
+def _max_nodes(value: str, where: str) -> int | None:
+    text = _null(value).strip().upper()
+    if text in {"", "UNLIMITED", "INFINITE"}:
+        return None
+    return cv.opt_int(text, f"{where}: MaxNodes")
 
 
 # --------------------------------------------------------------------------- scontrol jobs

@@ -1,0 +1,85 @@
+"""Hostile users against the real cluster: bounded work per job (issue 19, class 2).
+
+se-bob writes the largest numbers the marker grammar allows, at submission and later with
+``scontrol update``; se-alice runs an honest elastic job.  The daemon's cycle must stay
+bounded by the cluster's size and the number of jobs: asserted on what the cycle builds
+(the sizes offered to the solver, the outlooks), never on wall time (that is
+``scripts/bench_hostile.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.config import Config
+from slurm_elastic.daemon.controller import Controller
+from slurm_elastic.daemon.instructions import InstructionBoard
+from slurm_elastic.daemon.journal import Journal
+from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.types import AllocationProblem, JobView
+from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
+from tests.test_daemon_controller_data import spying
+
+pytestmark = pytest.mark.slurm
+
+
+def queue() -> dict[int, JobView]:
+    return {j.job_id: j for j in CliBackend().read_jobs() if j.state.is_active}
+
+
+def all_running(*job_ids: int) -> bool:
+    views = queue()
+    return all(j in views and views[j].is_running for j in job_ids)
+
+
+def test_hostile_markers_keep_the_cycle_bounded_by_the_cluster(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser], tmp_path: Path
+) -> None:
+    alice, bob = two_users
+    nodes = len(clean_queue.nodes)
+    honest = alice.sbatch("--nodes=1-2", "--comment=elastic", "--wrap", "sleep 120")
+    # se-bob's first job takes the other nodes, so the rest stay pending (and eligible).
+    first = bob.sbatch("--nodes=1-2", "--comment=elastic", "--wrap", "sleep 120")
+    wait_until(lambda: all_running(honest, first), 30, "both first jobs running")
+    # At submission: the plugin caps these at the cluster's nodes.
+    submitted = bob.sbatch(
+        "--nodes=1-999999", "--comment=elastic:min=1,max=999999", "--wrap", "sleep 60"
+    )
+    # After submission, where no plugin looks: scontrol update by the job's owner.
+    updated = bob.sbatch("--nodes=1-2", "--comment=elastic", "--wrap", "sleep 60")
+    bob.run("scontrol", "update", f"JobId={updated}", "Comment=elastic:min=1,max=999999")
+    ranged = bob.sbatch("--nodes=1", "--comment=plain", "--wrap", "sleep 60")
+    bob.run("scontrol", "update", f"JobId={ranged}", "Comment=elastic", "NumNodes=1-999999")
+    bob.run("scontrol", "update", f"JobId={first}", "Comment=elastic:min=1,max=999999")
+    views = queue()
+    assert views[ranged].max_nodes == 999_999 and "999999" in views[updated].comment
+
+    seen: list[AllocationProblem] = []
+    config = Config.model_validate({"mode": "shadow", "state_dir": str(tmp_path / "state")})
+    ctl = Controller(
+        CliBackend(),
+        config,
+        reports=ReportStore(),
+        journal=Journal.in_state_dir(config.state_dir),
+        agents=InstructionBoard(),
+        allocate=spying(seen),
+    )
+    result = ctl.run_once(ctl.backend.read_cluster().taken_at)
+    assert result.ok, result.error
+    (problem,) = seen
+    demands = {d.job_id: d for d in problem.elastic}
+    assert set(demands) == {honest, first, submitted, updated, ranged}
+    for job_id in (first, submitted, updated, ranged):
+        assert demands[job_id].allowed_sizes == tuple(range(1, nodes + 1)), job_id
+    assert demands[honest].allowed_sizes == (1, 2)
+    # The bound: per job at most as many sizes as the cluster has nodes, in the solver's
+    # input and in the model's outlooks alike.
+    assert all(len(d.outlook.sizes) <= nodes for d in problem.elastic)
+    assert sum(len(d.allowed_sizes) for d in problem.elastic) <= nodes * len(problem.elastic)
+    rows = {r.job_id: r for r in result.jobs}
+    assert {rows[j].max_nodes for j in (first, submitted, updated, ranged)} == {nodes}
+    assert rows[honest].max_nodes == 2 and result.plan is not None
+    assert result.plan.target(honest) is not None  # se-alice's job is planned as ever
