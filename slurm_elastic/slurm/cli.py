@@ -58,6 +58,7 @@ from slurm_elastic.errors import (
     SlurmUnreachable,
 )
 from slurm_elastic.slurm import parse_json, parse_text
+from slurm_elastic.slurm.owner import SUBMIT_OPTIONS, submit_environment, submit_prefix
 from slurm_elastic.slurm.runner import SlurmRunner
 from slurm_elastic.types import (
     Capabilities,
@@ -345,9 +346,14 @@ class CliBackend:
         if not script.startswith("#!"):
             raise ActionRefused("a batch script must start with '#!'")
         prefix = self._as_user(user)
+        entry = pwd.getpwnam(user)
         if work_dir is None:
-            work_dir = pwd.getpwnam(user).pw_dir
-        argv = ["sbatch", "--parsable", f"--nodes={nodes}", f"--partition={partition}"]
+            work_dir = entry.pw_dir
+        # Nothing of the daemon's process reaches the job: environment, limits, umask
+        # (slurm.owner says what the job gets instead).
+        clean = submit_prefix(submit_environment(entry, self.runner.env().get("SLURM_CONF")))
+        argv = ["sbatch", "--parsable", *SUBMIT_OPTIONS, f"--nodes={nodes}"]
+        argv.append(f"--partition={partition}")
         argv.append(f"--chdir={work_dir}")
         for flag, value in (("account", account), ("qos", qos), ("job-name", name)):
             if value:
@@ -355,7 +361,7 @@ class CliBackend:
         if comment is not None:
             argv.append(f"--comment={comment}")
         argv.extend(extra_args)
-        result = self.runner.act((*prefix, *argv), stdin=script)
+        result = self.runner.act((*clean, *prefix, *argv), stdin=script)
         if result.dry_run:
             log.info("slurm.submit", user=user, dry_run=True)
             return 0
