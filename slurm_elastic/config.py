@@ -73,6 +73,13 @@ class GrowSection(_Section):
     method: Literal["companion", "expand", "off"] = "companion"
     companion_pending_timeout_s: float = Field(600.0, gt=0)
     agent_command: str = Field("slurm-elastic run", min_length=1)
+    # A companion that ends by itself sooner than this after it started (or before it ever
+    # ran) while its parent still runs has failed.  The next grow of that job waits
+    # companion_retry_backoff_s, doubled after each further failure in a row, and after
+    # companion_max_failures in a row the daemon stops growing the job (its REASON says so).
+    companion_fail_window_s: float = Field(60.0, gt=0, le=86_400, allow_inf_nan=False)
+    companion_retry_backoff_s: float = Field(60.0, ge=0, le=86_400, allow_inf_nan=False)
+    companion_max_failures: int = Field(3, ge=1, le=100)
 
 
 class ModelSection(_Section):

@@ -1,7 +1,8 @@
-"""Hostile-user regression tests for companion jobs on the real cluster (issue 19, class 4):
-a companion that the root daemon submits as se-alice carries nothing of the daemon's
-process -- no variable, no PATH, no limits, no umask -- only its owner's login environment
-and Slurm's job variables."""
+"""Hostile-user regression tests for companion jobs on the real cluster (issue 19): a
+companion that the root daemon submits as se-alice carries nothing of the daemon's process
+-- no variable, no PATH, no limits, no umask -- only its owner's login environment and
+Slurm's job variables (class 4); recovery after a crash mid-grow never takes another user's
+job for a companion (a lead of the review)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ import os
 import pwd
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from slurm_elastic.actuate.companion import companion_comment
+from slurm_elastic.daemon.journal import Journal
+from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.slurm.owner import login_umask
+from slurm_elastic.types import Action, ActionKind
 from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -101,3 +107,23 @@ def test_companion_gets_its_owners_environment_not_the_daemons(
     assert got["UMASK"] == f"{login_umask(pwd.getpwnam(alice.name)):04o}" != "0077"
     assert got["NOFILE"] != "777"
     assert got["SLURM_EXPORT_ENV"] == "ALL"  # the companion's steps get the job's environment
+
+
+def test_recovery_after_a_kill_mid_grow_never_adopts_another_users_job(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser], tmp_path: Path
+) -> None:
+    """The daemon died after writing a grow of se-alice's job to its journal and before (or
+    while) submitting the companion; se-bob has a job whose comment names her job as its
+    parent.  Recovery at start-up rolls the grow back and leaves se-bob's job alone: neither
+    adopted (counted in her size, cancelled with her job) nor cancelled."""
+    alice, bob = two_users
+    parent = alice.sbatch("--hold", "--comment=elastic:min=1,max=2", "--wrap", "true")
+    fake = bob.sbatch("--hold", f"--comment={companion_comment(parent)}", "--wrap", "true")
+    journal = Journal.in_state_dir(tmp_path)
+    grow = Action(ActionKind.GROW, parent, 1, 2, "test", (("companion_nodes", "1"),))
+    intent = journal.record_intent(grow, time.time())
+    backend = CliBackend()
+    report = journal.reconcile(backend, backend.read_cluster(), act=True)
+    assert report.adopted == [] and report.rolled_back == [intent] and report.cancelled == []
+    assert journal.companions(active_only=False) == ()
+    assert fake in clean_queue.active_job_ids()

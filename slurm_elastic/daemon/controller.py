@@ -35,7 +35,13 @@ import structlog
 
 from slurm_elastic.actuate.diff import companion_cleanup, diff
 from slurm_elastic.actuate.executor import ActionRecord, Executor
-from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
+from slurm_elastic.actuate.guards import (
+    GuardKnobs,
+    block_reason,
+    freeze_reason,
+    grow_retry_reason,
+    limit_resizes,
+)
 from slurm_elastic.actuate.state import Classification, classify
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
@@ -180,6 +186,7 @@ class Controller:
         self._note_size_changes(cls, now)
 
         records = self.executor.advance_shrinks(cls.elastic, now)
+        records += self.executor.note_companion_ends(cls, snapshot, now)
         records += self._reconfigure_after_shrinks(cls, now)
         in_flight = self.executor.in_flight()
         last_resize = self.journal.last_resize_at(cls.elastic)
@@ -363,8 +370,13 @@ class Controller:
     ) -> str | None:
         if action.kind is ActionKind.CANCEL_COMPANION:
             return None if action.job_id in cls.companions else "not a companion"
-        if action.kind is ActionKind.GROW and self.config.grow.method == "off":
-            return "grow disabled (grow.method: off)"
+        if action.kind is ActionKind.GROW:
+            if self.config.grow.method == "off":
+                return "grow disabled (grow.method: off)"
+            failed = self.journal.grow_failures(action.job_id)
+            why = grow_retry_reason(*failed, self.knobs, now)
+            if why:
+                return why
         ej = cls.elastic.get(action.job_id)
         return block_reason(
             action,
