@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.config import Config
-from slurm_elastic.daemon.controller import Controller
+from slurm_elastic.daemon.controller import Controller, CycleResult
 from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.reports import ReportStore
@@ -33,6 +33,24 @@ def queue() -> dict[int, JobView]:
 def all_running(*job_ids: int) -> bool:
     views = queue()
     return all(j in views and views[j].is_running for j in job_ids)
+
+
+def one_cycle(state_dir: Path) -> tuple[CycleResult, AllocationProblem]:
+    """One shadow-mode cycle of a fresh daemon on the cluster; its result and its problem."""
+    seen: list[AllocationProblem] = []
+    config = Config.model_validate({"mode": "shadow", "state_dir": str(state_dir)})
+    ctl = Controller(
+        CliBackend(),
+        config,
+        reports=ReportStore(),
+        journal=Journal.in_state_dir(config.state_dir),
+        agents=InstructionBoard(),
+        allocate=spying(seen),
+    )
+    result = ctl.run_once(ctl.backend.read_cluster().taken_at)
+    assert result.ok, result.error
+    (problem,) = seen
+    return result, problem
 
 
 def test_hostile_markers_keep_the_cycle_bounded_by_the_cluster(
@@ -57,19 +75,7 @@ def test_hostile_markers_keep_the_cycle_bounded_by_the_cluster(
     views = queue()
     assert views[ranged].max_nodes == 999_999 and "999999" in views[updated].comment
 
-    seen: list[AllocationProblem] = []
-    config = Config.model_validate({"mode": "shadow", "state_dir": str(tmp_path / "state")})
-    ctl = Controller(
-        CliBackend(),
-        config,
-        reports=ReportStore(),
-        journal=Journal.in_state_dir(config.state_dir),
-        agents=InstructionBoard(),
-        allocate=spying(seen),
-    )
-    result = ctl.run_once(ctl.backend.read_cluster().taken_at)
-    assert result.ok, result.error
-    (problem,) = seen
+    result, problem = one_cycle(tmp_path / "state")
     demands = {d.job_id: d for d in problem.elastic}
     assert set(demands) == {honest, first, submitted, updated, ranged}
     for job_id in (first, submitted, updated, ranged):
@@ -83,3 +89,30 @@ def test_hostile_markers_keep_the_cycle_bounded_by_the_cluster(
     assert {rows[j].max_nodes for j in (first, submitted, updated, ranged)} == {nodes}
     assert rows[honest].max_nodes == 2 and result.plan is not None
     assert result.plan.target(honest) is not None  # se-alice's job is planned as ever
+
+
+def test_partition_max_nodes_bounds_growth_by_companions(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser], tmp_path: Path
+) -> None:
+    """A partition's MaxNodes limits one job; companions are separate jobs, so without the
+    cap the daemon would grow a job past it (a lead of the review: confirmed).  The cap
+    keeps every size the daemon plans for the job within MaxNodes, at submission and after
+    ``scontrol update Comment=``."""
+    alice, _ = two_users
+    part = clean_queue.partitions[-1]  # "shared": the default stays as it is
+    clean_queue.run("scontrol", "update", f"PartitionName={part}", "MaxNodes=2")
+    try:
+        capped = alice.sbatch(
+            "-p", part, "--hold", "--nodes=1-4", "--comment=elastic", "--wrap", "true"
+        )  # fmt: skip
+        updated = alice.sbatch("-p", part, "--nodes=1", "--comment=plain", "--wrap", "sleep 60")
+        alice.run("scontrol", "update", f"JobId={updated}", "Comment=elastic:min=1,max=4")
+        views = queue()
+        assert views[capped].comment == "elastic:min=1,max=2"
+        wait_until(lambda: all_running(updated), 30, "the updated job running")
+        result, problem = one_cycle(tmp_path / "state")
+        demand = {d.job_id: d for d in problem.elastic}[updated]
+        assert demand.max_nodes == 2  # never a companion beyond the partition's MaxNodes
+        assert {r.job_id: r.max_nodes for r in result.jobs}[updated] == 2
+    finally:
+        clean_queue.run("scontrol", "update", f"PartitionName={part}", "MaxNodes=UNLIMITED")
