@@ -250,17 +250,19 @@ def test_history_is_read_at_its_cadence_and_retried_later_after_a_failure() -> N
     ctl, backend, _, _ = make(snapshot([]), {})
     backend.fresh = True
     reads = lambda: [c for c in backend.calls if c[0] == "read_history"]  # noqa: E731
-    assert ctl.run_once(1000.0).history_calls == 1
+    # A good history read brings the QOS limits along: 2 calls (sacct, sacctmgr).
+    assert ctl.run_once(1000.0).history_calls == 2
     assert reads()[0][1] == 1000.0 - ctl.config.slurm.sacct_lookback_s
     assert ctl.run_once(1010.0).history_calls == 0
-    assert ctl.run_once(1300.0).history_calls == 1
+    assert ctl.run_once(1300.0).history_calls == 2
     assert reads()[1][1] == 1000.0 - 300.0  # incremental, overlapping one cadence
     backend.fail_history = True
     assert ctl.run_once(1600.0).history_calls == 1
     assert ctl.run_once(1610.0).history_calls == 0  # back-off, not every cycle
     backend.fail_history = False
-    assert ctl.run_once(1661.0).history_calls == 1
+    assert ctl.run_once(1661.0).history_calls == 2
     assert reads()[-1][1] == 1000.0
+    assert [c[0] for c in backend.calls].count("read_qos") == 3
 
 
 def test_refused_grow_is_recorded_failed_and_cools_down() -> None:
@@ -373,3 +375,17 @@ def test_a_companion_that_ran_or_finished_is_no_failure() -> None:
     backend.snap = snapshot([parent])
     ctl.run_once(1400.0)  # vanished without ever being seen: a failure
     assert journal.grow_failures(8) == (1, 1400.0, "companion 503 gone before it started")
+
+
+def test_a_qos_node_limit_caps_growth_like_a_partition() -> None:
+    """Slurm holds each job of a QOS to its MaxTRESPerJob node=; a companion is a job of
+    its own, so the daemon caps the job's range at the limit of its QOS."""
+    running = job(8, nodes=("n1",), comment="elastic:min=1,max=4")
+    other = replace(job(9, nodes=("n2",), comment="elastic:min=1,max=4"), qos="big")
+    seen: list[AllocationProblem] = []
+    ctl, backend = enforcing(snapshot([running, other]), allocate=spying(seen))
+    backend.qos_nodes = {"normal": 2}
+    result = ctl.run_once(1000.0)
+    sizes = {d.job_id: d.allowed_sizes for d in seen[0].elastic}
+    assert sizes == {8: (1, 2), 9: (1, 2, 3, 4)}
+    assert {r.job_id: r.max_nodes for r in result.jobs} == {8: 2, 9: 4}

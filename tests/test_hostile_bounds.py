@@ -9,6 +9,7 @@ bounded by the cluster's size and the number of jobs: asserted on what the cycle
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,40 @@ def test_partition_max_nodes_bounds_growth_by_companions(
         assert {r.job_id: r.max_nodes for r in result.jobs}[updated] == 2
     finally:
         clean_queue.run("scontrol", "update", f"PartitionName={part}", "MaxNodes=UNLIMITED")
+
+
+def test_qos_node_limit_bounds_growth_by_companions(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser], tmp_path: Path
+) -> None:
+    """A QOS's MaxTRESPerJob node= limits each job of the QOS; companions are jobs of their
+    own, so without the cap the daemon would grow past it (a lead of the review: confirmed).
+    A QOS of this test's own (the version's slurmdbd is shared by its instances)."""
+    alice, _ = two_users
+    qos = f"se-{clean_queue.cluster_name}-nodes2"
+    where = ("where", f"cluster={clean_queue.cluster_name}", f"user={alice.name}")
+    clean_queue.run("sacctmgr", "-i", "add", "qos", qos, "MaxTRESPerJob=node=2")
+    try:
+        clean_queue.run("sacctmgr", "-i", "modify", "user", *where, "set", f"qos+={qos}")
+
+        def submitted() -> int | None:
+            proc = alice.run(
+                "sbatch", "--parsable", "-o", "/dev/null", f"--qos={qos}", "--nodes=1",
+                "--comment=plain", "--wrap", "sleep 60", check=False,
+            )  # fmt: skip
+            return int(proc.stdout.split(";")[0]) if proc.returncode == 0 else None
+
+        deadline = time.monotonic() + 30  # slurmctld learns the new QOS from slurmdbd
+        while (job_id := submitted()) is None:
+            if time.monotonic() > deadline:
+                pytest.fail(f"sbatch --qos={qos} still refused after 30s")
+            time.sleep(0.5)
+        alice.run("scontrol", "update", f"JobId={job_id}", "Comment=elastic:min=1,max=4")
+        wait_until(lambda: all_running(job_id), 30, "the job running")
+        result, problem = one_cycle(tmp_path / "state")
+        assert {d.job_id: d for d in problem.elastic}[job_id].max_nodes == 2
+        assert {r.job_id: r.max_nodes for r in result.jobs}[job_id] == 2
+    finally:
+        clean_queue.run("scancel", "-u", alice.name, check=False)
+        clean_queue.run("sacctmgr", "-i", "modify", "user", *where, "set", f"qos-={qos}",
+                        check=False)  # fmt: skip
+        clean_queue.run("sacctmgr", "-i", "delete", "qos", qos, check=False)

@@ -167,6 +167,14 @@ def test_scontrol_partitions() -> None:
     assert first.max_nodes == 2 and first.job_capacity == 2
 
 
+def test_qos_node_limits() -> None:
+    # sacctmgr -n -P show qos format=Name,MaxTRESPerJob, as 22.05 prints it.
+    text = "normal|\nse-h19-probe|cpu=8,node=2\nwide|gres/gpu=8\n"
+    assert parse_text.parse_qos_node_limits(text) == {"se-h19-probe": 2}
+    with pytest.raises(SlurmParseError, match="line 1"):
+        parse_text.parse_qos_node_limits("no separator\n")
+
+
 def test_scontrol_jobs_match_json(utc: None) -> None:
     text = by_id(parse_text.parse_scontrol_jobs(read("scontrol-o-show-job-running-pending.txt")))
     from_json = by_id(parse_json.squeue(read("squeue-running-pending.json")))

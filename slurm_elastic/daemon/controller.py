@@ -9,6 +9,7 @@ One cycle:
 
 1. observe — ``backend.read_cluster(now)`` (a fixed number of Slurm reads whatever the
    job count), plus ``read_history`` every ``slurm.sacct_interval_s``, incrementally;
+   with the QOS per-job node limits (``sacctmgr``) after each good history read;
    a failed read or a snapshot older than ``guards.stale_snapshot_s`` ends the cycle
    with ``ok=False`` and no action;
 2. on the first good snapshot, the journal is reconciled with Slurm (crash recovery);
@@ -104,6 +105,9 @@ class Controller:
         self._ending: list[tuple[float, int]] = []
         self._history_until: float | None = None
         self._history_retry_at = float("-inf")
+        # QOS -> per-job node limit, read with the history (limits change rarely); kept
+        # when a read fails.
+        self._qos_nodes: dict[str, int] = {}
         self.last_result: CycleResult | None = None
         self._capabilities: Capabilities | None = None  # probed on first need, then kept
         self.reconfigure(config)
@@ -174,7 +178,9 @@ class Controller:
         known = self.journal.known_specs()
         cls = classify(
             snapshot,
-            functools.partial(_resolve_spec, known=known, capacity=job_capacity(snapshot)),
+            functools.partial(
+                _resolve_spec, known=known, capacity=job_capacity(snapshot, self._qos_nodes)
+            ),
             self.config.partitions.allows,
             previous=self._classified,
         )
@@ -284,6 +290,7 @@ class Controller:
             self._history_retry_at = now + min(cadence, 60.0)
             log.warning("history.failed", error=str(exc))
             return 1
+        calls = 1 + self._refresh_qos_limits()
         for rec in records:
             self._history[rec.job_id] = rec
             if rec.end_time and not math.isnan(rec.end_time):
@@ -295,6 +302,14 @@ class Controller:
         self.estimator.history_changed(records, aged)
         self._history_until = now
         log.info("history.read", records=len(records), kept=len(self._history))
+        return calls
+
+    def _refresh_qos_limits(self) -> int:
+        """Re-read the QOS per-job node limits (one Slurm call); a failure keeps the last."""
+        try:
+            self._qos_nodes = dict(self.backend.read_qos_node_limits())
+        except SlurmError as exc:
+            log.warning("qos.failed", error=str(exc))
         return 1
 
     def _aged(self, horizon: float) -> list[int]:

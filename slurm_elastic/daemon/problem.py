@@ -161,9 +161,15 @@ def _capacities(partitions: tuple[PartitionView, ...]) -> Mapping[str, int]:
     return {part.name: part.job_capacity for part in partitions}
 
 
-def job_capacity(snapshot: ClusterSnapshot) -> Callable[[JobView], int]:
+def job_capacity(
+    snapshot: ClusterSnapshot, qos_nodes: Mapping[str, int] | None = None
+) -> Callable[[JobView], int]:
     """job -> the most nodes it can ever hold: the largest capacity among the partitions it
-    may run in, or the cluster's node count when none of them is listed (a hidden one).
+    may run in, or the cluster's node count when none of them is listed (a hidden one), and
+    no more than its QOS's per-job node limit (``qos_nodes``: QOS name -> limit).
+
+    Slurm enforces a partition's MaxNodes and a QOS's MaxTRESPerJob ``node=`` on each job,
+    and companions are jobs of their own: without this cap a job would grow past both.
 
     Elastic ranges are capped at this every cycle (``marker.cap_spec``), so the sizes
     planned for a job -- its outlook, the solver's variables, the guards' checks -- never
@@ -172,10 +178,13 @@ def job_capacity(snapshot: ClusterSnapshot) -> Callable[[JobView], int]:
     """
     capacities = _capacities(snapshot.partitions)
     everything = len(snapshot.nodes)
+    limits = qos_nodes or {}
 
     def capacity(job: JobView) -> int:
         known = [capacities[p] for p in job.partition.split(",") if p in capacities]
-        return max(known) if known else everything
+        most = max(known) if known else everything
+        limit = limits.get(job.qos)
+        return most if limit is None else min(most, limit)
 
     return capacity
 

@@ -194,6 +194,13 @@ class CliBackend:
         out = self.runner.read(("scontrol", "-o", "show", "partition")).stdout
         return parse_text.parse_scontrol_partitions(out)
 
+    def read_qos_node_limits(self) -> Mapping[str, int]:
+        out = self.runner.read(
+            ("sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxTRESPerJob"),
+            label="sacctmgr show qos",
+        ).stdout
+        return parse_text.parse_qos_node_limits(out)
+
     def read_history(self, since: float, until: float | None = None) -> tuple[JobHistory, ...]:
         window = ["-S", _slurm_time(since)]
         if until is not None:
