@@ -202,12 +202,10 @@ class Executor:
             reason="companion failed",
             extra=(("companion_nodes", str(link.nodes)),),
         )
-        if link.action_id is None:  # linked without a grow row: give it one, closed
+        action_id = link.action_id
+        if action_id is None:  # linked without a grow row: give it one, closed
             action_id = self.journal.record_intent(action, now, status=ActionStatus.FAILED)
-            self.journal.mark(action_id, ActionStatus.FAILED, now, detail=detail)
-        else:
-            action_id = link.action_id
-            self.journal.mark(action_id, ActionStatus.FAILED, now, detail=detail)
+        self.journal.mark(action_id, ActionStatus.FAILED, now, detail=detail)
         log.warning("companion.failed", job_id=link.parent_id, detail=detail)
         return self._done(action, "failed", detail, action_id)
 
