@@ -11,7 +11,12 @@ reference; tests/test_marker_lua.py runs both on the same inputs):
   * a marker whose min/max disagree with --nodes=MIN-MAX is rejected;
   * without --nodes the job's node range is set from the marker (min=, max=);
   * a marker without min/max is completed from --nodes (elastic -> elastic:min=2,max=8),
-    because the range does not survive in Slurm once the daemon pins or resizes the job.
+    because the range does not survive in Slurm once the daemon pins or resizes the job;
+  * the range is capped at what the job's partitions can ever give (the fewest of a
+    partition's nodes and its MaxNodes, the most of that over the job's partitions): max
+    above it is lowered (on the step grid, in the marker and in --nodes), min above it is
+    rejected.  So no number a user writes makes the daemon plan more sizes than there are
+    nodes (the daemon caps again, for comments changed later or clusters without this file).
 
 Companion jobs (token slurm-elastic:companion-of=<PARENT>) are never elastic: they pass.
 --]]
@@ -160,8 +165,33 @@ local function given(n)
    return n ~= nil and n ~= slurm.NO_VAL and n ~= 0
 end
 
+-- What the job's partitions can ever give it, nil when none of them is known here: for each
+-- partition it names (or the default one), the fewer of its nodes and its MaxNodes.
+local function capacity(job_desc, part_list)
+   local best = nil
+   local function consider(part)
+      local cap = part.total_nodes
+      if cap == nil then return end
+      local most = part.max_nodes
+      if most ~= nil and most < cap then cap = most end
+      if best == nil or cap > best then best = cap end
+   end
+   local names = job_desc.partition
+   if names == nil or names == "" then
+      for _, part in pairs(part_list or {}) do
+         if part.flag_default == 1 then consider(part) end
+      end
+   else
+      for name in string.gmatch(names, "[^,]+") do
+         local part = (part_list or {})[name]
+         if part ~= nil then consider(part) end
+      end
+   end
+   return best
+end
+
 -- The whole check for one submission: (new_comment_or_nil, new_min, new_max) or (nil, message).
-local function check(job_desc)
+local function check(job_desc, part_list)
    local comment = job_desc.comment
    if comment == nil or comment == "" then return { } end
    local toks = tokens(comment)
@@ -207,7 +237,16 @@ local function check(job_desc)
    end
    local rerr = check_range(token, low, high, m.step)
    if rerr then return nil, rerr end
-   if m.min == nil or m.max == nil then
+   local cap = capacity(job_desc, part_list)
+   if cap ~= nil and low > cap then
+      return nil, msg(token, string.format("min=%d is more than the %d nodes its partitions can give",
+         low, cap))
+   end
+   if cap ~= nil and high > cap then
+      high = low + math.floor((cap - low) / (m.step or 1)) * (m.step or 1)
+      result.min_nodes, result.max_nodes = low, high
+   end
+   if m.min == nil or m.max ~= high then
       m.min, m.max = low, high
       result.comment = string.sub(comment, 1, marker_tok.first - 1) .. format_marker(m)
          .. string.sub(comment, marker_tok.last + 1)
@@ -216,7 +255,7 @@ local function check(job_desc)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
-   local result, err = check(job_desc)
+   local result, err = check(job_desc, part_list)
    if not result then
       slurm.log_user(err) -- the C function takes one string: no format expansion of '%'
       slurm.log_info("slurm-elastic: rejected job from uid %d: %s", submit_uid, err)

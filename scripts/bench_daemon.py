@@ -18,7 +18,6 @@ few minutes to submit (sbatch one by one, four at a time).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -30,16 +29,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slurm_elastic.config import Config  # noqa: E402
-from slurm_elastic.daemon.controller import Controller  # noqa: E402
-from slurm_elastic.daemon.instructions import InstructionBoard  # noqa: E402
-from slurm_elastic.daemon.journal import Journal  # noqa: E402
 from slurm_elastic.daemon.log import configure_logging  # noqa: E402
-from slurm_elastic.daemon.reports import ReportStore  # noqa: E402
-from slurm_elastic.slurm.cli import CliBackend  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
-from cluster_env import VERSIONS, use_cluster  # noqa: E402
+from cluster_env import add_cluster_arguments, shadow_controller, use_cluster  # noqa: E402
 
 NAME = "bench-daemon"
 
@@ -68,14 +61,7 @@ def submit(count: int, work_dir: str, first: int = 0) -> None:
 
 
 def measure(jobs: int, cycles: int, work_dir: str) -> dict[str, float]:
-    config = Config.model_validate({"mode": "shadow", "state_dir": work_dir})
-    ctl = Controller(
-        CliBackend(),
-        config,
-        reports=ReportStore(),
-        journal=Journal(),
-        agents=InstructionBoard(),
-    )
+    ctl = shadow_controller(work_dir)
     first = ctl.run_once(time.time())
     if not first.ok:
         raise SystemExit(f"bench_daemon: first cycle failed: {first.error}")
@@ -119,15 +105,7 @@ def cancel_bench_jobs() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--instance", type=int, default=int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
-    )
-    parser.add_argument(
-        "--slurm",
-        choices=VERSIONS,
-        default=os.environ.get("SLURM_ELASTIC_SLURM", "22.05"),
-        help="which local cluster version (scripts/cluster.sh --slurm)",
-    )
+    add_cluster_arguments(parser)
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument(
         "--jobs",

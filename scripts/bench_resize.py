@@ -38,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-from cluster_env import VERSIONS, use_cluster  # noqa: E402
+from cluster_env import add_cluster_arguments, use_cluster  # noqa: E402
 
 EXAMPLE = REPO / "examples" / "train_mlp.py"
 TRAIN = ["--samples", "2400", "--global-batch", "48", "--micro-batch", "16", "--epochs", "4"]
@@ -179,15 +179,7 @@ def requeue_run(root: Path) -> tuple[float, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--instance", type=int, default=int(os.environ.get("SLURM_ELASTIC_TEST_INSTANCE", "0"))
-    )
-    parser.add_argument(
-        "--slurm",
-        choices=VERSIONS,
-        default=os.environ.get("SLURM_ELASTIC_SLURM", "22.05"),
-        help="which local cluster version (scripts/cluster.sh --slurm)",
-    )
+    add_cluster_arguments(parser)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--keep", type=Path, default=None, help="keep the job logs in this dir")
     args = parser.parse_args()

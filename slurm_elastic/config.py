@@ -108,6 +108,13 @@ class GrowSection(_Section):
     method: Literal["companion", "expand", "off"] = "companion"
     companion_pending_timeout_s: Number = _number(600.0, 1.0, 7 * DAY)
     agent_command: str = Field("slurm-elastic run", min_length=1)
+    # A companion that ends by itself sooner than this after it started (or before it ever
+    # ran) while its parent still runs has failed.  The next grow of that job waits
+    # companion_retry_backoff_s, doubled after each further failure in a row, and after
+    # companion_max_failures in a row the daemon stops growing the job (its REASON says so).
+    companion_fail_window_s: Number = _number(60.0, 1.0, DAY)
+    companion_retry_backoff_s: Number = _number(60.0, 0.0, DAY)
+    companion_max_failures: Count = _number(3, 1, 100)
 
 
 class ModelSection(_Section):

@@ -45,6 +45,16 @@ for sure what its owner wrote: :func:`untrusted` names the first such character,
 daemon leaves that job alone with the reason (``slurm-elastic status``) instead of
 guessing a marker from it.  A tab is whitespace, as in ``job_submit.lua``.
 
+Bounded ranges
+--------------
+A range is worth only what the job's partitions can ever give: the fewest of a partition's
+node count and its ``MaxNodes``, the most of that over the partitions the job may run in
+(its *capacity*).  At submission the plugin caps ``max`` at the capacity (on the ``step``
+grid: ``elastic:min=1,max=999999`` on 4 nodes is stored as ``elastic:min=1,max=4``, and
+``--nodes`` with it) and rejects a ``min`` above it; the daemon caps again every cycle
+(:func:`cap_spec`), so neither a comment changed later with ``scontrol update`` nor a
+cluster without the plugin can make it plan more sizes than the cluster has nodes.
+
 Companion jobs (submitted by the daemon to grow a job) carry the token
 ``slurm-elastic:companion-of=<PARENT_JOBID>`` and are never elastic themselves:
 :func:`parse_marker` returns ``None`` for them.
@@ -64,6 +74,9 @@ __all__ = [
     "MARKER_WORD",
     "SUPPORTED_VERSIONS",
     "MarkerToken",
+    "OutOfReach",
+    "cap_spec",
+    "capped_max",
     "check_submission",
     "complete_marker",
     "find_marker_token",
@@ -93,6 +106,10 @@ _LOWEST = {"min": 1, "max": 1, "step": 1, "gpus": 0, "cost": 0}
 _UNTRUSTED = re.compile(
     "[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
 )
+
+
+class OutOfReach(MarkerError):
+    """A well-formed marker whose minimum is more than the job's partitions can ever give."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,14 +290,52 @@ def resolve_spec(comment: str | None, min_nodes: int, max_nodes: int | None) -> 
     )
 
 
+def capped_max(low: int, high: int, step: int, capacity: int) -> int:
+    """``high`` lowered to at most ``capacity``, on the grid low, low+step, ...
+
+    The caller has checked ``low <= capacity``.
+    """
+    if high <= capacity:
+        return high
+    return low + (capacity - low) // step * step
+
+
+def cap_spec(spec: ElasticSpec, capacity: int, token: str | None = None) -> ElasticSpec:
+    """The spec with its range capped at ``capacity`` nodes (see "Bounded ranges").
+
+    Raises :class:`OutOfReach` when even the minimum is more than ``capacity`` (its
+    message names the marker ``token`` when given, as the plugin's does).
+    """
+    if spec.min_nodes > capacity:
+        reason = f"min={spec.min_nodes} is more than the {capacity} nodes its partitions can give"
+        raise OutOfReach(reason if token is None else _msg(token, reason))
+    high = capped_max(spec.min_nodes, spec.max_nodes, spec.step, capacity)
+    return spec if high == spec.max_nodes else replace(spec, max_nodes=high)
+
+
 def check_submission(
-    comment: str | None, min_nodes: int | None, max_nodes: int | None
+    comment: str | None,
+    min_nodes: int | None,
+    max_nodes: int | None,
+    *,
+    capacity: int | None = None,
 ) -> ElasticSpec | None:
     """What ``etc/job_submit.lua`` enforces, for one submission (None = not elastic).
 
     Stricter than :func:`resolve_spec`: a marker ``min``/``max`` must equal the job's
     ``--nodes`` range when the user gave one (``min_nodes`` None = no ``--nodes``).
+    ``capacity``: what the job's partitions can ever give (None = unknown, no cap); the
+    answer's range is capped at it, and a minimum above it is an :class:`OutOfReach`.
     """
+    spec = _submitted_spec(comment, min_nodes, max_nodes)
+    if spec is None or capacity is None:
+        return spec
+    return cap_spec(spec, capacity, find_marker_token(comment) or MARKER_WORD)
+
+
+def _submitted_spec(
+    comment: str | None, min_nodes: int | None, max_nodes: int | None
+) -> ElasticSpec | None:
     marker = parse_marker(comment)
     if marker is None:
         return None
@@ -300,17 +355,20 @@ def check_submission(
     return resolve_spec(comment, marker.min_nodes, marker.max_nodes)
 
 
-def complete_marker(comment: str, min_nodes: int | None, max_nodes: int | None) -> str:
-    """The comment as ``etc/job_submit.lua`` stores it: the marker with min and max filled in.
+def complete_marker(
+    comment: str, min_nodes: int | None, max_nodes: int | None, *, capacity: int | None = None
+) -> str:
+    """The comment as ``etc/job_submit.lua`` stores it: the marker with min and max filled in
+    (max capped at ``capacity``, see :func:`check_submission`).
 
     Raises MarkerError where the plugin rejects the job; returns the comment unchanged when
-    it has no marker or the marker already names both min and max.
+    it has no marker or the marker already names both min and max within the capacity.
     """
-    spec = check_submission(comment, min_nodes, max_nodes)
+    spec = check_submission(comment, min_nodes, max_nodes, capacity=capacity)
     marker = parse_marker(comment)
     if spec is None or marker is None:
         return comment
-    if marker.min_nodes is not None and marker.max_nodes is not None:
+    if marker.min_nodes is not None and marker.max_nodes == spec.max_nodes:
         return comment
     full = format_marker(replace(marker, min_nodes=spec.min_nodes, max_nodes=spec.max_nodes))
     for match in _TOKEN.finditer(comment):

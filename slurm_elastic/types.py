@@ -150,6 +150,13 @@ class PartitionView:
     exclusive: bool  # OverSubscribe=EXCLUSIVE: every job gets whole nodes
     state: str  # UP, DOWN, DRAIN, INACTIVE
     max_time_s: float | None = None
+    max_nodes: int | None = None  # MaxNodes: the most nodes one job may hold; None = unlimited
+
+    @property
+    def job_capacity(self) -> int:
+        """The most nodes one job can ever hold here: its nodes, or fewer by MaxNodes."""
+        n = len(self.nodes)
+        return n if self.max_nodes is None else min(n, self.max_nodes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from slurm_elastic.actuate.companion import companion_comment
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Controller, keep_current_plan
 from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
@@ -24,7 +25,15 @@ from slurm_elastic.types import (
     ProgressReport,
     SolverStatus,
 )
-from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot, targets
+from tests.test_daemon_controller_data import (
+    RecordingBackend,
+    job,
+    pending,
+    snapshot,
+    spying,
+    targets,
+)
+from tests.test_daemon_eligibility import enforcing
 
 
 def make(
@@ -241,17 +250,19 @@ def test_history_is_read_at_its_cadence_and_retried_later_after_a_failure() -> N
     ctl, backend, _, _ = make(snapshot([]), {})
     backend.fresh = True
     reads = lambda: [c for c in backend.calls if c[0] == "read_history"]  # noqa: E731
-    assert ctl.run_once(1000.0).history_calls == 1
+    # A good history read brings the QOS limits along: 2 calls (sacct, sacctmgr).
+    assert ctl.run_once(1000.0).history_calls == 2
     assert reads()[0][1] == 1000.0 - ctl.config.slurm.sacct_lookback_s
     assert ctl.run_once(1010.0).history_calls == 0
-    assert ctl.run_once(1300.0).history_calls == 1
+    assert ctl.run_once(1300.0).history_calls == 2
     assert reads()[1][1] == 1000.0 - 300.0  # incremental, overlapping one cadence
     backend.fail_history = True
     assert ctl.run_once(1600.0).history_calls == 1
     assert ctl.run_once(1610.0).history_calls == 0  # back-off, not every cycle
     backend.fail_history = False
-    assert ctl.run_once(1661.0).history_calls == 1
+    assert ctl.run_once(1661.0).history_calls == 2
     assert reads()[-1][1] == 1000.0
+    assert [c[0] for c in backend.calls].count("read_qos") == 3
 
 
 def test_refused_grow_is_recorded_failed_and_cools_down() -> None:
@@ -271,3 +282,110 @@ def test_refused_grow_is_recorded_failed_and_cools_down() -> None:
     assert again.actions == () and {r.job_id: r.reason for r in again.jobs}[8].startswith(
         "cooldown"
     )
+
+
+# --------------------------------------------------------------------------- bounded work
+
+
+def test_hostile_ranges_are_capped_at_the_partitions_every_cycle() -> None:
+    """Markers that reach the daemon unchecked (``scontrol update Comment=``, no plugin):
+    max=999999, an incomplete marker with -N1-999999, and a min beyond the cluster.  Each
+    job's sizes, outlook and status row are bounded by the 4 nodes; the third is left alone."""
+    jobs = [
+        pending(20, comment="elastic:min=1,max=999999", user="se-bob"),
+        pending(21, lo=1, hi=999_999, comment="elastic", user="se-bob"),
+        pending(22, comment="elastic:min=5,max=999999", user="se-bob"),
+        pending(23, lo=1, hi=2, comment="elastic", user="se-alice"),
+    ]
+    seen: list[AllocationProblem] = []
+    ctl, _ = enforcing(snapshot(jobs), allocate=spying(seen))
+    result = ctl.run_once(1000.0)
+    assert result.ok
+    (problem,) = seen
+    sizes = {d.job_id: d.allowed_sizes for d in problem.elastic}
+    assert sizes == {20: (1, 2, 3, 4), 21: (1, 2, 3, 4), 23: (1, 2)}
+    assert all(len(d.outlook.sizes) <= 4 for d in problem.elastic)
+    rows = {r.job_id: r for r in result.jobs}
+    assert (rows[20].min_nodes, rows[20].max_nodes) == (1, 4)
+    assert rows[22].reason == "out of reach: min=5 is more than the 4 nodes its partitions can give"
+    assert ctl.journal.known_specs()[21].max_nodes == 4
+
+
+# --------------------------------------------------------------------------- failed companions
+
+
+def test_a_companion_failing_at_once_is_retried_with_backoff_then_given_up() -> None:
+    """sbatch accepts the companion, which fails within a second, three times: the grows
+    wait 60 s, then 120 s, and after the third failure the job is no longer grown; the
+    status REASON says which and why."""
+    parent = job(8, nodes=("n1", "n2"))
+    ctl, backend, journal, _ = make(snapshot([parent]), {8: 3}, cooldown_s=0)
+    backend.fresh = True
+    now = 1000.0
+    for attempt in range(3):
+        ctl.run_once(now)
+        assert backend.actions()[-1][0] == "submit", attempt
+        comp_id = backend.next_job_id
+        failed = replace(
+            job(comp_id, nodes=("n3",), comment=companion_comment(8)),
+            state=JobState.FAILED,
+            start_time=now + 1,
+            end_time=now + 2,
+        )
+        backend.snap = snapshot([parent, failed])  # squeue shows the ended companion
+        result = ctl.run_once(now + 5)
+        assert {r.job_id: r.reason for r in result.jobs}[8] == (
+            f"grow 2->3 failed: companion {comp_id} FAILED after 1s"
+        )
+        backend.snap = snapshot([parent])  # then it leaves the queue
+        wait = 60.0 * 2**attempt
+        blocked = ctl.run_once(now + 5 + wait - 1)
+        reason = {r.job_id: r.reason for r in blocked.jobs}[8]
+        if attempt < 2:
+            assert reason.startswith(f"blocked: grow backoff: {attempt + 1} failed, next try in 1s")
+        now += 5 + wait
+    submits = [a for a in backend.actions() if a[0] == "submit"]
+    result = ctl.run_once(now + 3600)
+    assert [a for a in backend.actions() if a[0] == "submit"] == submits  # no fourth try
+    reason = {r.job_id: r.reason for r in result.jobs}[8]
+    assert reason == (
+        "blocked: grow given up: 3 companions failed in a row"
+        f" (last: companion {backend.next_job_id} FAILED after 1s)"
+    )
+    assert journal.grow_failures(8)[0] == 3
+
+
+def test_a_companion_that_ran_or_finished_is_no_failure() -> None:
+    parent = job(8, nodes=("n1", "n2"))
+    ctl, backend, journal, _ = make(snapshot([parent]), {8: 2}, cooldown_s=0)
+    backend.fresh = True
+    journal.link_companion(8, 501, 1, None, 1000.0)
+    running = replace(job(501, nodes=("n3",), comment=companion_comment(8)), start_time=1001.0)
+    backend.snap = snapshot([parent, running])
+    ctl.run_once(1100.0)  # seen running since 1001
+    backend.snap = snapshot([parent])  # gone after 199 s: it worked
+    ctl.run_once(1200.0)
+    assert journal.grow_failures(8) == (0, None, "") and journal.companions() == ()
+    journal.link_companion(8, 502, 1, None, 1250.0)
+    done = replace(running, job_id=502, state=JobState.COMPLETED, end_time=1260.0)
+    backend.snap = snapshot([parent, done])
+    ctl.run_once(1300.0)  # ended at once, but its agent finished: no failure
+    assert journal.grow_failures(8) == (0, None, "") and journal.companions() == ()
+    journal.link_companion(8, 503, 1, None, 1350.0)
+    backend.snap = snapshot([parent])
+    ctl.run_once(1400.0)  # vanished without ever being seen: a failure
+    assert journal.grow_failures(8) == (1, 1400.0, "companion 503 gone before it started")
+
+
+def test_a_qos_node_limit_caps_growth_like_a_partition() -> None:
+    """Slurm holds each job of a QOS to its MaxTRESPerJob node=; a companion is a job of
+    its own, so the daemon caps the job's range at the limit of its QOS."""
+    running = job(8, nodes=("n1",), comment="elastic:min=1,max=4")
+    other = replace(job(9, nodes=("n2",), comment="elastic:min=1,max=4"), qos="big")
+    seen: list[AllocationProblem] = []
+    ctl, backend = enforcing(snapshot([running, other]), allocate=spying(seen))
+    backend.qos_nodes = {"normal": 2}
+    result = ctl.run_once(1000.0)
+    sizes = {d.job_id: d.allowed_sizes for d in seen[0].elastic}
+    assert sizes == {8: (1, 2), 9: (1, 2, 3, 4)}
+    assert {r.job_id: r.max_nodes for r in result.jobs} == {8: 2, 9: 4}

@@ -107,6 +107,7 @@ class RecordingBackend:
     leaks: bool = True  # probe: the Slurm 22.05 node leak after a shrink
     fail_probe: bool = False
     refuse_reconfigure: bool = False
+    qos_nodes: dict[str, int] = field(default_factory=dict)  # per-job node limits of QOS
 
     def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
         if self.fail_reads:
@@ -120,6 +121,10 @@ class RecordingBackend:
         if self.fail_history:
             raise SlurmUnreachable("sacct: error: Problem talking to the database")
         return ()
+
+    def read_qos_node_limits(self) -> dict[str, int]:
+        self.calls.append(("read_qos", None))
+        return dict(self.qos_nodes)
 
     def pin_pending_size(self, job_id: int, nodes: int) -> None:
         self.calls.append(("pin", (job_id, nodes)))
@@ -150,7 +155,7 @@ class RecordingBackend:
         return self.next_job_id
 
     def actions(self) -> list[tuple[str, object]]:
-        return [c for c in self.calls if c[0] not in ("read_history", "probe")]
+        return [c for c in self.calls if c[0] not in ("read_history", "read_qos", "probe")]
 
 
 def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]:
@@ -158,5 +163,16 @@ def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]
 
     def allocate(problem: AllocationProblem, policy: str) -> Plan:
         return fixed_plan(problem, mapping, solver="test-plan")
+
+    return allocate
+
+
+def spying(seen: list[AllocationProblem]) -> Callable[[AllocationProblem, str], Plan]:
+    """The daemon's own policy, keeping every problem it is given."""
+    from slurm_elastic.daemon.controller import _policy_allocate
+
+    def allocate(problem: AllocationProblem, policy: str) -> Plan:
+        seen.append(problem)
+        return _policy_allocate(problem, policy)
 
     return allocate

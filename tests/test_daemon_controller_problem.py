@@ -14,7 +14,7 @@ from slurm_elastic.daemon.instructions import (
     InstructionBoard,
     InstructionKind,
 )
-from slurm_elastic.daemon.problem import build_problem, node_pools
+from slurm_elastic.daemon.problem import build_problem, job_capacity, node_pools
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.types import (
     ElasticSpec,
@@ -90,6 +90,22 @@ def test_pools_group_nodes_by_partition_set_and_skip_unusable() -> None:
         NodePool(frozenset({"batch"}), 2),
         NodePool(frozenset({"batch", "shared"}), 1),
     )
+
+
+def test_job_capacity_is_the_best_partition_within_its_max_nodes() -> None:
+    """A partition gives one job the fewer of its nodes and its MaxNodes, whatever their
+    state; a job listing several gets the best; an unlisted (hidden) one the whole cluster."""
+    parts = (
+        PartitionView("batch", ("n1", "n2", "n3", "n4"), True, True, "UP", max_nodes=2),
+        PartitionView("shared", ("n3", "n4", "n5"), False, False, "DOWN"),
+    )
+    snap = replace(snapshot([]), partitions=parts)
+    capacity = job_capacity(snap)
+    on = {name: replace(pending(1), partition=name) for name in ("batch", "shared", "hidden")}
+    assert capacity(on["batch"]) == 2
+    assert capacity(on["shared"]) == 3
+    assert capacity(replace(pending(1), partition="batch,shared")) == 3
+    assert capacity(on["hidden"]) == len(snap.nodes)
 
 
 def _instruction(iid: str, job_id: int = 7) -> Instruction:

@@ -46,6 +46,27 @@ def test_grow_interrupted_after_sbatch_adopts_the_companion() -> None:
     assert journal.get(aid).status is ActionStatus.APPLIED  # type: ignore[union-attr]
 
 
+def test_grow_interrupted_never_adopts_another_users_job() -> None:
+    """se-bob's job naming se-alice's job as its parent, older than the real companion,
+    is neither adopted nor cancelled; the real companion (hers) is."""
+    journal = Journal()
+    aid = journal.record_intent(GROW, 10.0)
+    parent = job(1, nodes=("n1",), user="se-alice")
+    fake = pending(8, comment=companion_comment(1), user="se-bob")
+    real = pending(9, comment=companion_comment(1), user="se-alice")
+    backend = RecordingBackend(snapshot([parent, fake, real]))
+    report = journal.reconcile(backend, backend.snap)  # type: ignore[arg-type]
+    assert report.adopted == [9] and report.completed == [aid]
+    assert [c.companion_id for c in journal.companions()] == [9]
+    assert backend.actions() == []
+    alone = Journal()
+    aid = alone.record_intent(GROW, 10.0)
+    backend = RecordingBackend(snapshot([parent, fake]))
+    report = alone.reconcile(backend, backend.snap)  # type: ignore[arg-type]
+    assert report.adopted == [] and report.rolled_back == [aid]
+    assert alone.companions() == () and backend.actions() == []
+
+
 def test_grow_interrupted_before_sbatch_is_rolled_back() -> None:
     journal = Journal()
     aid = journal.record_intent(GROW, 10.0)

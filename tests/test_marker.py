@@ -10,6 +10,8 @@ from slurm_elastic.errors import MarkerError
 from slurm_elastic.marker import (
     KEYS,
     MarkerToken,
+    OutOfReach,
+    cap_spec,
     check_submission,
     complete_marker,
     format_companion,
@@ -197,3 +199,45 @@ def test_garbage_raises_only_marker_error(comment: str) -> None:
             call()
         except MarkerError as exc:
             assert len(str(exc).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "capacity", "expected"),
+    [
+        (ElasticSpec(1, 999_999), 4, ElasticSpec(1, 4)),
+        (ElasticSpec(2, 999_998, step=3), 7, ElasticSpec(2, 5, step=3)),
+        (ElasticSpec(2, 3), 4, ElasticSpec(2, 3)),
+        (ElasticSpec(4, 4), 4, ElasticSpec(4, 4)),
+    ],
+)
+def test_cap_spec_bounds_the_range_by_the_capacity(
+    spec: ElasticSpec, capacity: int, expected: ElasticSpec
+) -> None:
+    capped = cap_spec(spec, capacity)
+    assert capped == expected
+    assert len(capped.allowed_sizes) <= capacity
+
+
+def test_cap_spec_refuses_a_minimum_out_of_reach() -> None:
+    with pytest.raises(OutOfReach, match="min=5 is more than the 4 nodes"):
+        cap_spec(ElasticSpec(5, 8), 4)
+
+
+@given(
+    low=st.integers(1, 999_999),
+    span=st.integers(0, 999_999),
+    step=st.integers(1, 999_999),
+    capacity=st.integers(1, 10_000),
+)
+def test_capped_specs_offer_at_most_capacity_sizes(
+    low: int, span: int, step: int, capacity: int
+) -> None:
+    spec = ElasticSpec(low, low + span // step * step, step=step)
+    try:
+        capped = cap_spec(spec, capacity)
+    except OutOfReach:
+        assert low > capacity
+        return
+    assert capped.min_nodes == low and capped.max_nodes <= capacity
+    assert (capped.max_nodes - low) % step == 0
+    assert len(capped.allowed_sizes) <= capacity

@@ -2,7 +2,8 @@
 
 The shipped plugin runs here in a stand-alone Lua 5.1 interpreter (the version Debian's
 job_submit_lua.so embeds; installed by scripts/install-deps.sh) with a minimal ``slurm``
-table: what the plugin provides (NO_VAL, SUCCESS, ERROR, log_user, log_info).
+table: what the plugin provides (NO_VAL, SUCCESS, ERROR, log_user, log_info), and a
+partition list shaped like slurmctld's (name -> total_nodes, max_nodes, flag_default).
 tests/test_marker_submit.py checks the real plugin inside slurmctld.
 """
 
@@ -23,7 +24,10 @@ from tests.slurm_cluster import in_ci
 LUA_SCRIPT = Path(__file__).resolve().parent.parent / "etc" / "job_submit.lua"
 NO_VAL = 4294967294
 
-# Reads cases "<min>\t<max>\t<hex comment>" from stdin, prints one result line per case.
+# Reads cases "<min>\t<max>\t<capacity>\t<partition>\t<hex comment>" from stdin, prints one
+# result line per case.  Capacity 0: no partition list.  Otherwise the default partition
+# "batch" has capacity + 2 nodes and MaxNodes=capacity, and "big" (not default) has 100 nodes
+# and no MaxNodes: a job naming no partition can get ``capacity`` nodes, one naming "big" 100.
 DRIVER = r"""
 local function hex(s)
   return (string.gsub(s, ".", function(c) return string.format("%02x", string.byte(c)) end))
@@ -35,12 +39,19 @@ local user_msg
 slurm = { NO_VAL = 4294967294, SUCCESS = 0, ERROR = -1,
           log_user = function(m) user_msg = m end, log_info = function() end }
 dofile(arg[1])
+local INFINITE = 4294967295
 for line in io.lines() do
-  local lo, hi, h = string.match(line, "^(%d+)\t(%d+)\t(%x*)$")
+  local lo, hi, cap, part, h = string.match(line, "^(%d+)\t(%d+)\t(%d+)\t([%w,]*)\t(%x*)$")
   local job = { min_nodes = tonumber(lo), max_nodes = tonumber(hi), comment = unhex(h) }
   if job.comment == "" then job.comment = nil end
+  if part ~= "" then job.partition = part end
+  local parts = {}
+  if tonumber(cap) > 0 then
+    parts.batch = { total_nodes = tonumber(cap) + 2, max_nodes = tonumber(cap), flag_default = 1 }
+    parts.big = { total_nodes = 100, max_nodes = INFINITE, flag_default = 0 }
+  end
   user_msg = nil
-  local rc = slurm_job_submit(job, {}, 0)
+  local rc = slurm_job_submit(job, parts, 0)
   if rc == slurm.SUCCESS then
     print(string.format("OK\t%s\t%d\t%d", hex(job.comment or ""), job.min_nodes, job.max_nodes))
   else
@@ -50,6 +61,22 @@ end
 """
 
 Case = tuple[str, int | None, int | None]
+# A case with the partitions the job sees: (capacity of the default partition or None for
+# no partition list, the job's --partition or "").
+PartCase = tuple[str, int | None, int | None, int | None, str]
+
+
+def _with_parts(case: Case | PartCase) -> PartCase:
+    return case if len(case) == 5 else (*case, None, "")  # type: ignore[return-value]
+
+
+def _capacity(cap: int | None, partition: str) -> int | None:
+    """What DRIVER's partition list gives a job naming ``partition`` (see DRIVER)."""
+    if cap is None:
+        return None
+    names = partition.split(",") if partition else ["batch"]
+    caps = [{"batch": cap, "big": 100}[n] for n in names if n in ("batch", "big")]
+    return max(caps) if caps else None
 
 
 def _lua() -> str:
@@ -61,13 +88,13 @@ def _lua() -> str:
     return exe
 
 
-def run_lua(cases: list[Case], tmp: Path) -> list[tuple[str, ...]]:
+def run_lua(cases: list[Case] | list[PartCase], tmp: Path) -> list[tuple[str, ...]]:
     driver = tmp / "driver.lua"
     driver.write_text(DRIVER)
     lines = "".join(
         f"{NO_VAL if lo is None else lo}\t{NO_VAL if hi is None else hi}\t"
-        f"{comment.encode().hex()}\n"
-        for comment, lo, hi in cases
+        f"{cap or 0}\t{part}\t{comment.encode().hex()}\n"
+        for comment, lo, hi, cap, part in map(_with_parts, cases)
     )
     proc = subprocess.run(
         [_lua(), str(driver), str(LUA_SCRIPT)],
@@ -87,13 +114,22 @@ def run_lua(cases: list[Case], tmp: Path) -> list[tuple[str, ...]]:
     return out
 
 
-def python_result(comment: str, lo: int | None, hi: int | None) -> tuple[str, ...]:
+def python_result(
+    comment: str,
+    lo: int | None,
+    hi: int | None,
+    cap: int | None = None,
+    partition: str = "",
+) -> tuple[str, ...]:
+    capacity = _capacity(cap, partition)
     try:
-        new_comment = complete_marker(comment, lo, hi)
-        spec = check_submission(comment, lo, hi)
+        new_comment = complete_marker(comment, lo, hi, capacity=capacity)
+        spec = check_submission(comment, lo, hi, capacity=capacity)
     except MarkerError as exc:
         return ("ERR", str(exc))
-    if spec is not None and lo is None:  # the plugin sets the range from the marker
+    given_hi = lo if hi is None else hi
+    if spec is not None and (lo is None or spec.max_nodes != given_hi):
+        # The plugin sets the range from the marker, or lowers --nodes to the capacity.
         lo, hi = spec.min_nodes, spec.max_nodes
     return ("OK", new_comment, str(NO_VAL if lo is None else lo), str(NO_VAL if hi is None else hi))
 
@@ -127,20 +163,66 @@ EXAMPLES: list[Case] = [
     ("elastic:min=\x01" + "7" * 90, 2, 8),
 ]
 
+# Hostile and honest ranges against partitions (class 2 of issue 19: bounded work).
+CAPPED: list[PartCase] = [
+    ("elastic:min=1,max=999999", None, None, 4, ""),
+    ("elastic", 1, 999999, 4, ""),
+    ("elastic:min=1,max=999999", 1, 999999, 4, ""),
+    ("x elastic:step=3 y", 1, 999997, 4, ""),
+    ("elastic:min=2,max=10,step=4", None, None, 4, ""),
+    ("elastic:min=5", None, None, 4, ""),
+    ("elastic", 5, 8, 4, ""),
+    ("elastic:min=1,max=999999", None, None, 4, "big"),
+    ("elastic:min=1,max=999999", None, None, 4, "big,batch"),
+    ("elastic:min=1,max=999999", None, None, 4, "nosuch"),
+    ("elastic:min=2,max=4", None, None, 4, ""),
+    ("elastic", 1, 3, 4, ""),
+    ("plain -N1-999999 is not ours", 1, 999999, 4, ""),
+]
+
 
 def test_lua_matches_python_on_examples(tmp_path: Path) -> None:
     for case, got in zip(EXAMPLES, run_lua(EXAMPLES, tmp_path), strict=True):
         assert got == python_result(*case), case
 
 
+def test_lua_caps_ranges_at_what_the_partitions_give(tmp_path: Path) -> None:
+    got = run_lua(CAPPED, tmp_path)
+    for case, result in zip(CAPPED, got, strict=True):
+        assert result == python_result(*case), case
+    by_comment = {case[0]: result for case, result in zip(CAPPED, got, strict=True)}
+    assert got[0] == ("OK", "elastic:min=1,max=4", "1", "4")
+    assert got[1] == ("OK", "elastic:min=1,max=4", "1", "4")
+    assert got[3] == ("OK", "x elastic:min=1,max=4,step=3 y", "1", "4")
+    assert got[4] == ("OK", "elastic:min=2,max=2,step=4", "2", "2")
+    assert got[5][0] == "ERR" and "min=5 is more than the 4 nodes" in got[5][1]
+    assert got[7] == ("OK", "elastic:min=1,max=100", "1", "100")  # MaxNodes only on batch
+    assert got[9] == ("OK", "elastic:min=1,max=999999", "1", "999999")  # unknown: Slurm's call
+    assert got[11] == ("OK", "elastic:min=1,max=3", "1", "3")
+    assert by_comment["plain -N1-999999 is not ours"] == (
+        "OK",
+        "plain -N1-999999 is not ours",
+        "1",
+        "999999",
+    )
+
+
 comment_alphabet = st.sampled_from(list("elastic:/=,;0123456789 minaxstepgpuscot-\t"))
 node_counts = st.none() | st.integers(1, 12)
+capacities = st.none() | st.integers(1, 12)
+partitions = st.sampled_from(["", "batch", "big", "big,batch", "nosuch"])
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.text(comment_alphabet, max_size=30), node_counts, node_counts)))
-def test_lua_matches_python_on_generated_comments(tmp_path_factory, cases: list[Case]) -> None:
-    cases = [(c, lo, None if lo is None else hi) for c, lo, hi in cases]
+@given(
+    st.lists(
+        st.tuples(
+            st.text(comment_alphabet, max_size=30), node_counts, node_counts, capacities, partitions
+        )
+    )
+)
+def test_lua_matches_python_on_generated_comments(tmp_path_factory, cases: list[PartCase]) -> None:
+    cases = [(c, lo, None if lo is None else hi, cap, p) for c, lo, hi, cap, p in cases]
     if not cases:
         return
     tmp = tmp_path_factory.mktemp("lua")

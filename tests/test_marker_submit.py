@@ -8,7 +8,7 @@ import re
 import pytest
 
 from slurm_elastic.marker import check_submission, complete_marker, parse_marker
-from tests.slurm_cluster import SlurmCluster
+from tests.slurm_cluster import ClusterUser, SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -94,3 +94,31 @@ def test_companion_comment_passes_untouched(clean_queue: SlurmCluster) -> None:
     job_id, stderr = sbatch(clean_queue, "--nodes=1", "--comment=slurm-elastic:companion-of=99")
     assert job_id is not None, stderr
     assert job_fields(clean_queue, job_id) == ("slurm-elastic:companion-of=99", "1-1")
+
+
+def test_hostile_range_is_capped_at_what_the_partitions_give(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser]
+) -> None:
+    """se-bob's max=999999 and -N1-999999 are stored capped at the cluster's 4 nodes (so the
+    daemon never plans a million sizes); a min above them is refused with the reason."""
+    _, bob = two_users
+    nodes = len(clean_queue.nodes)
+    hostile = [
+        ("--comment=elastic:min=1,max=999999",),
+        ("--nodes=1-999999", "--comment=elastic"),
+        ("--nodes=1-999999", "--comment=elastic:min=1,max=999999"),
+    ]
+    for args in hostile:
+        job_id = bob.sbatch("--hold", *args, "--wrap", "true")
+        comment, num_nodes = job_fields(clean_queue, job_id)
+        assert comment == f"elastic:min=1,max={nodes}", args
+        assert num_nodes == f"1-{nodes}", args
+    proc = bob.run(
+        "sbatch", "--hold", "-o", "/dev/null", f"--nodes={nodes + 1}", "--comment=elastic",
+        "--wrap", "true", check=False,
+    )  # fmt: skip
+    expected = f"min={nodes + 1} is more than the {nodes} nodes its partitions can give"
+    assert proc.returncode != 0 and expected in proc.stderr
+    # A job without the marker is Slurm's business alone: untouched.
+    plain = bob.sbatch("--hold", "--nodes=1-999999", "--comment=plain", "--wrap", "true")
+    assert job_fields(clean_queue, plain) == ("plain", "1-999999")

@@ -30,7 +30,7 @@ from slurm_elastic.slurm.parse_text import parse_scontrol_jobs
 from slurm_elastic.slurm.pyslurm_backend import PyslurmBackend
 from slurm_elastic.slurm.select import make_backend
 from slurm_elastic.types import ClusterSnapshot, JobState, JobView
-from tests.slurm_cluster import SlurmCluster, wait_until
+from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -341,12 +341,18 @@ def test_set_admin_comment(backend: CliBackend, clean_queue: SlurmCluster) -> No
 
 
 def test_submit_as_unprivileged_user(
-    backend: CliBackend, clean_queue: SlurmCluster, shared_dir_tmp: Path
+    backend: CliBackend,
+    clean_queue: SlurmCluster,
+    shared_dir_tmp: Path,
+    two_users: tuple[ClusterUser, ClusterUser],
 ) -> None:
+    # A user with a login shell: companions start from their owner's login environment
+    # (--export=NONE), which 26.05 holds a job for when it cannot read it (nobody's nologin).
+    alice, _ = two_users
     script = f"#!/bin/bash\nid -u > {shared_dir_tmp}/uid\nsleep 300\n"
     job_id = backend.submit(
         script,
-        user="nobody",
+        user=alice.name,
         nodes=1,
         partition="shared",
         name="companion-test",
@@ -355,12 +361,12 @@ def test_submit_as_unprivileged_user(
         extra_args=("--output=/dev/null",),
     )
     view = wait_state(backend, job_id, JobState.RUNNING)
-    assert (view.user, view.name, view.partition) == ("nobody", "companion-test", "shared")
+    assert (view.user, view.name, view.partition) == (alice.name, "companion-test", "shared")
     assert view.comment == "slurm-elastic:companion-of=1"
     assert view.work_dir == str(shared_dir_tmp)
     uid = shared_dir_tmp / "uid"  # created by the shell's ">" before id writes to it
     wait_until(lambda: uid.exists() and uid.read_text().strip() != "", 10, "the job wrote its uid")
-    assert (shared_dir_tmp / "uid").read_text().strip() == "65534"  # ran as nobody, not root
+    assert (shared_dir_tmp / "uid").read_text().strip() == str(alice.uid)  # not root
     with pytest.raises(ActionRefused, match="no such user"):
         backend.submit(script, user="no-such-user-x", nodes=1, partition="shared")
 

@@ -162,6 +162,18 @@ def test_scontrol_partitions() -> None:
     assert not parts["shared"].is_default and not parts["shared"].exclusive
     assert parts["batch"].nodes == ("n1", "n2", "n3", "n4")
     assert parts["batch"].state == "UP" and parts["batch"].max_time_s is None
+    assert parts["batch"].max_nodes is None  # MaxNodes=UNLIMITED
+    limited = read("scontrol-o-show-partition.txt").replace("MaxNodes=UNLIMITED", "MaxNodes=2")
+    (first, *_) = parse_text.parse_scontrol_partitions(limited)
+    assert first.max_nodes == 2 and first.job_capacity == 2
+
+
+def test_qos_node_limits() -> None:
+    # sacctmgr -n -P show qos format=Name,MaxTRESPerJob, as 22.05 prints it.
+    text = "normal|\nse-h19-probe|cpu=8,node=2\nwide|gres/gpu=8\n"
+    assert parse_text.parse_qos_node_limits(text) == {"se-h19-probe": 2}
+    with pytest.raises(SlurmParseError, match="line 1"):
+        parse_text.parse_qos_node_limits("no separator\n")
 
 
 def test_scontrol_jobs_match_json(utc: None) -> None:

@@ -48,6 +48,9 @@ def companion_script(parent: JobView, agent_command: str) -> str:
     return (
         "#!/bin/bash\n"
         f"# slurm-elastic companion of job {parent.job_id}: joins its torch rendezvous.\n"
+        # Submitted with --export=NONE (slurm.owner): without this, the agent's job steps
+        # would inherit NONE and start without the job's own environment.
+        "export SLURM_EXPORT_ENV=ALL\n"
         f"cd {shlex.quote(work_dir)} || exit 1\n"
         f"exec {agent_command} --join {parent.job_id}\n"
     )

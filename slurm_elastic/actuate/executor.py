@@ -38,17 +38,17 @@ from slurm_elastic.actuate.companion import (
     companion_script,
 )
 from slurm_elastic.actuate.guards import GuardKnobs
-from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.actuate.state import Classification, ElasticJob
 from slurm_elastic.daemon.instructions import (
     AckStatus,
     Instruction,
     InstructionBoard,
     InstructionKind,
 )
-from slurm_elastic.daemon.journal import ActionStatus, Journal, JournalEntry
+from slurm_elastic.daemon.journal import ActionStatus, CompanionLink, Journal, JournalEntry
 from slurm_elastic.errors import SlurmError
 from slurm_elastic.slurm.backend import SlurmBackend
-from slurm_elastic.types import Action, ActionKind, JobView
+from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, JobState, JobView
 
 log = structlog.get_logger("slurm_elastic.actuate")
 
@@ -92,6 +92,7 @@ class Executor:
         self.knobs = knobs
         self.agent_command = agent_command
         self._new_id = new_id
+        self._started: dict[int, float] = {}  # linked companion -> when it was seen started
 
     # ------------------------------------------------------------------ new actions
 
@@ -141,6 +142,72 @@ class Executor:
             work_dir=parent.work_dir or None,
             extra_args=companion_extra_args(parent, now),
         )
+
+    # ------------------------------------------------------------------ failed companions
+
+    def note_companion_ends(
+        self, cls: Classification, snapshot: ClusterSnapshot, now: float
+    ) -> list[ActionRecord]:
+        """Close the journal's link of every companion that left the queue by itself, and
+        turn its grow into a failed one when it failed at once: it ended sooner than
+        ``companion_fail_window_s`` after it started (or never started) while its parent
+        still runs.  The guards then back off before the next grow of that parent and
+        give up after ``companion_max_failures`` (``guards.grow_retry_reason``).
+
+        Companions the daemon cancels have their link closed when cancelled, and one that
+        ends with its parent is no failure.  When a companion is seen running, its start
+        is noted: squeue keeps an ended job only for ``MinJobAge``.
+        """
+        records: list[ActionRecord] = []
+        finished: dict[int, JobView] | None = None
+        for link in self.journal.companions():
+            comp = cls.jobs.get(link.companion_id)
+            if comp is not None:
+                if comp.start_time is not None:
+                    self._started[link.companion_id] = comp.start_time
+                continue
+            if finished is None:
+                finished = {j.job_id: j for j in snapshot.jobs if not j.state.is_active}
+            view = finished.get(link.companion_id)
+            started = self._started.pop(link.companion_id, None)
+            if view is not None and view.start_time:
+                started = view.start_time
+            self.journal.end_companion(link.companion_id, now)
+            parent = cls.elastic.get(link.parent_id)
+            if parent is None or not parent.job.is_running:
+                continue  # ended with (or after) its parent: no failure of its own
+            if view is not None and view.state is JobState.COMPLETED:
+                continue  # its agent finished (training done): no failure however short
+            ended = view.end_time if view is not None and view.end_time else now
+            if started is not None and ended - started >= self.knobs.companion_fail_window_s:
+                continue
+            how = view.state.value if view is not None else "gone"
+            detail = (
+                f"companion {link.companion_id} {how} before it started"
+                if started is None
+                else f"companion {link.companion_id} {how} after {max(0.0, ended - started):.0f}s"
+            )
+            records.append(self._companion_failed(link, parent, detail, now))
+        return records
+
+    def _companion_failed(
+        self, link: CompanionLink, parent: ElasticJob, detail: str, now: float
+    ) -> ActionRecord:
+        size = parent.effective_nodes
+        action = Action(
+            ActionKind.GROW,
+            link.parent_id,
+            size,
+            size + link.nodes,
+            reason="companion failed",
+            extra=(("companion_nodes", str(link.nodes)),),
+        )
+        action_id = link.action_id
+        if action_id is None:  # linked without a grow row: give it one, closed
+            action_id = self.journal.record_intent(action, now, status=ActionStatus.FAILED)
+        self.journal.mark(action_id, ActionStatus.FAILED, now, detail=detail)
+        log.warning("companion.failed", job_id=link.parent_id, detail=detail)
+        return self._done(action, "failed", detail, action_id)
 
     # ------------------------------------------------------------------ graceful shrink
 

@@ -11,7 +11,9 @@ Two kinds of guard:
   current size in the plan, so the solver does not count on nodes it cannot get back
   (cooldown after our own resize, minimum dwell at a size, an action in flight);
 * action guards (``block_reason``) run on each action the diff proposes: elastic flag,
-  min/max, the batch host, the TimeLimit, and payback of the resize cost.
+  min/max, the batch host, the TimeLimit, and payback of the resize cost; a grow also
+  waits out the backoff after failed companions, and stops after too many
+  (``grow_retry_reason``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class GuardKnobs:
     time_limit_margin_s: float = 300.0
     stale_snapshot_s: float = 60.0
     default_resize_cost_s: float = 30.0
+    companion_fail_window_s: float = 60.0
+    companion_retry_backoff_s: float = 60.0
+    companion_max_failures: int = 3
 
     @classmethod
     def from_config(cls, config: object) -> GuardKnobs:
@@ -56,6 +61,9 @@ class GuardKnobs:
             time_limit_margin_s=g.time_limit_margin_s,
             stale_snapshot_s=g.stale_snapshot_s,
             default_resize_cost_s=config.model.default_resize_cost_s,  # type: ignore[attr-defined]
+            companion_fail_window_s=config.grow.companion_fail_window_s,  # type: ignore[attr-defined]
+            companion_retry_backoff_s=config.grow.companion_retry_backoff_s,  # type: ignore[attr-defined]
+            companion_max_failures=config.grow.companion_max_failures,  # type: ignore[attr-defined]
         )
 
 
@@ -177,6 +185,25 @@ def _payback_reason(action: Action, knobs: GuardKnobs, outlook: Outlook | None) 
     gain = (at_target.throughput - at_now.throughput) * max(0.0, window - outlook.resize_cost_s)
     if gain <= cost:
         return f"payback: gain {gain:.0f} <= cost {cost:.0f} steps"
+    return None
+
+
+def grow_retry_reason(
+    failures: int, last_failed_at: float | None, last_detail: str, knobs: GuardKnobs, now: float
+) -> str | None:
+    """Why a job whose last ``failures`` grows in a row failed (sbatch refused, or the
+    companion failed at once) must not grow now: given up after
+    ``companion_max_failures``, else a backoff of ``companion_retry_backoff_s`` doubled
+    per failure after the first.  None when it may try."""
+    if failures <= 0:
+        return None
+    last = f" (last: {last_detail})" if last_detail else ""
+    if failures >= knobs.companion_max_failures:
+        return f"grow given up: {failures} companions failed in a row{last}"
+    wait = knobs.companion_retry_backoff_s * 2 ** (failures - 1)
+    if last_failed_at is not None and now - last_failed_at < wait:
+        left = wait - (now - last_failed_at)
+        return f"grow backoff: {failures} failed, next try in {left:.0f}s{last}"
     return None
 
 

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 from slurm_elastic.actuate.companion import companion_parent, orphan_reason
 from slurm_elastic.errors import MarkerError
-from slurm_elastic.marker import untrusted
+from slurm_elastic.marker import OutOfReach, untrusted
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
 
-# job -> its spec, None (no marker), or raises MarkerError (malformed marker).
+# job -> its spec, None (no marker), or raises MarkerError (malformed marker; OutOfReach
+# when its minimum is more than its partitions can ever give).
 SpecResolver = Callable[[JobView], ElasticSpec | None]
 
 
@@ -148,6 +149,8 @@ def _elastic_or_reason(
         return f"comment not trusted, job left alone: {why}", None
     try:
         spec = resolve_spec(job)
+    except OutOfReach as exc:
+        return f"out of reach: {exc}", None
     except MarkerError as exc:
         return f"malformed marker: {exc}", None
     if spec is None:

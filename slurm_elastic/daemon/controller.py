@@ -9,6 +9,7 @@ One cycle:
 
 1. observe — ``backend.read_cluster(now)`` (a fixed number of Slurm reads whatever the
    job count), plus ``read_history`` every ``slurm.sacct_interval_s``, incrementally;
+   with the QOS per-job node limits (``sacctmgr``) after each good history read;
    a failed read or a snapshot older than ``guards.stale_snapshot_s`` ends the cycle
    with ``ok=False`` and no action;
 2. on the first good snapshot, the journal is reconciled with Slurm (crash recovery);
@@ -35,17 +36,23 @@ import structlog
 
 from slurm_elastic.actuate.diff import companion_cleanup, diff
 from slurm_elastic.actuate.executor import ActionRecord, Executor
-from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
+from slurm_elastic.actuate.guards import (
+    GuardKnobs,
+    block_reason,
+    freeze_reason,
+    grow_retry_reason,
+    limit_resizes,
+)
 from slurm_elastic.actuate.state import Classification, classify
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
-from slurm_elastic.daemon.problem import build_problem, not_eligible
+from slurm_elastic.daemon.problem import build_problem, job_capacity, not_eligible
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError, StateError
-from slurm_elastic.marker import resolve_spec
+from slurm_elastic.marker import cap_spec, resolve_spec
 from slurm_elastic.model.outlook import GrowCheck
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
@@ -102,6 +109,9 @@ class Controller:
         self._ending: list[tuple[float, int]] = []
         self._history_until: float | None = None
         self._history_retry_at = float("-inf")
+        # QOS -> per-job node limit, read with the history (limits change rarely); kept
+        # when a read fails.
+        self._qos_nodes: dict[str, int] = {}
         self.last_result: CycleResult | None = None
         self._capabilities: Capabilities | None = None  # probed on first need, then kept
         self.reconfigure(config)
@@ -181,7 +191,9 @@ class Controller:
         known = self.journal.known_specs()
         cls = classify(
             snapshot,
-            lambda job: _resolve_spec(job, known),
+            functools.partial(
+                _resolve_spec, known=known, capacity=job_capacity(snapshot, self._qos_nodes)
+            ),
             self.config.partitions.allows,
             previous=self._classified,
         )
@@ -193,6 +205,7 @@ class Controller:
         self._note_size_changes(cls, now)
 
         records = self.executor.advance_shrinks(cls.elastic, now)
+        records += self.executor.note_companion_ends(cls, snapshot, now)
         records += self._reconfigure_after_shrinks(cls, now)
         in_flight = self.executor.in_flight()
         last_resize = self.journal.last_resize_at(cls.elastic)
@@ -290,6 +303,7 @@ class Controller:
             self._history_retry_at = now + min(cadence, 60.0)
             log.warning("history.failed", error=str(exc))
             return 1
+        calls = 1 + self._refresh_qos_limits()
         for rec in records:
             self._history[rec.job_id] = rec
             if rec.end_time and not math.isnan(rec.end_time):
@@ -301,6 +315,14 @@ class Controller:
         self.estimator.history_changed(records, aged)
         self._history_until = now
         log.info("history.read", records=len(records), kept=len(self._history))
+        return calls
+
+    def _refresh_qos_limits(self) -> int:
+        """Re-read the QOS per-job node limits (one Slurm call); a failure keeps the last."""
+        try:
+            self._qos_nodes = dict(self.backend.read_qos_node_limits())
+        except SlurmError as exc:
+            log.warning("qos.failed", error=str(exc))
         return 1
 
     def _aged(self, horizon: float) -> list[int]:
@@ -376,8 +398,13 @@ class Controller:
     ) -> str | None:
         if action.kind is ActionKind.CANCEL_COMPANION:
             return None if action.job_id in cls.companions else "not a companion"
-        if action.kind is ActionKind.GROW and self.config.grow.method == "off":
-            return "grow disabled (grow.method: off)"
+        if action.kind is ActionKind.GROW:
+            if self.config.grow.method == "off":
+                return "grow disabled (grow.method: off)"
+            failed = self.journal.grow_failures(action.job_id)
+            why = grow_retry_reason(*failed, self.knobs, now)
+            if why:
+                return why
         ej = cls.elastic.get(action.job_id)
         return block_reason(
             action,
@@ -434,17 +461,22 @@ def keep_current_plan(problem: AllocationProblem, note: str) -> Plan:
 _marker_spec = functools.lru_cache(maxsize=4096)(resolve_spec)
 
 
-def _resolve_spec(job: JobView, known: Mapping[int, ElasticSpec]) -> ElasticSpec | None:
-    """The job's spec: remembered from when it was first seen, else from its marker.
+def _resolve_spec(
+    job: JobView, *, known: Mapping[int, ElasticSpec], capacity: Callable[[JobView], int]
+) -> ElasticSpec | None:
+    """The job's spec: remembered from when it was first seen, else from its marker, capped
+    at what its partitions can ever give (``OutOfReach`` when its minimum is more).
 
     Remembered first, because pinning ``NumNodes=n-n`` (and running) erases the node
     range Slurm reports, and a marker left incomplete (no job_submit plugin) needs that
-    range; the marker must still be there (a user may remove it to opt out).
+    range; the marker must still be there (a user may remove it to opt out).  Capped every
+    cycle, because the plugin checks only submissions: a comment changed later with
+    ``scontrol update`` reaches the daemon unchecked.
     """
     spec = _marker_spec(job.comment, job.min_nodes, job.max_nodes)
     if spec is None:
         return None
-    return known.get(job.job_id, spec)
+    return cap_spec(known.get(job.job_id, spec), capacity(job))
 
 
 def _policy_allocate(problem: AllocationProblem, policy: str) -> Plan:

@@ -372,6 +372,30 @@ class Journal:
             else:
                 self._resized[job] = float(at[1])
 
+    def grow_failures(self, job_id: int, limit: int = 100) -> tuple[int, float | None, str]:
+        """(how many of the job's last grows failed in a row, when the newest of them
+        failed, its detail): counted back from the newest grow to one that worked.
+
+        A grow that worked is one still ``applied``: its companion runs, or ran long enough
+        (``Executor.note_companion_ends`` turns a companion that failed at once into a
+        failed grow).  Rolled-back grows (nothing was submitted) do not count either way.
+        Read only for the grows a plan proposes, not every cycle for every job.
+        """
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT status, updated_at, detail FROM actions WHERE job_id=? AND kind='grow'"
+                " AND status IN ('applied','failed') ORDER BY id DESC LIMIT ?",
+                (job_id, limit),
+            ).fetchall()
+        count = 0
+        for status, _at, _detail in rows:
+            if status != "failed":
+                break
+            count += 1
+        if not count:
+            return 0, None, ""
+        return count, float(rows[0][1]), str(rows[0][2])
+
     def shrunk_jobs(self) -> set[int]:
         """Jobs whose own allocation a daemon shrink cut (``NumNodes=``, applied).
 
@@ -514,6 +538,8 @@ class Journal:
           else rolled back — the next cycle decides afresh.
         * grow: applied when a companion of the parent that the journal does not know
           yet is in the queue (submitted just before the crash: adopted), else rolled back.
+          Only a job of the parent's owner is adopted: another user's job naming the
+          parent in its comment is not ours (``classify`` ignores it as well).
         * shrink: applied when the parent already runs at the target, else rolled back;
           the instruction's deadline lets a waiting agent resume on its own.
         * cancel_companion: applied when the companion is gone, else rolled back (the
@@ -536,10 +562,14 @@ class Journal:
                     done = job.node_count == entry.action.to_nodes
                 why = "pin not visible in Slurm"
             elif entry.kind is ActionKind.GROW and job is not None:
+                # Anyone can write a companion comment naming any job: only a job of the
+                # parent's owner can be the one our sbatch (run as that owner) created.
                 found = [
                     j
                     for j in active.values()
-                    if companion_parent(j.comment) == entry.job_id and j.job_id not in linked
+                    if companion_parent(j.comment) == entry.job_id
+                    and j.job_id not in linked
+                    and j.user == job.user
                 ]
                 if found:
                     comp = min(found, key=lambda j: j.job_id)

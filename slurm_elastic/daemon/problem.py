@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import is_not
@@ -152,6 +152,41 @@ def _count_pools(
         if ok:
             counts[parts] += 1
     return counts
+
+
+@functools.lru_cache(maxsize=4)
+def _capacities(partitions: tuple[PartitionView, ...]) -> Mapping[str, int]:
+    """Partition name -> the most nodes one job can ever hold there (any node state: a
+    node that is down now may come back)."""
+    return {part.name: part.job_capacity for part in partitions}
+
+
+def job_capacity(
+    snapshot: ClusterSnapshot, qos_nodes: Mapping[str, int] | None = None
+) -> Callable[[JobView], int]:
+    """job -> the most nodes it can ever hold: the largest capacity among the partitions it
+    may run in, or the cluster's node count when none of them is listed (a hidden one), and
+    no more than its QOS's per-job node limit (``qos_nodes``: QOS name -> limit).
+
+    Slurm enforces a partition's MaxNodes and a QOS's MaxTRESPerJob ``node=`` on each job,
+    and companions are jobs of their own: without this cap a job would grow past both.
+
+    Elastic ranges are capped at this every cycle (``marker.cap_spec``), so the sizes
+    planned for a job -- its outlook, the solver's variables, the guards' checks -- never
+    outnumber the cluster's nodes whatever its marker or ``--nodes`` say.  The partitions
+    are read once per snapshot, not once per job.
+    """
+    capacities = _capacities(snapshot.partitions)
+    everything = len(snapshot.nodes)
+    limits = qos_nodes or {}
+
+    def capacity(job: JobView) -> int:
+        known = [capacities[p] for p in job.partition.split(",") if p in capacities]
+        most = max(known) if known else everything
+        limit = limits.get(job.qos)
+        return most if limit is None else min(most, limit)
+
+    return capacity
 
 
 def first_partition(job: JobView) -> str:

@@ -68,7 +68,7 @@ class CycleResult:
     error: str | None
     duration_s: float
     slurm_calls: int  # Slurm read calls of this cycle's snapshot
-    history_calls: int  # sacct reads this cycle (0 on most cycles)
+    history_calls: int  # accounting reads this cycle: sacct + sacctmgr (QOS); 0 on most
     snapshot_age_s: float | None
     mode: str
     plan: Plan | None = None

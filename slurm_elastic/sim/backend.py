@@ -183,6 +183,9 @@ class SimBackend:
     def read_partitions(self) -> tuple[PartitionView, ...]:
         return self._partitions
 
+    def read_qos_node_limits(self) -> dict[str, int]:
+        return {}  # the simulated cluster has no QOS limits
+
     def read_history(self, since: float, until: float | None = None) -> tuple[JobHistory, ...]:
         """Finished jobs that were active in [since, until] (ends are appended in order)."""
         done = self.cluster.finished

@@ -17,6 +17,7 @@ one call per job.  Actions raise ``errors.SlurmError`` subclasses.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 from slurm_elastic.types import (
@@ -44,6 +45,11 @@ class SlurmBackend(Protocol):
 
     def read_history(self, since: float, until: float | None = None) -> tuple[JobHistory, ...]:
         """Accounting records of jobs active in [since, until], resize records collapsed."""
+        ...
+
+    def read_qos_node_limits(self) -> Mapping[str, int]:
+        """QOS name -> the most nodes one job of that QOS may hold (``MaxTRESPerJob``
+        ``node=``), for the QOS that set one."""
         ...
 
     def probe(self) -> Capabilities: ...

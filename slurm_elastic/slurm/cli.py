@@ -61,6 +61,7 @@ from slurm_elastic.errors import (
     SlurmUnreachable,
 )
 from slurm_elastic.slurm import parse_json, parse_text
+from slurm_elastic.slurm.owner import SUBMIT_OPTIONS, submit_environment, submit_prefix
 from slurm_elastic.slurm.runner import SlurmRunner
 from slurm_elastic.types import (
     Capabilities,
@@ -202,6 +203,13 @@ class CliBackend:
     def read_partitions(self) -> tuple[PartitionView, ...]:
         out = self.runner.read(("scontrol", "-o", "show", "partition")).stdout
         return parse_text.parse_scontrol_partitions(out)
+
+    def read_qos_node_limits(self) -> Mapping[str, int]:
+        out = self.runner.read(
+            ("sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxTRESPerJob"),
+            label="sacctmgr show qos",
+        ).stdout
+        return parse_text.parse_qos_node_limits(out)
 
     def read_history(self, since: float, until: float | None = None) -> tuple[JobHistory, ...]:
         window = ["-S", _slurm_time(since)]
@@ -359,9 +367,14 @@ class CliBackend:
         if not script.startswith("#!"):
             raise ActionRefused("a batch script must start with '#!'")
         prefix = self._as_user(user)
+        entry = pwd.getpwnam(user)
         if work_dir is None:
-            work_dir = pwd.getpwnam(user).pw_dir
-        argv = ["sbatch", "--parsable", f"--nodes={nodes}", f"--partition={partition}"]
+            work_dir = entry.pw_dir
+        # Nothing of the daemon's process reaches the job: environment, limits, umask
+        # (slurm.owner says what the job gets instead).
+        clean = submit_prefix(submit_environment(entry, self.runner.env().get("SLURM_CONF")))
+        argv = ["sbatch", "--parsable", *SUBMIT_OPTIONS, f"--nodes={nodes}"]
+        argv.append(f"--partition={partition}")
         argv.append(f"--chdir={work_dir}")
         for flag, value in (("account", account), ("qos", qos), ("job-name", name)):
             if value:
@@ -369,7 +382,7 @@ class CliBackend:
         if comment is not None:
             argv.append(f"--comment={comment}")
         argv.extend(extra_args)
-        result = self.runner.act((*prefix, *argv), stdin=script)
+        result = self.runner.act((*clean, *prefix, *argv), stdin=script)
         if result.dry_run:
             log.info("slurm.submit", user=user, dry_run=True)
             return 0

@@ -163,9 +163,33 @@ def parse_scontrol_partitions(text: str) -> tuple[PartitionView, ...]:
                 exclusive=oversubscribe.startswith("EXCLUSIVE") or exclusive not in {"NO", ""},
                 state=_need(fields, "State", where).upper(),
                 max_time_s=cv.duration_text(fields.get("MaxTime", "UNLIMITED"), where),
+                max_nodes=_max_nodes(fields.get("MaxNodes", "UNLIMITED"), where),
             )
         )
     return tuple(views)
+
+
+def parse_qos_node_limits(text: str) -> dict[str, int]:
+    """``sacctmgr -n -P show qos format=Name,MaxTRESPerJob`` -> QOS name -> its per-job
+    node limit (``node=`` of MaxTRESPerJob), for the QOS that set one."""
+    limits: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, sep, tres = line.partition("|")
+        if not sep:
+            raise SlurmParseError(f"sacctmgr show qos: line {number}: expected Name|MaxTRESPerJob")
+        nodes = cv.tres_count(tres.strip(), "node", f"sacctmgr show qos {name}: MaxTRESPerJob")
+        if nodes > 0:
+            limits[name.strip()] = nodes
+    return limits
+
+
+def _max_nodes(value: str, where: str) -> int | None:
+    text = _null(value).strip().upper()
+    if text in {"", "UNLIMITED", "INFINITE"}:
+        return None
+    return cv.opt_int(text, f"{where}: MaxNodes")
 
 
 # --------------------------------------------------------------------------- scontrol jobs

@@ -323,7 +323,14 @@ def partition_view(raw: Mapping[str, Any]) -> PartitionView:
         exclusive=cv.as_str(flags.get("Shared"), f"{where}: Shared").startswith("EXCLUSIVE"),
         state=cv.as_str(raw.get("state"), f"{where}: state").upper() or "INACTIVE",
         max_time_s=max_time_s,
+        max_nodes=_max_nodes(raw.get("max_nodes"), f"{where}: max_nodes"),
     )
+
+
+def _max_nodes(value: Any, where: str) -> int | None:
+    if isinstance(value, str) and value.strip().upper() in {"UNLIMITED", "INFINITE"}:
+        return None
+    return cv.opt_int(value, where)
 
 
 _USER_NAMES: dict[int, str] = {}
