@@ -53,7 +53,9 @@ node count and its ``MaxNodes``, the most of that over the partitions the job ma
 grid: ``elastic:min=1,max=999999`` on 4 nodes is stored as ``elastic:min=1,max=4``, and
 ``--nodes`` with it) and rejects a ``min`` above it; the daemon caps again every cycle
 (:func:`cap_spec`), so neither a comment changed later with ``scontrol update`` nor a
-cluster without the plugin can make it plan more sizes than the cluster has nodes.
+cluster without the plugin can make it plan more sizes than the cluster has nodes.  The
+daemon's capacity also holds the per-job node limits of the job's QOS, its partition's QOS
+and its association, which the plugin does not read (``daemon.problem.job_capacity``).
 
 Companion jobs (submitted by the daemon to grow a job) carry the token
 ``slurm-elastic:companion-of=<PARENT_JOBID>`` and are never elastic themselves:

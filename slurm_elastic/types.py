@@ -151,6 +151,7 @@ class PartitionView:
     state: str  # UP, DOWN, DRAIN, INACTIVE
     max_time_s: float | None = None
     max_nodes: int | None = None  # MaxNodes: the most nodes one job may hold; None = unlimited
+    qos: str = ""  # the partition's own QOS (QoS=), whose per-job limits bind its jobs; "" = none
 
     @property
     def job_capacity(self) -> int:

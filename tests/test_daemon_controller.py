@@ -250,19 +250,20 @@ def test_history_is_read_at_its_cadence_and_retried_later_after_a_failure() -> N
     ctl, backend, _, _ = make(snapshot([]), {})
     backend.fresh = True
     reads = lambda: [c for c in backend.calls if c[0] == "read_history"]  # noqa: E731
-    # A good history read brings the QOS limits along: 2 calls (sacct, sacctmgr).
-    assert ctl.run_once(1000.0).history_calls == 2
+    # A good history read brings the node limits along: 3 calls (sacct, sacctmgr twice).
+    assert ctl.run_once(1000.0).history_calls == 3
     assert reads()[0][1] == 1000.0 - ctl.config.slurm.sacct_lookback_s
     assert ctl.run_once(1010.0).history_calls == 0
-    assert ctl.run_once(1300.0).history_calls == 2
+    assert ctl.run_once(1300.0).history_calls == 3
     assert reads()[1][1] == 1000.0 - 300.0  # incremental, overlapping one cadence
     backend.fail_history = True
     assert ctl.run_once(1600.0).history_calls == 1
     assert ctl.run_once(1610.0).history_calls == 0  # back-off, not every cycle
     backend.fail_history = False
-    assert ctl.run_once(1661.0).history_calls == 2
+    assert ctl.run_once(1661.0).history_calls == 3
     assert reads()[-1][1] == 1000.0
     assert [c[0] for c in backend.calls].count("read_qos") == 3
+    assert [c[0] for c in backend.calls].count("read_assoc") == 3
 
 
 def test_refused_grow_is_recorded_failed_and_cools_down() -> None:
@@ -389,3 +390,49 @@ def test_a_qos_node_limit_caps_growth_like_a_partition() -> None:
     sizes = {d.job_id: d.allowed_sizes for d in seen[0].elastic}
     assert sizes == {8: (1, 2), 9: (1, 2, 3, 4)}
     assert {r.job_id: r.max_nodes for r in result.jobs} == {8: 2, 9: 4}
+
+
+def test_a_partition_qos_node_limit_caps_every_job_of_the_partition() -> None:
+    """A partition's own QOS (QoS= in scontrol show partition) binds every job there to its
+    per-job limits, whatever QOS the job itself has."""
+    running = job(8, nodes=("n1",), comment="elastic:min=1,max=4")
+    other = replace(job(9, nodes=("n2",), comment="elastic:min=1,max=4"), qos="big")
+    snap = snapshot([running, other])
+    part = replace(snap.partitions[0], qos="part2")
+    seen: list[AllocationProblem] = []
+    ctl, backend = enforcing(replace(snap, partitions=(part,)), allocate=spying(seen))
+    backend.qos_nodes = {"part2": 2, "big": 3}
+    result = ctl.run_once(1000.0)
+    assert {d.job_id: d.max_nodes for d in seen[0].elastic} == {8: 2, 9: 2}
+    assert {r.job_id: r.max_nodes for r in result.jobs} == {8: 2, 9: 2}
+
+
+def test_an_association_node_limit_caps_that_users_jobs() -> None:
+    """An association's MaxNodes binds each job of its user and account (in its partition,
+    or in every partition for the association without one); other users' jobs keep theirs."""
+    jobs = [
+        job(8, nodes=("n1",), comment="elastic:min=1,max=4", user="se-alice"),
+        job(9, nodes=("n2",), comment="elastic:min=1,max=4", user="se-bob"),
+        job(10, nodes=("n3",), comment="elastic:min=1,max=4", user="se-carol"),
+    ]
+    seen: list[AllocationProblem] = []
+    ctl, backend = enforcing(snapshot(jobs), allocate=spying(seen))
+    backend.assoc_nodes = {
+        ("root", "se-alice", ""): 2,
+        ("root", "se-bob", "batch"): 3,
+        ("root", "se-bob", ""): 1,  # the partition's own association comes first
+        ("other", "se-carol", ""): 1,  # another account's association binds other jobs
+    }
+    ctl.run_once(1000.0)
+    assert {d.job_id: d.max_nodes for d in seen[0].elastic} == {8: 2, 9: 3, 10: 4}
+
+
+def test_a_failed_limit_read_keeps_the_last_limits() -> None:
+    ctl, backend = enforcing(snapshot([job(8, nodes=("n1",), user="se-alice")]))
+    backend.fresh = True
+    backend.qos_nodes, backend.assoc_nodes = {"normal": 3}, {("root", "se-alice", ""): 2}
+    ctl.run_once(1000.0)
+    backend.fail_limits = True
+    result = ctl.run_once(1300.0)
+    assert result.history_calls == 3  # the history read, then both limit reads failed
+    assert {r.job_id: r.max_nodes for r in result.jobs} == {8: 2}

@@ -108,6 +108,9 @@ class RecordingBackend:
     fail_probe: bool = False
     refuse_reconfigure: bool = False
     qos_nodes: dict[str, int] = field(default_factory=dict)  # per-job node limits of QOS
+    # (account, user, partition) -> an association's per-job node limit
+    assoc_nodes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    fail_limits: bool = False  # sacctmgr fails
 
     def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
         if self.fail_reads:
@@ -124,7 +127,15 @@ class RecordingBackend:
 
     def read_qos_node_limits(self) -> dict[str, int]:
         self.calls.append(("read_qos", None))
+        if self.fail_limits:
+            raise SlurmUnreachable("sacctmgr: error: Problem talking to the database")
         return dict(self.qos_nodes)
+
+    def read_assoc_node_limits(self) -> dict[tuple[str, str, str], int]:
+        self.calls.append(("read_assoc", None))
+        if self.fail_limits:
+            raise SlurmUnreachable("sacctmgr: error: Problem talking to the database")
+        return dict(self.assoc_nodes)
 
     def pin_pending_size(self, job_id: int, nodes: int) -> None:
         self.calls.append(("pin", (job_id, nodes)))
@@ -155,7 +166,9 @@ class RecordingBackend:
         return self.next_job_id
 
     def actions(self) -> list[tuple[str, object]]:
-        return [c for c in self.calls if c[0] not in ("read_history", "read_qos", "probe")]
+        return [
+            c for c in self.calls if c[0] not in ("read_history", "read_qos", "read_assoc", "probe")
+        ]
 
 
 def targets(mapping: dict[int, int]) -> Callable[[AllocationProblem, str], Plan]:

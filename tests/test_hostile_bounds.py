@@ -154,3 +154,64 @@ def test_qos_node_limit_bounds_growth_by_companions(
         clean_queue.run("sacctmgr", "-i", "modify", "user", *where, "set", f"qos-={qos}",
                         check=False)  # fmt: skip
         clean_queue.run("sacctmgr", "-i", "delete", "qos", qos, check=False)
+
+
+def bounded_to_two(alice: ClusterUser, bob: ClusterUser, tmp_path: Path, *partition: str) -> None:
+    """se-alice's elastic ``-N1-4`` job runs on the one node se-bob's exclusive 3-node job
+    leaves (this cluster does not enforce accounting limits: AccountingStorageEnforce=none);
+    every size the daemon plans for it stays within 2, the limit Slurm would hold it to.
+    Without the cap, companions would grow it to 4."""
+    rigid = bob.sbatch(*partition, "--exclusive", "--nodes=3", "--wrap", "sleep 60")
+    wait_until(lambda: all_running(rigid), 30, "se-bob's 3-node job running")
+    job_id = alice.sbatch(*partition, "--nodes=1-4", "--comment=elastic", "--wrap", "sleep 60")
+    wait_until(lambda: all_running(job_id), 30, "se-alice's job running")
+    assert queue()[job_id].node_count == 1
+    result, problem = one_cycle(tmp_path / "state")
+    demand = {d.job_id: d for d in problem.elastic}[job_id]
+    assert (demand.max_nodes, demand.allowed_sizes) == (2, (1, 2))
+    assert {r.job_id: r.max_nodes for r in result.jobs}[job_id] == 2
+
+
+def test_partition_qos_node_limit_bounds_growth_by_companions(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser], tmp_path: Path
+) -> None:
+    """A partition's own QOS (``scontrol update PartitionName=X QOS=name``) holds every job
+    of the partition to its per-job limits, whatever the job's QOS (here "normal", with
+    none).  A QOS of this test's own (the version's slurmdbd is shared by its instances)."""
+    alice, bob = two_users
+    part = clean_queue.partitions[-1]  # "shared": the default stays as it is
+    qos = f"se-{clean_queue.cluster_name}-part2"
+    clean_queue.run("sacctmgr", "-i", "add", "qos", qos, "MaxTRESPerJob=node=2")
+    try:
+        deadline = time.monotonic() + 30  # slurmctld learns the new QOS from slurmdbd
+        while clean_queue.run(
+            "scontrol", "update", f"PartitionName={part}", f"QOS={qos}", check=False
+        ).returncode:
+            if time.monotonic() > deadline:
+                pytest.fail(f"scontrol update PartitionName={part} QOS={qos} still refused")
+            time.sleep(0.5)
+        assert CliBackend().read_partitions()[-1].qos == qos
+        bounded_to_two(alice, bob, tmp_path, "-p", part)
+    finally:
+        clean_queue.run("scancel", "-u", alice.name, check=False)
+        clean_queue.run("scancel", "-u", bob.name, check=False)
+        clean_queue.run("scontrol", "update", f"PartitionName={part}", "QOS=", check=False)
+        clean_queue.run("sacctmgr", "-i", "delete", "qos", qos, check=False)
+
+
+def test_association_node_limit_bounds_growth_by_companions(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser], tmp_path: Path
+) -> None:
+    """An association's MaxNodes (``sacctmgr modify user ... set MaxNodes=2``) holds each
+    job of that user to it; only this cluster's association (slurmdbd serves every
+    instance of the version, and another instance's se-alice keeps no limit)."""
+    alice, bob = two_users
+    where = ("where", f"cluster={clean_queue.cluster_name}", f"name={alice.name}")
+    clean_queue.run("sacctmgr", "-i", "modify", "user", *where, "set", "MaxNodes=2")
+    try:
+        bounded_to_two(alice, bob, tmp_path)
+    finally:
+        clean_queue.run("scancel", "-u", alice.name, check=False)
+        clean_queue.run("scancel", "-u", bob.name, check=False)
+        clean_queue.run("sacctmgr", "-i", "modify", "user", *where, "set", "MaxNodes=-1",
+                        check=False)  # fmt: skip

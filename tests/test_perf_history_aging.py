@@ -53,7 +53,7 @@ def test_aged_records_match_the_plain_rule() -> None:
         for j in [j for j, h in kept.items() if (h.end_time or now) < horizon]:
             del kept[j]
             aged += 1
-        assert ctl.run_once(now).history_calls == 2  # sacct, then the QOS limits
+        assert ctl.run_once(now).history_calls == 3  # sacct, then the QOS and assoc limits
         assert ctl.history.keys() == kept.keys()
         assert all(ctl.history[j] is kept[j] for j in kept)
     assert aged > 50  # the sequence does age records out

@@ -58,6 +58,10 @@ class CapturedRunner(SlurmRunner):
             return "scontrol-version.txt"
         if argv == ("scontrol", "show", "config"):
             return "scontrol-show-config.txt"
+        if argv[:5] == ("sacctmgr", "-n", "-P", "show", "assoc"):
+            return "limits/sacctmgr-show-assoc.txt"
+        if argv[:5] == ("sacctmgr", "-n", "-P", "show", "qos"):
+            return "limits/sacctmgr-show-qos.txt"
         if argv[:4] == ("sacct", "-a", "-D", "--json"):
             return f"sacct.{g}.json"
         if argv[0] == "sacct" and "-D" in argv and "-p" in argv:
@@ -157,6 +161,24 @@ def test_probe(version: str) -> None:
     calls = runner.calls
     backend.read_nodes()  # probe's sinfo --json already named the node command
     assert runner.calls == calls + 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_association_limits_are_this_clusters_one_call_a_read(version: str) -> None:
+    """slurmdbd serves every cluster of the site: only this one's associations bind its
+    jobs, so the read names the cluster (slurm.conf's ClusterName, read once)."""
+    runner = CapturedRunner(version, "pending")
+    backend = CliBackend(runner)
+    assert backend.read_assoc_node_limits()[("default", "se-alice", "")] == 2
+    assert backend.read_qos_node_limits() == {"se-cluster3-part2": 2}
+    calls = runner.calls
+    assert backend.read_assoc_node_limits()[("default", "se-bob", "shared")] == 3
+    assert runner.calls == calls + 1
+    cluster = "cluster2" if version == "22.05" else "cluster3"  # the captured configs'
+    assert [a for a in runner.argvs if a[0] == "scontrol"] == [("scontrol", "show", "config")]
+    assert [a[5] for a in runner.argvs if a[:5] == ("sacctmgr", "-n", "-P", "show", "assoc")] == [
+        f"cluster={cluster}"
+    ] * 2
 
 
 @pytest.mark.parametrize("version", VERSIONS)

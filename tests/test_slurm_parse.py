@@ -176,6 +176,37 @@ def test_qos_node_limits() -> None:
         parse_text.parse_qos_node_limits("no separator\n")
 
 
+@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
+def test_partition_qos_and_association_limits(version: str) -> None:
+    """Captured with a partition QOS, a user's, a partition's and an account's MaxNodes
+    (tests/fixtures/slurm/<version>/CAPTURED.md, "Node limits")."""
+    limits = FIXTURES.parent / version / "limits"
+    parts = {
+        p.name: p
+        for p in parse_text.parse_scontrol_partitions(
+            (limits / "scontrol-o-show-partition.txt").read_text()
+        )
+    }
+    assert (parts["batch"].qos, parts["shared"].qos) == ("", "se-cluster3-part2")
+    qos = parse_text.parse_qos_node_limits((limits / "sacctmgr-show-qos.txt").read_text())
+    assert qos == {"se-cluster3-part2": 2}
+    assoc = parse_text.parse_assoc_node_limits((limits / "sacctmgr-show-assoc.txt").read_text())
+    # The account's MaxNodes=4 reaches its users' rows (inherited); its own row is skipped.
+    assert assoc == {
+        ("default", "root", ""): 4,
+        ("default", "se-alice", ""): 2,
+        ("default", "se-bob", ""): 4,
+        ("default", "se-bob", "shared"): 3,
+    }
+
+
+def test_assoc_node_limits_refuse_a_row_of_another_shape() -> None:
+    with pytest.raises(SlurmParseError, match="line 2: expected Account"):
+        parse_text.parse_assoc_node_limits("root|||\ndefault|se-alice|2\n")
+    with pytest.raises(SlurmParseError, match="se-alice: MaxNodes"):
+        parse_text.parse_assoc_node_limits("default|se-alice||many\n")
+
+
 def test_scontrol_jobs_match_json(utc: None) -> None:
     text = by_id(parse_text.parse_scontrol_jobs(read("scontrol-o-show-job-running-pending.txt")))
     from_json = by_id(parse_json.squeue(read("squeue-running-pending.json")))

@@ -126,6 +126,17 @@ def test_nodes_and_partitions_equal_sinfo_and_scontrol() -> None:
     assert inactive["batch"].state == "DRAIN"
 
 
+def test_partition_qos_equals_scontrol() -> None:
+    """pyslurm's qos_char is the partition's own QOS (captured with one set on "shared",
+    ../limits/, CAPTURED.md "Node limits")."""
+    limits = MOMENT.parent / "limits"
+    raw = json.loads((limits / "pyslurm-partitions.json").read_text(encoding="utf-8"))
+    views = tuple(partition_view(r) for r in raw.values())
+    scontrol = (limits / "scontrol-o-show-partition.txt").read_text(encoding="utf-8")
+    assert views == parse_text.parse_scontrol_partitions(scontrol)
+    assert {p.name: p.qos for p in views} == {"batch": "", "shared": "se-cluster3-part2"}
+
+
 def test_one_job_equals_scontrol_show_job(utc: None) -> None:
     ours = [job_view(r) for r in json.loads(read("pyslurm-job-resized.json"))]
     assert ours == list(parse_text.parse_scontrol_jobs(read("scontrol-o-show-job-resized.txt")))

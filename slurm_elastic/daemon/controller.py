@@ -9,7 +9,8 @@ One cycle:
 
 1. observe — ``backend.read_cluster(now)`` (a fixed number of Slurm reads whatever the
    job count), plus ``read_history`` every ``slurm.sacct_interval_s``, incrementally;
-   with the QOS per-job node limits (``sacctmgr``) after each good history read;
+   with the QOS and association per-job node limits (``sacctmgr``, two calls) after each
+   good history read;
    a failed read or a snapshot older than ``guards.stale_snapshot_s`` ends the cycle
    with ``ok=False`` and no action;
 2. on the first good snapshot, the journal is reconciled with Slurm (crash recovery);
@@ -109,9 +110,10 @@ class Controller:
         self._ending: list[tuple[float, int]] = []
         self._history_until: float | None = None
         self._history_retry_at = float("-inf")
-        # QOS -> per-job node limit, read with the history (limits change rarely); kept
-        # when a read fails.
+        # QOS -> per-job node limit, and (account, user, partition) -> an association's,
+        # read with the history (limits change rarely); each kept when its read fails.
         self._qos_nodes: dict[str, int] = {}
+        self._assoc_nodes: dict[tuple[str, str, str], int] = {}
         self.last_result: CycleResult | None = None
         self._capabilities: Capabilities | None = None  # probed on first need, then kept
         self.reconfigure(config)
@@ -192,7 +194,9 @@ class Controller:
         cls = classify(
             snapshot,
             functools.partial(
-                _resolve_spec, known=known, capacity=job_capacity(snapshot, self._qos_nodes)
+                _resolve_spec,
+                known=known,
+                capacity=job_capacity(snapshot, self._qos_nodes, self._assoc_nodes),
             ),
             self.config.partitions.allows,
             previous=self._classified,
@@ -303,7 +307,7 @@ class Controller:
             self._history_retry_at = now + min(cadence, 60.0)
             log.warning("history.failed", error=str(exc))
             return 1
-        calls = 1 + self._refresh_qos_limits()
+        calls = 1 + self._refresh_node_limits()
         for rec in records:
             self._history[rec.job_id] = rec
             if rec.end_time and not math.isnan(rec.end_time):
@@ -317,13 +321,18 @@ class Controller:
         log.info("history.read", records=len(records), kept=len(self._history))
         return calls
 
-    def _refresh_qos_limits(self) -> int:
-        """Re-read the QOS per-job node limits (one Slurm call); a failure keeps the last."""
+    def _refresh_node_limits(self) -> int:
+        """Re-read the QOS and association per-job node limits (a Slurm call each); a read
+        that fails keeps the last."""
         try:
             self._qos_nodes = dict(self.backend.read_qos_node_limits())
         except SlurmError as exc:
             log.warning("qos.failed", error=str(exc))
-        return 1
+        try:
+            self._assoc_nodes = dict(self.backend.read_assoc_node_limits())
+        except SlurmError as exc:
+            log.warning("assoc.failed", error=str(exc))
+        return 2
 
     def _aged(self, horizon: float) -> list[int]:
         """Kept records whose job ended before ``horizon``.  A record with no end (None,

@@ -155,21 +155,30 @@ def _count_pools(
 
 
 @functools.lru_cache(maxsize=4)
-def _capacities(partitions: tuple[PartitionView, ...]) -> Mapping[str, int]:
-    """Partition name -> the most nodes one job can ever hold there (any node state: a
-    node that is down now may come back)."""
-    return {part.name: part.job_capacity for part in partitions}
+def _capacities(partitions: tuple[PartitionView, ...]) -> Mapping[str, tuple[int, str]]:
+    """Partition name -> (the most nodes one job can ever hold there, any node state: a
+    node that is down now may come back; the partition's own QOS, "" when none)."""
+    return {part.name: (part.job_capacity, part.qos) for part in partitions}
 
 
 def job_capacity(
-    snapshot: ClusterSnapshot, qos_nodes: Mapping[str, int] | None = None
+    snapshot: ClusterSnapshot,
+    qos_nodes: Mapping[str, int] | None = None,
+    assoc_nodes: Mapping[tuple[str, str, str], int] | None = None,
 ) -> Callable[[JobView], int]:
     """job -> the most nodes it can ever hold: the largest capacity among the partitions it
     may run in, or the cluster's node count when none of them is listed (a hidden one), and
     no more than its QOS's per-job node limit (``qos_nodes``: QOS name -> limit).
 
-    Slurm enforces a partition's MaxNodes and a QOS's MaxTRESPerJob ``node=`` on each job,
-    and companions are jobs of their own: without this cap a job would grow past both.
+    A partition's capacity is the fewest of its nodes, its MaxNodes, the per-job node limit
+    of the partition's own QOS and the ``MaxNodes`` of the job's user association there
+    (``assoc_nodes``: (account, user, partition) -> limit; partition "" for all of them).
+
+    Slurm enforces each of these on each job, and companions are jobs of their own: without
+    this cap a job would grow past them.  Where several are set, Slurm applies the first in
+    its order of precedence (partition QOS, job QOS, association); the fewest is never more
+    than that one, so the cap never lets a job past what Slurm enforces, at the price of a
+    smaller range where a partition's QOS grants more than the job's QOS does.
 
     Elastic ranges are capped at this every cycle (``marker.cap_spec``), so the sizes
     planned for a job -- its outlook, the solver's variables, the guards' checks -- never
@@ -178,13 +187,26 @@ def job_capacity(
     """
     capacities = _capacities(snapshot.partitions)
     everything = len(snapshot.nodes)
-    limits = qos_nodes or {}
+    qos = qos_nodes or {}
+    assoc = assoc_nodes or {}
+
+    def in_partition(job: JobView, name: str) -> int:
+        most, part_qos = capacities[name]
+        for limit in (
+            qos.get(part_qos),
+            assoc.get((job.account, job.user, name), assoc.get((job.account, job.user, ""))),
+        ):
+            if limit is not None:
+                most = min(most, limit)
+        return most
 
     def capacity(job: JobView) -> int:
-        known = [capacities[p] for p in job.partition.split(",") if p in capacities]
+        known = [in_partition(job, p) for p in job.partition.split(",") if p in capacities]
         most = max(known) if known else everything
-        limit = limits.get(job.qos)
-        return most if limit is None else min(most, limit)
+        for limit in (qos.get(job.qos), None if known else assoc.get((job.account, job.user, ""))):
+            if limit is not None:
+                most = min(most, limit)
+        return most
 
     return capacity
 

@@ -186,6 +186,9 @@ class SimBackend:
     def read_qos_node_limits(self) -> dict[str, int]:
         return {}  # the simulated cluster has no QOS limits
 
+    def read_assoc_node_limits(self) -> dict[tuple[str, str, str], int]:
+        return {}  # nor association limits
+
     def read_history(self, since: float, until: float | None = None) -> tuple[JobHistory, ...]:
         """Finished jobs that were active in [since, until] (ends are appended in order)."""
         done = self.cluster.finished

@@ -52,6 +52,12 @@ class SlurmBackend(Protocol):
         ``node=``), for the QOS that set one."""
         ...
 
+    def read_assoc_node_limits(self) -> Mapping[tuple[str, str, str], int]:
+        """(account, user, partition) -> the most nodes one job of that user association
+        may hold (``MaxNodes``, inherited from its accounts), for the associations of this
+        cluster that have one; partition "" = the association of every partition."""
+        ...
+
     def probe(self) -> Capabilities: ...
 
     # ---------------------------------------------------------------- actions

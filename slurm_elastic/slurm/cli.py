@@ -135,6 +135,9 @@ class CliBackend:
         # What this Slurm answers (node and job commands, see the module docstring); None
         # until a JSON document has said.
         self._commands: parse_json.Commands | None = None
+        # slurm.conf's ClusterName, read once: slurmdbd may serve several clusters, and only
+        # this one's associations bind its jobs.
+        self._cluster: str | None = None
         self._retry = retry(
             retry=retry_if_exception_type(SlurmUnreachable),
             stop=stop_after_attempt(max(1, action_attempts)),
@@ -211,6 +214,17 @@ class CliBackend:
         ).stdout
         return parse_text.parse_qos_node_limits(out)
 
+    def read_assoc_node_limits(self) -> Mapping[tuple[str, str, str], int]:
+        if self._cluster is None:
+            config = self.runner.read(("scontrol", "show", "config")).stdout
+            self._cluster = _cluster_name(parse_text.parse_scontrol_config(config))
+        argv = (
+            "sacctmgr", "-n", "-P", "show", "assoc", f"cluster={self._cluster}",
+            "format=Account,User,Partition,MaxNodes",
+        )  # fmt: skip
+        out = self.runner.read(argv, label="sacctmgr show assoc").stdout
+        return parse_text.parse_assoc_node_limits(out)
+
     def read_history(self, since: float, until: float | None = None) -> tuple[JobHistory, ...]:
         window = ["-S", _slurm_time(since)]
         if until is not None:
@@ -271,6 +285,7 @@ class CliBackend:
             with contextlib.suppress(SlurmParseError):  # a generation the parsers lack
                 self._commands = parse_json.commands(doc, "sinfo --json")
         scheduler = config.get("SchedulerParameters", "")
+        self._cluster = config.get("ClusterName", "").lower() or None
         return Capabilities(
             version=version,
             json_plugin=plugin,
@@ -420,6 +435,14 @@ class CliBackend:
         if os.geteuid() != 0:
             raise ActionRefused(f"only root can submit as another user ({user!r})")
         return ("runuser", "-u", user, "--")
+
+
+def _cluster_name(config: Mapping[str, str]) -> str:
+    # slurmdbd keeps cluster names lower-case (slurmctld lowers ClusterName too).
+    name = config.get("ClusterName", "").lower()
+    if not name:
+        raise SlurmParseError("scontrol show config: no ClusterName")
+    return name
 
 
 def _positive(value: int, what: str) -> None:

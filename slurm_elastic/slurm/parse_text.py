@@ -164,6 +164,7 @@ def parse_scontrol_partitions(text: str) -> tuple[PartitionView, ...]:
                 state=_need(fields, "State", where).upper(),
                 max_time_s=cv.duration_text(fields.get("MaxTime", "UNLIMITED"), where),
                 max_nodes=_max_nodes(fields.get("MaxNodes", "UNLIMITED"), where),
+                qos=_null(fields.get("QoS", "")).strip(),
             )
         )
     return tuple(views)
@@ -182,6 +183,32 @@ def parse_qos_node_limits(text: str) -> dict[str, int]:
         nodes = cv.tres_count(tres.strip(), "node", f"sacctmgr show qos {name}: MaxTRESPerJob")
         if nodes > 0:
             limits[name.strip()] = nodes
+    return limits
+
+
+def parse_assoc_node_limits(text: str) -> dict[tuple[str, str, str], int]:
+    """``sacctmgr -n -P show assoc format=Account,User,Partition,MaxNodes`` (one cluster's)
+    -> (account, user, partition) -> the association's per-job node limit, for the user
+    associations that have one (partition "" = the association of every partition).
+
+    sacctmgr prints a user association's limits with those it inherits from its accounts
+    filled in (unless asked ``WOPLimits``), so a limit set on an account is on its users'
+    rows already."""
+    limits: dict[tuple[str, str, str], int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 4:
+            raise SlurmParseError(
+                f"sacctmgr show assoc: line {number}: expected Account|User|Partition|MaxNodes"
+            )
+        account, user, partition, max_nodes = (field.strip() for field in fields)
+        if not user or not max_nodes:
+            continue  # an account's own row (users carry its limit), or no limit
+        nodes = cv.opt_int(max_nodes, f"sacctmgr show assoc {account}/{user}: MaxNodes")
+        if nodes is not None and nodes > 0:
+            limits[account, user, partition] = nodes
     return limits
 
 

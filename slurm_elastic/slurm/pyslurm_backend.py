@@ -324,6 +324,7 @@ def partition_view(raw: Mapping[str, Any]) -> PartitionView:
         state=cv.as_str(raw.get("state"), f"{where}: state").upper() or "INACTIVE",
         max_time_s=max_time_s,
         max_nodes=_max_nodes(raw.get("max_nodes"), f"{where}: max_nodes"),
+        qos=cv.as_str(raw.get("qos_char"), f"{where}: qos_char").strip(),
     )
 
 
