@@ -37,8 +37,9 @@ from typing import Any
 
 from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.slurm import convert as cv
-from slurm_elastic.slurm import history, semantics
+from slurm_elastic.slurm import history
 from slurm_elastic.slurm.history import AcctRecord, collapse
+from slurm_elastic.slurm.json_job import job_view
 from slurm_elastic.types import JobHistory, JobView, NodeView
 
 PLUGIN_TYPES = ("openapi/v0.0.38", "openapi/dbv0.0.38")
@@ -51,7 +52,7 @@ NODES_COMMAND = ("sinfo", "--json")
 def parse_squeue(doc: Mapping[str, Any], what: str = "squeue --json") -> tuple[JobView, ...]:
     """Jobs of a ``squeue --json`` document (or another of its shape, named by ``what``)."""
     jobs = cv.as_list(cv.field(doc, "jobs", what), f"{what}: jobs")
-    return tuple(_job(cv.mapping(j, f"{what}: jobs[{i}]"), i, what) for i, j in enumerate(jobs))
+    return tuple(job_view(cv.mapping(j, f"{what}: jobs[{i}]"), i, what) for i, j in enumerate(jobs))
 
 
 def parse_nodes(doc: Mapping[str, Any]) -> tuple[NodeView, ...]:
@@ -68,71 +69,6 @@ def parse_sacct_records(doc: Mapping[str, Any]) -> tuple[AcctRecord, ...]:
 
 def parse_sacct(doc: Mapping[str, Any]) -> tuple[JobHistory, ...]:
     return collapse(parse_sacct_records(doc))
-
-
-def _job(raw: Mapping[str, Any], index: int, what: str) -> JobView:
-    job_id = cv.as_int(cv.field(raw, "job_id", f"{what}: jobs[{index}]"), "job_id")
-    where = f"{what}: job {job_id}"
-
-    def get(key: str) -> Any:
-        return cv.field(raw, key, where)
-
-    state = cv.job_state(get("job_state"), f"{where}: job_state")
-    node_count = cv.as_int(get("node_count"), f"{where}: node_count", default=0)
-    tres_req = cv.as_str(raw.get("tres_req_str"), f"{where}: tres_req_str")
-    node_count = semantics.requested_min_nodes(state, node_count, tres_req, where)
-    max_nodes = cv.opt_int(get("max_nodes"), f"{where}: max_nodes")
-    het_job_id = cv.opt_int(raw.get("het_job_id"), f"{where}: het_job_id") or None
-    time_limit = cv.limit_minutes(raw.get("time_limit"), f"{where}: time_limit")
-    start, end = semantics.known_times(
-        state,
-        cv.epoch(raw.get("start_time"), f"{where}: start_time"),
-        cv.epoch(raw.get("end_time"), f"{where}: end_time"),
-        time_limit,
-    )
-    gpus = semantics.gpus_per_node(
-        state,
-        node_count,
-        tres_alloc=cv.as_str(raw.get("tres_alloc_str"), f"{where}: tres_alloc_str"),
-        tres_per_node=cv.as_str(raw.get("tres_per_node"), f"{where}: tres_per_node"),
-        tres_per_job=cv.as_str(raw.get("tres_per_job"), f"{where}: tres_per_job"),
-        where=where,
-    )
-    return JobView(
-        job_id=job_id,
-        name=cv.as_str(get("name"), f"{where}: name"),
-        user=cv.as_str(get("user_name"), f"{where}: user_name"),
-        user_id=cv.opt_int(raw.get("user_id"), f"{where}: user_id"),
-        account=cv.as_str(get("account"), f"{where}: account"),
-        partition=cv.as_str(get("partition"), f"{where}: partition"),
-        qos=cv.as_str(raw.get("qos"), f"{where}: qos"),
-        state=state,
-        state_reason=cv.as_str(raw.get("state_reason"), f"{where}: state_reason"),
-        node_count=node_count,
-        min_nodes=node_count,
-        max_nodes=max_nodes or None,
-        nodes=cv.nodes(get("nodes"), f"{where}: nodes"),
-        batch_host=cv.as_str(raw.get("batch_host"), f"{where}: batch_host") or None,
-        comment=cv.as_str(get("comment"), f"{where}: comment"),
-        admin_comment=cv.as_str(raw.get("admin_comment"), f"{where}: admin_comment"),
-        submit_time=cv.epoch(raw.get("submit_time"), f"{where}: submit_time"),
-        start_time=start,
-        end_time=end,
-        resize_time=cv.epoch(raw.get("resize_time"), f"{where}: resize_time"),
-        time_limit_s=time_limit,
-        restart_count=cv.as_int(raw.get("restart_cnt"), f"{where}: restart_cnt", default=0),
-        gpus_per_node=gpus,
-        het_job_id=het_job_id,
-        het_job_offset=(
-            cv.as_int(raw.get("het_job_offset"), f"{where}: het_job_offset", default=0)
-            if het_job_id is not None
-            else None
-        ),
-        work_dir=cv.as_str(
-            raw.get("current_working_directory"), f"{where}: current_working_directory"
-        ),
-        dependency=cv.as_str(raw.get("dependency"), f"{where}: dependency"),
-    )
 
 
 def _node(raw: Mapping[str, Any], index: int) -> NodeView:
