@@ -154,26 +154,13 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         pytest.fail(f"{' '.join(cmd)} took more than {UP_TIMEOUT_S}s")
     if proc.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
-    exports = use_cluster(version, instance)
-    cluster = SlurmCluster(
-        version=version,
-        instance=instance,
-        conf=Path(exports["SLURM_CONF"]),
-        exports=exports,
-        cluster_name=f"cluster{instance}",
-        nodes=tuple(f"n{i}" for i in range(1, nodes + 1)),
-        partitions=("batch", "shared"),
-    )
-    yield cluster
+    yield _local_cluster(version, instance, nodes, use_cluster(version, instance))
 
 
-def _cluster_from_root(version: str, instance: int, nodes: int) -> SlurmCluster:
-    """Inside a version's root (``cluster.sh exec``): cluster.sh cannot run here, and the
-    cluster is up with SLURM_CONF set by exec; check that it answers and use it as it is."""
-    exports = {"SLURM_CONF": os.environ["SLURM_CONF"], "SLURM_ELASTIC_SLURM": version}
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
-    if "UP" not in ping.stdout:
-        pytest.fail(f"inside the Slurm {version} root, slurmctld does not answer: {ping.stdout}")
+def _local_cluster(
+    version: str, instance: int, nodes: int, exports: dict[str, str]
+) -> SlurmCluster:
+    """What cluster.sh made of instance ``instance`` (names from scripts/cluster/*.tmpl)."""
     return SlurmCluster(
         version=version,
         instance=instance,
@@ -183,6 +170,16 @@ def _cluster_from_root(version: str, instance: int, nodes: int) -> SlurmCluster:
         nodes=tuple(f"n{i}" for i in range(1, nodes + 1)),
         partitions=("batch", "shared"),
     )
+
+
+def _cluster_from_root(version: str, instance: int, nodes: int) -> SlurmCluster:
+    """Inside a version's root (``cluster.sh exec``): cluster.sh cannot run here, and the
+    cluster is up with SLURM_CONF set by exec; check that it answers and use it as it is."""
+    exports = {"SLURM_CONF": os.environ["SLURM_CONF"], "SLURM_ELASTIC_SLURM": version}
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    if "UP" not in ping.stdout:
+        pytest.fail(f"inside the Slurm {version} root, slurmctld does not answer: {ping.stdout}")
+    return _local_cluster(version, instance, nodes, exports)
 
 
 def _cancel_all(cluster: SlurmCluster) -> None:
