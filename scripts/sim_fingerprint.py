@@ -3,10 +3,10 @@
 
 Runs the cluster06 trace tiled to ``--jobs`` jobs (default 1,000; the tiling of
 ``bench_sim.py``) under each ``--policy`` (default mip and greedy) with default settings,
-and writes one line per finished trace job -- its trace id, model name, submit, start, end,
-resize count and every period (start, end, size) -- to ``<out>/<policy>.txt``.  A refactor that claims
-to change no decision must leave those files identical; ``diff`` shows the first job that
-moved.  The last line is ``jobs=N <policy>=<sha256 prefix> ...``.
+and writes one line per finished trace job -- its trace id, model name, submit, start,
+end, resize count and every period (start, end, size) -- to ``<out>/<policy>.txt``.  A
+refactor that claims to change no decision must leave those files identical; ``diff``
+shows the first job that moved.  The last line is ``jobs=N <policy>=<sha256 prefix> ...``.
 
     python scripts/sim_fingerprint.py [--jobs 1000] [--policy mip --policy greedy]
                                       [--out sim-out/fingerprint] [--traces DIR]
