@@ -16,16 +16,8 @@ import pytest
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.model.outlook import RATE_WINDOW, ModelBank, estimate_outlook
-from slurm_elastic.model.throughput import (
-    _FITS,
-    EXACT_BATCH_WIDTH,
-    Observations,
-    ScalingParams,
-    ThroughputFit,
-    _floats,
-    fit_throughput_many,
-)
+from slurm_elastic.model.outlook import estimate_outlook
+from slurm_elastic.model.throughput import _floats
 from slurm_elastic.types import ElasticSpec, JobState, Outlook, ProgressReport
 from tests.test_daemon_controller_data import job
 from tests.test_model_priors import _hist
@@ -156,107 +148,6 @@ def test_reused_estimates_equal_fresh_ones() -> None:
     sources = {o.source for o in previous.values()}
     assert reused > 0 and math.isfinite(now)
     assert sources <= {"prior", "fitted", "user"}
-
-
-def _observations(rng: random.Random, width: int) -> Observations:
-    sizes = sorted(rng.sample(range(1, 300), width))
-    return (
-        sizes,
-        [rng.uniform(0.01, 50.0) for _ in sizes],
-        [math.sqrt(rng.randint(1, RATE_WINDOW)) for _ in sizes],
-        ScalingParams(*(rng.uniform(0.0, 2.0) for _ in range(4))) if rng.random() < 0.5 else None,
-    )
-
-
-def _plain(items: list[Observations]) -> list[ThroughputFit | None]:
-    """``fit_throughput_many`` solving every job (its memo set aside, then put back)."""
-    kept = dict(_FITS)
-    _FITS.clear()
-    try:
-        return fit_throughput_many(items)
-    finally:
-        _FITS.clear()
-        _FITS.update(kept)
-
-
-def test_narrow_batches_fit_each_job_as_alone() -> None:
-    """What makes reusing a job's throughput fit exact: within EXACT_BATCH_WIDTH, a job's
-    fit does not depend on which other jobs share its batch (padding included)."""
-    rng = random.Random(8)
-    for _ in range(300):
-        items = [
-            _observations(rng, rng.randint(1, EXACT_BATCH_WIDTH)) for _ in range(rng.randint(1, 9))
-        ]
-        together = _plain(items)
-        for item, fit in zip(items, together, strict=True):
-            assert fit == _plain([item])[0]
-
-
-def test_memoised_fits_equal_solved_ones() -> None:
-    """Batches drawn from a small pool of observations (so that most rows were fitted
-    before, in other batches), narrow and wide: each equals its plain solve."""
-    rng = random.Random(12)
-    pool = [_observations(rng, rng.randint(1, 9)) for _ in range(40)]
-    hits = 0
-    for _ in range(400):
-        items = rng.sample(pool, rng.randint(1, 6))
-        before = len(_FITS)
-        got = fit_throughput_many(items)
-        want = _plain(items)
-        assert [_bits(f) for f in got] == [_bits(f) for f in want]
-        hits += len(_FITS) == before
-    assert hits > 50
-
-
-def _bits(fit: ThroughputFit | None) -> object:
-    if fit is None:
-        return None
-    p = fit.params
-    floats = [p.t0, p.t1, p.t2, p.t3, fit.rel_rmse, *(v for kn in fit.knots for v in kn)]
-    return fit.sizes, fit.n_obs, [v.hex() for v in floats]
-
-
-def test_reused_throughput_fits_equal_the_batched_solve() -> None:
-    """Every cycle's fits equal one plain solve over all stale jobs (what the bank
-    computed before fits were memoised)."""
-    rng = random.Random(3)
-    bank = ModelBank()
-    n_jobs = 12
-    # Few distinct speeds per size, so that medians and (past RATE_WINDOW reports) weights
-    # repeat; jobs 11 and 12 visit more than EXACT_BATCH_WIDTH sizes.
-    widths = {j: (10 if j > 10 else rng.randint(1, 4)) for j in range(1, n_jobs + 1)}
-    speeds = {j: {n: rng.choice((8.0, 8.5)) * n**0.7 for n in range(1, 11)} for j in widths}
-    step = dict.fromkeys(widths, 0)
-    reused = 0
-    last: dict[int, ThroughputFit | None] = {}
-    for cycle in range(400):
-        now = 60.0 * (cycle + 1)
-        for j, width in widths.items():
-            if rng.random() < (0.1 if width > EXACT_BATCH_WIDTH else 0.6):
-                n = rng.randint(1, width)
-                step[j] += 100
-                bank.update(
-                    ProgressReport(
-                        job_id=j,
-                        time=now,
-                        step=step[j],
-                        nodes=n,
-                        samples_per_s=speeds[j][n] * (1.01 if rng.random() < 0.05 else 1.0),
-                        global_batch=32,
-                        total_steps=10**6,
-                    )
-                )
-        stale = [j for j in widths if j in bank and bank.model(j).stale(None)]
-        observed = [(j, o) for j in stale if (o := bank.model(j).observations(None)) is not None]
-        plain = _plain([o for _, o in observed])
-        want = dict(zip([j for j, _ in observed], plain, strict=True))
-        fits = bank.fit_all()
-        for j in stale:
-            got = fits[j].throughput
-            assert got == want.get(j), (cycle, j)
-            reused += got is not None and got is last.get(j)
-        last = {j: f.throughput for j, f in fits.items()}
-    assert reused > 50
 
 
 def test_a_failed_batch_fit_leaves_each_job_its_own_fit(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,13 +42,6 @@ _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 # Rates outside this range (steps/s) are broken reports, not training jobs.
 RATE_RANGE = (1e-9, 1e9)
-# ``fit_throughput_many`` pads every job's sizes to the widest job of its batch.  While the
-# batch is at most this wide, numpy sums each row's few terms in order, so a job's fit is
-# bit for bit the same whichever jobs share its batch; wider rows are summed in unrolled
-# blocks where the zero padding moves the rounding (numpy 2.4; tests/test_perf_estimate.py
-# checks it).  Within this width, fits are memoised per job's pooled observations.
-EXACT_BATCH_WIDTH = 7
-FITS_CACHED = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,39 +220,19 @@ _SUBSET_PAIRS = _SUBSETS[None, :, :, None] * _SUBSETS[None, :, None, :]
 _SUBSET_EYE = np.eye(4) * (1.0 - _SUBSETS[None, :, :])[..., None]
 
 
-# Pooled sizes, log step times, weights, raw count, prior and prior strength: all that
-# one job's row of the solve reads.
-_FitKey = tuple[
-    tuple[float, ...], tuple[float, ...], tuple[float, ...], int, ScalingParams | None, float
-]
-_FITS: dict[_FitKey, ThroughputFit] = {}  # see fit_throughput_many
-
-
 def fit_throughput_many(
     items: Sequence[Observations], prior_strength: float = PRIOR_STRENGTH
 ) -> list[ThroughputFit | None]:
     """``fit_throughput`` for many jobs in one vectorised solve (the daemon's cycle).
 
-    A job refits whenever it reports, and its pooled observations (per-size rates, weights,
-    prior) are often ones already fitted: its own when its speed is steady and its rate
-    window full, another job's when both run the same thing.  In a narrow batch (see
-    EXACT_BATCH_WIDTH) such a job's fit is taken from ``_FITS`` (4 in 10 of a 1,000-job
-    simulation's fits; each solve costs ~0.2 ms, mostly numpy's per-call overhead).
+    Every job is solved: a job's fit is the same computation whether it is fitted alone or
+    in a batch, up to the rounding of sums over its padded row (rows are padded to the
+    widest job's sizes with terms that add exact zeros).  ``JobModel`` keeps each job's
+    fit until the job reports again, so a cycle solves only the jobs that reported.
     """
     pooled = [_pool(n, f, w) for n, f, w, _ in items]
     live = [i for i, p in enumerate(pooled) if p is not None]
     out: list[ThroughputFit | None] = [None] * len(items)
-    keys: dict[int, _FitKey] = {}
-    if live and max(len(pooled[i][0]) for i in live) <= EXACT_BATCH_WIDTH:  # type: ignore[index]
-        for i in live:
-            sizes, logt, ws, raw = pooled[i]  # type: ignore[misc]
-            key = (tuple(sizes), tuple(logt), tuple(ws), raw, items[i][3], prior_strength)
-            known = _FITS.get(key)
-            if known is not None:
-                out[i] = known
-            else:
-                keys[i] = key
-        live = list(keys)
     if not live:
         return out
     J = len(live)
@@ -330,11 +303,6 @@ def fit_throughput_many(
             rel_rmse=rels[j],
             knots=tuple(zip(logn[j][:k], corrs[j][:k], strict=True)),
         )
-        key = keys.get(i)
-        if key is not None:
-            if len(_FITS) >= FITS_CACHED:
-                del _FITS[next(iter(_FITS))]  # the oldest
-            _FITS[key] = out[i]  # type: ignore[assignment]
     return out
 
 
