@@ -210,33 +210,32 @@ def test_outlook_speeds_are_the_models() -> None:
     spec = ElasticSpec(min_nodes=1, max_nodes=64, step=3)
     for fit in fits:
         assert fit is not None
-        for _ in range(2):  # the second call is answered from the memo
-            jf = JobFit(
-                job_id=1,
-                step=10,
-                time=0.0,
-                nodes=4,
-                n_reports=3,
-                convergence=None,
-                throughput=fit,
-                total_steps=1000,
-                target_metric=None,
-                resize_cost_s=None,
-                progress=10.0,
-            )
-            out = estimate_outlook(
-                job_id=1,
-                spec=spec,
-                current_nodes=4,
-                fit=jf,
-                prior=prior,
-                now=5.0,
-                default_resize_cost_s=60.0,
-            )
-            assert [e.nodes for e in out.sizes] == sorted(set(spec.allowed_sizes))
-            for e in out.sizes:
-                assert e.throughput == fit.throughput(e.nodes)
-                assert e.remaining_s == out.remaining_work / fit.throughput(e.nodes)
+        jf = JobFit(
+            job_id=1,
+            step=10,
+            time=0.0,
+            nodes=4,
+            n_reports=3,
+            convergence=None,
+            throughput=fit,
+            total_steps=1000,
+            target_metric=None,
+            resize_cost_s=None,
+            progress=10.0,
+        )
+        out = estimate_outlook(
+            job_id=1,
+            spec=spec,
+            current_nodes=4,
+            fit=jf,
+            prior=prior,
+            now=5.0,
+            default_resize_cost_s=60.0,
+        )
+        assert [e.nodes for e in out.sizes] == sorted(set(spec.allowed_sizes))
+        for e in out.sizes:
+            assert e.throughput == fit.throughput(e.nodes)
+            assert e.remaining_s == out.remaining_work / fit.throughput(e.nodes)
 
 
 def test_subset_constants() -> None:

@@ -33,7 +33,6 @@ Guarantees of ``estimate_outlook`` (tested):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import statistics
 from collections import deque
@@ -82,8 +81,6 @@ MAX_EXTRAPOLATION_S = 600.0  # progress assumed after the last report, at most
 # use the chosen family (one fit).  Progress, not reports: the holdout compares how the
 # families extrapolate, which changes as the observed span grows, not with one more point.
 RESELECT_GROWTH = 1.25
-PREDICTIONS_CACHED = 8192  # see _predict
-RATES_CACHED = 16384  # see _rates
 
 
 # A grow promised less speed-up than this is not judged: measurement noise would decide.
@@ -600,11 +597,6 @@ def _finite_pos(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) and x >= 0.0 else None
 
 
-# The criterion is solved numerically (~0.3 ms); a job's fit (an immutable, hashable value)
-# only changes when it reports, so each cycle pays only for the jobs that were refitted.
-_predict = functools.lru_cache(maxsize=PREDICTIONS_CACHED)(predict_convergence)
-
-
 def _prediction(fit: JobFit) -> ConvergencePrediction | None:
     """Where the job converges: where its reported metric already met the criterion, else
     where the fitted curve will (see ``convergence.observed_convergence`` for why the
@@ -614,26 +606,9 @@ def _prediction(fit: JobFit) -> ConvergencePrediction | None:
         k = fit.converged_at
         mode = "target" if fit.target_metric is not None else "plateau"
         return ConvergencePrediction(k=k, lo=k, hi=k, mode=mode, reachable=True)
-    return _predict(
+    return predict_convergence(
         fit.convergence, target=fit.target_metric, window=fit.window, threshold=THRESHOLD
     )
-
-
-@functools.lru_cache(maxsize=RATES_CACHED)
-def _rates(
-    model: ThroughputFit | ScalingParams, sizes: tuple[int, ...]
-) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """The distinct sizes, ascending, and ``model.throughput`` at each.  A pure function of
-    two immutable values, and every cycle asks again for each job with the same fit and
-    sizes (a fit changes only when the job reports): computed once, not per cycle."""
-    rates = {n: model.throughput(n) for n in sorted(sizes)}
-    return tuple(rates), tuple(rates.values())
-
-
-@functools.lru_cache(maxsize=RATES_CACHED)
-def _speed(model: ThroughputFit | ScalingParams, n: float) -> float:
-    """``model.throughput(n)``, memoised like ``_rates`` (the current and reference sizes)."""
-    return model.throughput(n)
 
 
 def _conv_confidence(fit: ConvergenceFit, pred: ConvergencePrediction, step: float) -> float:
@@ -734,7 +709,6 @@ def outlook_basis(
     """The time-independent part of ``estimate_outlook`` (pure, see ``OutlookBasis``)."""
     sizes = spec.allowed_sizes or (max(spec.min_nodes, 1),)
     tput = fit.throughput if fit is not None else None
-    # Speeds are memoised per (immutable) model: see ``_rates`` and ``_speed``.
     model: ThroughputFit | ScalingParams = tput if tput is not None else prior.scaling
     if tput is not None:
         unit_real, tp_conf = True, tput.confidence
@@ -747,7 +721,7 @@ def outlook_basis(
     if unit_real and prior.total_steps is not None and prior.scaling_measured:
         prior_total = prior.total_steps
     else:
-        prior_total = prior.runtime_s * _speed(model, prior.reference_nodes)
+        prior_total = prior.runtime_s * model.throughput(prior.reference_nodes)
     # Measured beats the user's estimate beats the configured default; 0.0 is a valid
     # measurement (a restart that cost nothing), so test for None, not truth.
     candidates = (fit.resize_cost_s if fit is not None else None, spec.resize_cost_s)
@@ -758,14 +732,14 @@ def outlook_basis(
     prediction = None
     if reported and fit is not None and fit.total_steps is None and fit.convergence is not None:
         prediction = _prediction(fit)
-    nodes, speeds = _rates(model, tuple(sizes))
+    nodes = tuple(sorted(set(sizes)))
     return OutlookBasis(
         job_id=job_id,
         current_nodes=current_nodes,
         fit=fit,
         nodes=nodes,
-        speeds=speeds,
-        run_rate=_speed(model, run_nodes),
+        speeds=tuple(model.throughput(n) for n in nodes),
+        run_rate=model.throughput(run_nodes),
         reported=reported,
         base=(
             (fit.progress if fit.progress is not None else float(fit.step))
