@@ -52,21 +52,25 @@ class _Estimated:
         )
 
 
-@dataclass(slots=True)
-class _Built:
-    """A prior and the similar jobs it was built from (see ``Estimator._prior``)."""
-
-    similar: list[JobHistory]
-    prior: Prior
-    version: int = -1  # the index version it was last found current at
-
-    def same_jobs(self, similar: list[JobHistory]) -> bool:
-        return len(similar) == len(self.similar) and all(
-            a is b for a, b in zip(similar, self.similar, strict=True)
-        )
-
-
 class Estimator:
+    """Reports and accounting history in, one ``Outlook`` per elastic job out (per cycle).
+
+    State it keeps, per job (``forget`` drops a job's):
+
+    * what was fed to the job's model (``_fed_until``, ``_seen``): each report reaches
+      ``ModelBank`` once, and a job whose newest report is unchanged is not looked at;
+    * the fit, inside ``ModelBank`` (``JobModel``): kept until the job reports again, a
+      resize cost is measured, or the prior's measured scaling shape changes;
+    * the prior (``_priors``): built from the history, at the job's size then, in its first
+      cycle after an accounting read, and kept until the next read (``history_changed``);
+    * the last estimate (``_estimated``): the job's ``OutlookBasis``, kept while its fit
+      object, size, prior, spec and default resize cost are the same, and the outlook of
+      that basis at the last ``done`` (the same ``done`` gives the same outlook).
+
+    Each is one cache of one thing, and each rule follows from the purity of what it
+    caches (``prior_from_similar``, ``outlook_basis``, ``OutlookBasis.outlook``).
+    """
+
     def __init__(
         self,
         reports: ReportStore,
@@ -81,13 +85,9 @@ class Estimator:
         # Per job, the newest report at the last look: while it is still the newest,
         # nothing arrived and the job's stored reports need no new pass.
         self._seen: dict[int, ProgressReport] = {}
+        # Per job, its prior: built on first use after an accounting read and kept until
+        # the next one (``history_changed`` clears it).
         self._priors: dict[int, Prior] = {}
-        # ``build_prior`` is a pure function of the similar jobs (immutable records) and the
-        # size: per (user, name, work_dir, size), the prior and the similar jobs it was built
-        # from, kept across accounting reads while those stay the same records (most reads
-        # change few users' buckets).  ``_version`` counts the index's changes.
-        self._built: dict[tuple[str, str, str, int], _Built] = {}
-        self._version = 0
         self._index = HistoryIndex()  # the controller's sacct history, kept in step
         # Per job, its last estimate: most jobs neither report nor change size or prior
         # between two cycles, so their basis is reused, and a job whose progress is not
@@ -97,13 +97,7 @@ class Estimator:
     def history_changed(self, records: Iterable[JobHistory], removed: Iterable[int]) -> None:
         """An accounting read: ``records`` read, ``removed`` aged out.  Priors are rebuilt
         on next use."""
-        records, removed = list(records), list(removed)
-        if records or removed:
-            self._index.update(records, removed)
-            # Keys not looked up since the previous change go: the memo holds the jobs of
-            # the last two reads, not every job type ever seen.
-            self._built = {k: b for k, b in self._built.items() if b.version == self._version}
-            self._version += 1
+        self._index.update(records, removed)
         self._priors.clear()
 
     def resized(self, job_id: int, now: float, to_nodes: int) -> None:
@@ -159,21 +153,9 @@ class Estimator:
         prior = self._priors.get(job.job_id)
         if prior is None:
             nodes = max(ej.spec.min_nodes, job.node_count)
-            prior = self._priors[job.job_id] = self._prior(job.user, job.name, job.work_dir, nodes)
+            similar = self._index.similar(job.user, job.name, job.work_dir)
+            prior = self._priors[job.job_id] = prior_from_similar(similar, nodes)
         return prior
-
-    def _prior(self, user: str, name: str, work_dir: str, nodes: int) -> Prior:
-        """``build_prior(..., history=self._index)``, reused while the similar jobs are the
-        same records."""
-        key = (user, name, work_dir, nodes)
-        built = self._built.get(key)
-        if built is not None and built.version == self._version:
-            return built.prior
-        similar = self._index.similar(user, name, work_dir)
-        if built is None or not built.same_jobs(similar):
-            built = self._built[key] = _Built(similar, prior_from_similar(similar, nodes))
-        built.version = self._version
-        return built.prior
 
     def _estimate(
         self, ej: ElasticJob, prior: Prior, now: float, fits: Mapping[int, JobFit] | None
