@@ -7,7 +7,6 @@ checks the fast path against it on many varied inputs: a speed-up may not move a
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,8 +16,7 @@ from slurm_elastic.actuate.companion import companion_comment
 from slurm_elastic.actuate.diff import shrink_layout
 from slurm_elastic.actuate.executor import ActionRecord
 from slurm_elastic.actuate.state import ElasticJob, classify
-from slurm_elastic.daemon import problem
-from slurm_elastic.daemon.problem import node_pools, offered_sizes
+from slurm_elastic.daemon.problem import offered_sizes
 from slurm_elastic.daemon.result import CycleResult, RowInputs, status_rows
 from slurm_elastic.sim.backend import SimBackend
 from slurm_elastic.sim.engine import Cluster, SimJob
@@ -33,12 +31,10 @@ from slurm_elastic.types import (
     JobState,
     JobView,
     NodeView,
-    PartitionView,
     Plan,
     SolverStatus,
 )
 from tests.test_daemon_controller_data import job, pending, snapshot
-from tests.test_perf_exact import _plain_pools
 from tests.test_sim_engine import _contended, _spec
 
 
@@ -97,48 +93,6 @@ def test_offered_sizes_match_the_plain_set_and_shrink_layouts() -> None:
         assert offered_sizes(ej) == got
         seen.add(bool(ej.running_companions))
     assert seen == {True, False}
-
-
-def test_node_pools_of_reused_and_new_views_match_plain_grouping() -> None:
-    rng = random.Random(8)
-    base = snapshot([job(1, nodes=("n1", "n2"))])
-    names = tuple(f"n{i}" for i in range(1, 13))
-    parts = (
-        (replace(base.partitions[0], nodes=names),),
-        (
-            replace(base.partitions[0], nodes=names),
-            PartitionView("gpu", names[3:7], False, True, "UP"),
-        ),
-        (replace(base.partitions[0], nodes=names[:6], state="DOWN"),),
-    )
-
-    def view(name: str) -> NodeView:
-        state = rng.choice(["idle", "allocated", "down"])
-        return replace(base.nodes[0], name=name, state=state, flags=rng.choice([(), ("DRAIN",)]))
-
-    snaps = [
-        replace(base, nodes=tuple(view(n) for n in names), partitions=rng.choice(parts))
-        for _ in range(20)
-    ]
-    prev = snaps[0]
-    for _ in range(1000):
-        r = rng.random()
-        if r < 0.15:
-            snap = rng.choice(snaps)  # new tuples
-        elif r < 0.25:
-            snap = replace(prev, partitions=rng.choice(snaps).partitions)
-        elif r < 0.35:
-            snap = replace(prev, taken_at=1.0)  # the very same tuples
-        else:
-            # A few node views new (maybe equal to the old), the rest the very same objects.
-            nodes = list(prev.nodes)
-            for i in rng.sample(range(len(nodes)), rng.choice([0, 1, 1, 2, 3, 8])):
-                nodes[i] = view(nodes[i].name)
-            snap = replace(prev, nodes=tuple(nodes))
-        got = [(p.partitions, p.nodes) for p in node_pools(snap)]
-        assert got == _plain_pools(snap)
-        prev = snap
-    assert problem._last_pools is not None
 
 
 def test_cycle_result_rows_are_built_on_read_from_its_inputs() -> None:
@@ -240,53 +194,3 @@ def test_schedule_starts_what_the_plain_backfill_pass_starts(
     wl = _contended(shared_dir / "traces")
     simulate(wl, _spec(16), SimSettings(policy="mip"), driver_factory=ControllerDriver)
     assert passes["started"] > 10 and passes["none"] > 10
-
-
-def test_classify_reusing_the_last_cycles_elastic_jobs_equals_a_fresh_one() -> None:
-    rng = random.Random(4)
-    specs = [ElasticSpec(1, 8), ElasticSpec(1, 8), ElasticSpec(2, 6, 2)]
-
-    def views() -> dict[int, JobView]:
-        out: list[JobView] = []
-        for parent in (1, 2, 3):
-            if rng.random() < 0.3:
-                out.append(pending(parent))
-                continue
-            own = tuple(f"p{parent}-{k}" for k in range(rng.randint(1, 3)))
-            out.append(job(parent, nodes=own))
-            for k in range(rng.choice([0, 1, 2])):
-                state = rng.choice([JobState.RUNNING, JobState.PENDING])
-                nodes = (f"c{parent}-{k}",) if state is JobState.RUNNING else ()
-                comment = companion_comment(parent)
-                out.append(job(10 * parent + k, state=state, nodes=nodes, comment=comment))
-        return {v.job_id: v for v in out}
-
-    def resolver(spec_of: dict[int, ElasticSpec]) -> Callable[[JobView], ElasticSpec | None]:
-        return lambda j: spec_of.get(j.job_id)
-
-    current = views()
-    spec_of = {j: specs[0] for j in (1, 2, 3)}
-    previous = None
-    reused = 0
-    for _ in range(300):
-        # Most views stay the very same objects, some are renewed; specs change now and then.
-        fresh = views()
-        current = {
-            i: current[i] if i in current and rng.random() < 0.7 else v for i, v in fresh.items()
-        }
-        if rng.random() < 0.2:
-            spec_of = {j: rng.choice(specs) for j in (1, 2, 3)}
-        snap = snapshot(list(current.values()))
-        plain = classify(snap, resolver(spec_of))
-        got = classify(snap, resolver(spec_of), previous=previous)
-        assert got == plain
-        for job_id, ej in got.elastic.items():
-            want = plain.elastic[job_id]
-            assert (ej.effective_nodes, ej.running_companions, ej.pending_companions) == (
-                want.effective_nodes,
-                want.running_companions,
-                want.pending_companions,
-            )
-            reused += previous is not None and ej is previous.elastic.get(job_id)
-        previous = got
-    assert reused > 100

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from slurm_elastic.actuate.state import ElasticJob
-from slurm_elastic.daemon.problem import node_pools
 from slurm_elastic.model.outlook import JobFit, estimate_outlook
 from slurm_elastic.model.priors import Prior
 from slurm_elastic.model.throughput import (
@@ -30,7 +29,7 @@ from slurm_elastic.policy.lagrange import (
     _segment_argmax,
     reduced,
 )
-from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, NodeView, PartitionView
+from slurm_elastic.types import ElasticSpec, JobState
 from tests.test_daemon_controller_data import job
 
 lagrange_guess = lagrange._guessed_bisection
@@ -141,52 +140,6 @@ def test_elastic_job_derived_sizes() -> None:
         assert ej == ElasticJob(job=parent, spec=ej.spec, companions=comps)
         alone = parent.node_count if parent.is_running else 0
         assert replace(ej, companions=()).effective_nodes == alone
-
-
-def _plain_pools(snapshot: ClusterSnapshot) -> list[tuple[frozenset[str], int]]:
-    membership: dict[str, set[str]] = {}
-    for part in snapshot.partitions:
-        if part.state.upper() == "UP":
-            for node in part.nodes:
-                membership.setdefault(node, set()).add(part.name)
-    counts: dict[frozenset[str], int] = {}
-    for node in snapshot.nodes:
-        parts = membership.get(node.name)
-        if node.is_usable and parts:
-            counts[frozenset(parts)] = counts.get(frozenset(parts), 0) + 1
-    return sorted(counts.items(), key=lambda kv: sorted(kv[0]))
-
-
-def test_node_pools_match_plain_grouping() -> None:
-    rng = random.Random(5)
-    names = [f"n{i}" for i in range(40)]
-    for _ in range(100):
-        parts = tuple(
-            PartitionView(
-                name=p,
-                nodes=tuple(n for n in names if rng.random() < 0.5),
-                is_default=False,
-                exclusive=True,
-                state=rng.choice(["UP", "up", "DOWN", "DRAIN"]),
-            )
-            for p in ("a", "b", "c")
-        )
-        nodes = tuple(
-            NodeView(
-                name=n,
-                state=rng.choice(["idle", "allocated", "down", "mixed", "drain"]),
-                flags=rng.choice([(), ("DRAIN",), ("COMPLETING",), ("FAIL",)]),
-                cpus=4,
-                alloc_cpus=0,
-                gpus=4,
-                alloc_gpus=0,
-                partitions=(),
-            )
-            for n in names
-        )
-        snap = ClusterSnapshot(taken_at=0.0, jobs=(), nodes=nodes, partitions=parts)
-        got = [(p.partitions, p.nodes) for p in node_pools(snap)]
-        assert got == _plain_pools(snap)
 
 
 def test_outlook_speeds_are_the_models() -> None:

@@ -83,12 +83,8 @@ def classify(
     snapshot: ClusterSnapshot,
     resolve_spec: SpecResolver,
     partition_allowed: Callable[[str], bool] = lambda _p: True,
-    previous: Classification | None = None,
 ) -> Classification:
-    """``previous``: the last cycle's classification, whose ElasticJob of a job is reused
-    when it was built from the very same view, an equal spec and the same companions
-    (a backend may reuse an unchanged job's view; the simulator's does)."""
-    before = previous.elastic if previous is not None else {}
+    """Sort the snapshot's active jobs into the classes of the module doc (pure)."""
     active = {j.job_id: j for j in snapshot.jobs if j.state.is_active}
     elastic_specs: dict[int, ElasticSpec] = {}
     not_elastic: dict[int, str] = {}
@@ -118,16 +114,7 @@ def classify(
             if mine
             else ()
         )
-        last = before.get(job_id)
-        if (
-            last is not None
-            and last.job is parent
-            and last.spec == spec
-            and last.companions == kept
-        ):
-            elastic[job_id] = last  # immutable, and derived only from these three
-        else:
-            elastic[job_id] = ElasticJob(job=parent, spec=spec, companions=kept)
+        elastic[job_id] = ElasticJob(job=parent, spec=spec, companions=kept)
     for comp_id in sorted(companion_parent_of):
         why = orphan_reason(active[comp_id], active)
         if why is not None:

@@ -103,7 +103,6 @@ class Controller:
         )
         self._reconciled = False
         self._sizes: dict[int, int] = {}  # effective size of each running elastic job
-        self._classified: Classification | None = None  # the last cycle's, reused in part
         self._history: dict[int, JobHistory] = {}
         # (end_time, job_id) of every record read with an end, oldest first: the records
         # that age out of the lookback are at its top, so a read does not scan them all.
@@ -199,9 +198,7 @@ class Controller:
                 capacity=job_capacity(snapshot, self._qos_nodes, self._assoc_nodes),
             ),
             self.config.partitions.allows,
-            previous=self._classified,
         )
-        self._classified = cls
         self.journal.remember_specs(
             {j: ej.spec for j, ej in cls.elastic.items() if j not in known}, now
         )

@@ -21,9 +21,6 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import compress
-from operator import is_not
 
 from slurm_elastic.actuate.diff import shrink_split
 from slurm_elastic.actuate.state import Classification, ElasticJob
@@ -35,7 +32,6 @@ from slurm_elastic.types import (
     JobState,
     JobView,
     NodePool,
-    NodeView,
     Outlook,
     PartitionView,
     RigidDemand,
@@ -71,10 +67,8 @@ def not_eligible(classification: Classification) -> dict[int, str]:
     }
 
 
-@functools.lru_cache(maxsize=4)
-def _membership(partitions: tuple[PartitionView, ...]) -> Mapping[str, frozenset[str]]:
-    """Node name -> the UP partitions it belongs to.  Partitions change far less often
-    than a cycle runs, so this is computed once per distinct (immutable) partition list."""
+def _membership(partitions: Sequence[PartitionView]) -> Mapping[str, frozenset[str]]:
+    """Node name -> the UP partitions it belongs to."""
     membership: dict[str, set[str]] = {}
     for part in partitions:
         if part.state.upper() != "UP":
@@ -84,78 +78,21 @@ def _membership(partitions: tuple[PartitionView, ...]) -> Mapping[str, frozenset
     return {node: frozenset(parts) for node, parts in membership.items()}
 
 
-@dataclass(frozen=True, slots=True)
-class _Pools:
-    """``node_pools``' last answer, with the (immutable) tuples it was computed from."""
-
-    nodes: tuple[NodeView, ...]
-    partitions: tuple[PartitionView, ...]
-    counts: Mapping[frozenset[str], int]  # usable nodes per partition set, none zero
-    pools: tuple[NodePool, ...]
-
-
-_last_pools: _Pools | None = None
-
-
 def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
-    """Usable nodes grouped by the exact set of UP partitions they belong to.
-
-    A backend may reuse a node's view while the node is unchanged (the simulator's does):
-    then only the views that differ from the last snapshot's move the last counts, and an
-    unchanged count keeps the last answer.  A full pass costs ~0.5 us a node; in the
-    1,000-job simulation two cycles in three see a new node tuple, most with a few nodes
-    gone from idle to allocated or back, which moves no count.
-    """
-    global _last_pools
-    nodes, partitions = snapshot.nodes, snapshot.partitions
-    last = _last_pools
-    if last is not None and last.nodes is nodes and last.partitions is partitions:
-        return last.pools
-    membership = _membership(partitions)
-    counts: Mapping[frozenset[str], int]
-    if last is not None and last.partitions is partitions and len(last.nodes) == len(nodes):
-        changed = list(compress(range(len(nodes)), map(is_not, nodes, last.nodes)))
-        if len(changed) * 4 > len(nodes):
-            counts = _count_pools(nodes, membership)  # most changed: count afresh
-        else:
-            moved = Counter(last.counts)
-            moved.subtract(_count_pools([last.nodes[i] for i in changed], membership))
-            moved.update(_count_pools([nodes[i] for i in changed], membership))
-            counts = {parts: n for parts, n in moved.items() if n}
-    else:
-        counts = _count_pools(nodes, membership)
-    if last is not None and counts == last.counts:
-        pools = last.pools
-    else:
-        pools = tuple(
-            NodePool(partitions=parts, nodes=n)
-            for parts, n in sorted(counts.items(), key=lambda kv: sorted(kv[0]))
-        )
-    _last_pools = _Pools(nodes, partitions, counts, pools)
-    return pools
-
-
-def _count_pools(
-    nodes: Sequence[NodeView], membership: Mapping[str, frozenset[str]]
-) -> Counter[frozenset[str]]:
-    # ``is_usable`` reads only a node's state and flags, which few distinct nodes differ in.
-    usable: dict[tuple[str, tuple[str, ...]], bool] = {}
+    """Usable nodes grouped by the exact set of UP partitions they belong to."""
+    membership = _membership(snapshot.partitions)
     counts: Counter[frozenset[str]] = Counter()
-    for node in nodes:
+    for node in snapshot.nodes:
         parts = membership.get(node.name)
-        if not parts:
-            continue
-        key = (node.state, node.flags)
-        ok = usable.get(key)
-        if ok is None:
-            ok = usable[key] = node.is_usable
-        if ok:
+        if parts and node.is_usable:
             counts[parts] += 1
-    return counts
+    return tuple(
+        NodePool(partitions=parts, nodes=n)
+        for parts, n in sorted(counts.items(), key=lambda kv: sorted(kv[0]))
+    )
 
 
-@functools.lru_cache(maxsize=4)
-def _capacities(partitions: tuple[PartitionView, ...]) -> Mapping[str, tuple[int, str]]:
+def _capacities(partitions: Sequence[PartitionView]) -> Mapping[str, tuple[int, str]]:
     """Partition name -> (the most nodes one job can ever hold there, any node state: a
     node that is down now may come back; the partition's own QOS, "" when none)."""
     return {part.name: (part.job_capacity, part.qos) for part in partitions}
