@@ -123,6 +123,10 @@ class JobView:
         return self.state is JobState.PENDING
 
 
+_UNUSABLE_STATES = frozenset(("down", "drained", "drain", "fail", "failing", "future", "unknown"))
+_UNUSABLE_FLAGS = frozenset(("DRAIN", "DRAINED", "FAIL"))
+
+
 @dataclass(frozen=True, slots=True)
 class NodeView:
     name: str
@@ -138,8 +142,7 @@ class NodeView:
     @property
     def is_usable(self) -> bool:
         """Up and schedulable (not down, drained or failing)."""
-        bad = {"down", "drained", "drain", "fail", "failing", "future", "unknown"}
-        return self.state not in bad and not ({"DRAIN", "DRAINED", "FAIL"} & set(self.flags))
+        return self.state not in _UNUSABLE_STATES and _UNUSABLE_FLAGS.isdisjoint(self.flags)
 
 
 @dataclass(frozen=True, slots=True)
