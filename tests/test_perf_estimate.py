@@ -1,8 +1,7 @@
 """The estimate step's reuse of earlier work gives exactly what computing afresh gives.
 
 ``Estimator`` keeps each job's ``OutlookBasis`` (and its last outlook) while the job's fit,
-prior, spec and size stay the same, and ``ModelBank`` a job's throughput fit while its
-observations stay the same; random runs check both against the plain computation.
+prior, spec and size stay the same; random runs check it against the plain computation.
 """
 
 from __future__ import annotations
@@ -10,14 +9,12 @@ from __future__ import annotations
 import math
 import random
 
-import numpy as np
 import pytest
 
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import estimate_outlook
-from slurm_elastic.model.throughput import _floats
 from slurm_elastic.types import ElasticSpec, JobState, Outlook, ProgressReport
 from tests.test_daemon_controller_data import job
 from tests.test_model_priors import _hist
@@ -177,18 +174,3 @@ def test_a_failed_batch_fit_leaves_each_job_its_own_fit(monkeypatch: pytest.Monk
     monkeypatch.setattr(fresh.bank, "fit_all", broken)
     got = fresh.outlooks(elastic, 400.0)[3]
     assert got.source == "user" and _same(got, want)
-
-
-def test_plain_number_lists_convert_as_numpy_does() -> None:
-    rng = random.Random(9)
-    for _ in range(500):
-        values = [
-            rng.choice((rng.randint(-(2**62), 2**62), rng.randint(0, 64), rng.uniform(-1e9, 1e9)))
-            for _ in range(rng.randint(0, 8))
-        ]
-        for given in (values, tuple(values)):
-            want = np.asarray(given, dtype=np.float64).ravel().tolist()
-            got = _floats(given)
-            assert [v.hex() for v in got] == [v.hex() for v in want]
-    assert _floats(np.array([[1, 2], [3, 4]])) == [1.0, 2.0, 3.0, 4.0]
-    assert _floats([True, 2.5]) == [1.0, 2.5]

@@ -179,11 +179,7 @@ Observations = tuple[
 
 
 def _floats(values: Sequence[float] | np.ndarray) -> list[float]:
-    """``values`` flattened, as Python floats.  A list or tuple of numbers (what the daemon
-    passes, a few per job and cycle) is converted without a round trip through numpy: the
-    same IEEE rounding, a tenth of the cost."""
-    if isinstance(values, list | tuple) and all(type(v) is float or type(v) is int for v in values):
-        return [float(v) for v in values]
+    """``values`` flattened, as Python floats."""
     return np.asarray(values, dtype=np.float64).ravel().tolist()
 
 
