@@ -6,16 +6,11 @@ import threading
 from dataclasses import replace
 
 from slurm_elastic.actuate.companion import companion_comment
+from slurm_elastic.actuate.instructions import Ack, InstructionBoard
 from slurm_elastic.actuate.state import classify
-from slurm_elastic.daemon.instructions import (
-    Ack,
-    AckStatus,
-    Instruction,
-    InstructionBoard,
-    InstructionKind,
-)
 from slurm_elastic.daemon.problem import build_problem, job_capacity, node_pools
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 from slurm_elastic.types import (
     ElasticSpec,
     JobView,
@@ -108,19 +103,19 @@ def test_job_capacity_is_the_best_partition_within_its_max_nodes() -> None:
     assert capacity(on["hidden"]) == len(snap.nodes)
 
 
-def _instruction(iid: str, job_id: int = 7) -> Instruction:
-    return Instruction(iid, job_id, InstructionKind.SHRINK, 2, ("n1", "n2"), 60.0, 0.0)
+def _instruction(iid: str) -> Instruction:
+    return Instruction(iid, InstructionKind.SHRINK, 2, ("n1", "n2"), 60.0)
 
 
 def test_board_accepts_only_acks_to_the_open_instruction() -> None:
     board = InstructionBoard()
-    board.post(_instruction("a"))
+    board.post(7, _instruction("a"))
     assert not board.ack(Ack("zzz", 7, AckStatus.READY, 1, "", 1.0))
     assert not board.ack(Ack("a", 8, AckStatus.READY, 1, "", 1.0))
     assert board.ack(Ack("a", 7, AckStatus.READY, 5, "ok", 1.0))
     assert board.ack(Ack("a", 7, AckStatus.FAILED, 6, "late", 2.0))  # first one stands
     assert board.ack_for("a").status is AckStatus.READY  # type: ignore[union-attr]
-    board.post(_instruction("b"))  # replaces: the old ack is forgotten
+    board.post(7, _instruction("b"))  # replaces: the old ack is forgotten
     assert board.ack_for("a") is None and board.pending_for(7).id == "b"  # type: ignore[union-attr]
     assert _instruction("b").to_json() == {
         "id": "b",
