@@ -91,8 +91,8 @@ class StateFault(_Error):
 def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
     """The config for a one-shot command; its logs go to stderr, warnings only by default."""
     from slurm_elastic.config import load_main
-    from slurm_elastic.daemon.log import configure_logging
     from slurm_elastic.errors import ConfigError
+    from slurm_elastic.logs import configure_logging
 
     try:
         config = load_main(config_file)
