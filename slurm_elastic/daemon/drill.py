@@ -42,7 +42,7 @@ from slurm_elastic.types import (
     ProgressReport,
 )
 
-log = structlog.get_logger("slurm_elastic.agent")
+log = structlog.get_logger("slurm_elastic.drill")
 
 
 @dataclass(frozen=True, slots=True)
