@@ -101,7 +101,7 @@ def resumed_at(work: Path, world: int, after: float) -> float:
 
 def cancel(job: int) -> None:
     """The job and its companions (the daemon would cancel orphans; here nobody would)."""
-    from slurm_elastic.actuate.companion import companion_parent
+    from slurm_elastic.marker import companion_parent
 
     queue = subprocess.run(
         ["squeue", "-h", "-o", "%i|%k"], capture_output=True, text=True, timeout=30

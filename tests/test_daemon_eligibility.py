@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurm_elastic.actuate.instructions import InstructionBoard
-from slurm_elastic.actuate.state import classify
+from slurm_elastic.cluster_state import classify
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Allocate, Controller
 from slurm_elastic.daemon.journal import Journal

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from slurm_elastic import protocol
 from slurm_elastic.actuate.instructions import InstructionBoard
-from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.api import ReportRejected, parse_report
 from slurm_elastic.daemon.controller import Controller

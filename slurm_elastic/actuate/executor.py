@@ -39,7 +39,7 @@ from slurm_elastic.actuate.companion import (
 )
 from slurm_elastic.actuate.guards import GuardKnobs
 from slurm_elastic.actuate.instructions import InstructionBoard
-from slurm_elastic.actuate.state import Classification, ElasticJob
+from slurm_elastic.cluster_state import Classification, ElasticJob
 from slurm_elastic.daemon.journal import ActionStatus, CompanionLink, Journal, JournalEntry
 from slurm_elastic.errors import SlurmError
 from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind

@@ -45,7 +45,7 @@ from slurm_elastic.actuate.guards import (
     limit_resizes,
 )
 from slurm_elastic.actuate.instructions import InstructionBoard
-from slurm_elastic.actuate.state import Classification, classify
+from slurm_elastic.cluster_state import Classification, classify
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.journal import Journal

@@ -1,4 +1,7 @@
-"""What actuation knows about each job, derived from one snapshot (pure).
+"""What decide, estimate and actuate know about each job, derived from one snapshot (pure).
+
+The neutral ground of the daemon's layers: the problem builder (decide), the estimator and
+the executor (actuate) all read the cluster through it, and it imports none of them.
 
 ``classify`` sorts every job of a snapshot into exactly one class:
 
@@ -10,16 +13,21 @@
 * anything else, with the reason it is not elastic ("not elastic", "malformed marker:
   ...", "comment not trusted, ...", "heterogeneous job", ...).  Those jobs are never
   touched.
+
+Beside it: when a companion job is an orphan (``orphan_reason``; the companion token's
+grammar, ``companion_parent``, is ``marker``'s), the layout of a shrink (``shrink_layout``:
+which companions go, how many of the parent's own nodes stay), and the sizes a job may be
+offered (``offered_sizes``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from slurm_elastic.actuate.companion import companion_parent, orphan_reason
 from slurm_elastic.errors import MarkerError
-from slurm_elastic.marker import OutOfReach, untrusted
+from slurm_elastic.marker import OutOfReach, companion_parent, untrusted
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker; OutOfReach
@@ -160,3 +168,114 @@ def _elastic_or_reason(
     if not partition_allowed(job.partition):
         return f"partition {job.partition} not managed", None
     return "", spec
+
+
+# --------------------------------------------------------------------------- companions
+
+
+def orphan_reason(companion: JobView, active: Mapping[int, JobView]) -> str | None:
+    """Why an active ``companion`` should be cancelled, or None while its parent runs.
+
+    ``active`` maps job ids to the active jobs of the same snapshot.  A job naming a
+    parent owned by someone else is not a companion of ours: None, never cancelled.
+    """
+    parent_id = companion_parent(companion.comment)
+    if parent_id is None or companion.state is JobState.COMPLETING:
+        return None  # not a companion, or already ending
+    parent = active.get(parent_id)
+    if parent is None:
+        return f"orphan: parent {parent_id} has ended"
+    if parent.user != companion.user:
+        return None
+    if parent.state is not JobState.RUNNING:
+        return f"orphan: parent {parent_id} is {parent.state.value.lower()}"
+    return None
+
+
+# --------------------------------------------------------------------------- shrink layout
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkLayout:
+    cancel_companions: tuple[int, ...]  # companion job ids to cancel, newest first
+    parent_nodes: int  # the parent's own node count afterwards
+    keep_nodes: tuple[str, ...]  # every node the job keeps (parent first, then companions)
+
+
+def shrink_layout(ej: ElasticJob, target: int) -> ShrinkLayout:
+    """Drop whole companions first (newest first), then trim the parent's tail.
+
+    Companions go first because cancelling a job frees exactly its nodes, while the
+    parent's ``NumNodes=N`` keeps its first N nodes, the batch host among them.
+    """
+    running = ej.running_companions
+    n_kept, parent_nodes = shrink_split(
+        ej.effective_nodes, ej.job.node_count, tuple(c.node_count for c in running), target
+    )
+    kept = running[:n_kept]
+    cancel = tuple(c.job_id for c in reversed(running[n_kept:]))
+    keep = (*ej.job.nodes[:parent_nodes], *(n for c in kept for n in c.nodes))
+    return ShrinkLayout(cancel, parent_nodes, tuple(keep))
+
+
+def shrink_split(
+    effective: int, own: int, companion_nodes: tuple[int, ...], target: int
+) -> tuple[int, int]:
+    """``shrink_layout`` in numbers: (how many running companions, oldest first, stay;
+    the parent's own node count afterwards) for a job of ``effective`` nodes, ``own`` of
+    them its own, whose running companions hold ``companion_nodes``."""
+    kept = len(companion_nodes)
+    total = effective
+    while kept and total - companion_nodes[kept - 1] >= target:
+        kept -= 1
+        total -= companion_nodes[kept]
+    return kept, min(own, target - sum(companion_nodes[:kept]))
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+def offered_sizes(ej: ElasticJob) -> tuple[int, ...]:
+    """The sizes the policy may choose for the job, ascending: its spec's sizes, plus its
+    current size when running, less the sizes a shrink cannot reach.
+
+    Three size sets, each with one home: ``ElasticSpec.allowed_sizes`` is the grid the
+    user's marker promises; this is that grid as the job's state allows it now (the
+    problem's ``ElasticDemand.allowed_sizes``); ``ElasticDemand.candidate_sizes`` are the
+    values the solver picks from (0 added for a pending job, the current size alone for
+    a frozen one).
+
+    A shrink (``shrink_layout``) cancels whole companions (newest first) and then trims
+    the parent's own nodes, keeping at least the batch host, so a size that would leave
+    the parent with no node of its own while companions remain (2 own + a 4-node
+    companion cannot become 3) cannot be reached; the guards would block that shrink.
+    Offering it to the policy would let the plan count on nodes it cannot free (pending
+    jobs it "starts" with them stay pending), so it is not a candidate.
+    """
+    running = ej.running_companions
+    return _offered_sizes(
+        ej.spec,
+        ej.effective_nodes,
+        ej.job.node_count,
+        tuple(c.node_count for c in running) if running else (),
+    )
+
+
+# Asked for every elastic job every cycle, from a few small numbers that rarely change
+# (~10 us a job with the set, the sort and a shrink layout per size): computed once each.
+@functools.lru_cache(maxsize=4096)
+def _offered_sizes(
+    spec: ElasticSpec, current: int, own: int, companion_nodes: tuple[int, ...]
+) -> tuple[int, ...]:
+    sizes = set(spec.allowed_sizes)
+    if current > 0:
+        # The current size is always a choice, so "no change" stays feasible whatever
+        # the step; it may lie off the grid after an earlier hard resize.
+        sizes.add(current)
+        if companion_nodes:
+            sizes = {
+                s
+                for s in sizes
+                if s >= current or shrink_split(current, own, companion_nodes, s)[1] >= 1
+            }
+    return tuple(sorted(sizes))
