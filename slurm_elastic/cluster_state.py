@@ -16,8 +16,9 @@ the executor (actuate) all read the cluster through it, and it imports none of t
 
 Beside it: when a companion job is an orphan (``orphan_reason``; the companion token's
 grammar, ``companion_parent``, is ``marker``'s), the layout of a shrink (``shrink_layout``:
-which companions go, how many of the parent's own nodes stay), and the sizes a job may be
-offered (``offered_sizes``).
+which companions go, how many of the parent's own nodes stay), the sizes a job may be
+offered (``offered_sizes``), and the pending jobs Slurm will not start whatever the free
+nodes (``not_eligible``: the problem builder leaves them out, the controller freezes them).
 """
 
 from __future__ import annotations
@@ -279,3 +280,35 @@ def _offered_sizes(
                 if s >= current or shrink_split(current, own, companion_nodes, s)[1] >= 1
             }
     return tuple(sorted(sizes))
+
+
+# --------------------------------------------------------------------------- eligibility
+
+# squeue's state_reason for pending jobs that cannot start now, as Slurm 22.05 spells it
+# (tests/fixtures/slurm/22.05/squeue-held-dependency.json), with the REASON shown.  Limits
+# (QOS*/Assoc*Limit) are not here: a smaller size may be what lets such a job start.
+NOT_ELIGIBLE_REASONS: Mapping[str, str] = {
+    "JobHeldUser": "held",  # sbatch --hold, scontrol uhold (priority 0)
+    "JobHeldAdmin": "held",  # scontrol hold by an operator (priority 0)
+    "JobHoldMaxRequeue": "held",  # requeued too often, held by Slurm
+    "Dependency": "dependency",
+    "DependencyNeverSatisfied": "dependency never satisfied",
+    "BeginTime": "begin time",  # --begin in the future, or just requeued
+    "Reservation": "reservation not started",
+}
+
+
+def not_eligible_reason(job: JobView) -> str | None:
+    """Why Slurm will not start this pending job now whatever the free nodes, or None."""
+    if job.state not in (JobState.PENDING, JobState.REQUEUED):
+        return None
+    return NOT_ELIGIBLE_REASONS.get(job.state_reason)
+
+
+def not_eligible(classification: Classification) -> dict[int, str]:
+    """Elastic jobs that get no capacity this cycle, with the reason."""
+    return {
+        job_id: why
+        for job_id, ej in classification.elastic.items()
+        if (why := not_eligible_reason(ej.job)) is not None
+    }

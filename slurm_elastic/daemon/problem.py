@@ -11,9 +11,9 @@
 * node pools: usable nodes of UP partitions, grouped by the exact set of partitions
   each node belongs to;
 * pending jobs that Slurm will not start whatever the free nodes — held, waiting on a
-  dependency, a begin time or a reservation that has not started (``not_eligible_reason``)
-  — are left out: an elastic one gets no capacity this cycle (its REASON says why), a
-  rigid one reserves nothing.
+  dependency, a begin time or a reservation that has not started (``cluster_state.
+  not_eligible_reason``) — are left out: an elastic one gets no capacity this cycle (its
+  REASON says why), a rigid one reserves nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from itertools import compress
 from operator import is_not
 
-from slurm_elastic.cluster_state import Classification, ElasticJob, offered_sizes
+from slurm_elastic.cluster_state import (
+    Classification,
+    ElasticJob,
+    not_eligible,
+    not_eligible_reason,
+    offered_sizes,
+)
 from slurm_elastic.types import (
     AllocationProblem,
     ClusterSnapshot,
@@ -38,35 +44,6 @@ from slurm_elastic.types import (
     PartitionView,
     RigidDemand,
 )
-
-# squeue's state_reason for pending jobs that cannot start now, as Slurm 22.05 spells it
-# (tests/fixtures/slurm/22.05/squeue-held-dependency.json), with the REASON shown.  Limits
-# (QOS*/Assoc*Limit) are not here: a smaller size may be what lets such a job start.
-NOT_ELIGIBLE_REASONS: Mapping[str, str] = {
-    "JobHeldUser": "held",  # sbatch --hold, scontrol uhold (priority 0)
-    "JobHeldAdmin": "held",  # scontrol hold by an operator (priority 0)
-    "JobHoldMaxRequeue": "held",  # requeued too often, held by Slurm
-    "Dependency": "dependency",
-    "DependencyNeverSatisfied": "dependency never satisfied",
-    "BeginTime": "begin time",  # --begin in the future, or just requeued
-    "Reservation": "reservation not started",
-}
-
-
-def not_eligible_reason(job: JobView) -> str | None:
-    """Why Slurm will not start this pending job now whatever the free nodes, or None."""
-    if job.state not in (JobState.PENDING, JobState.REQUEUED):
-        return None
-    return NOT_ELIGIBLE_REASONS.get(job.state_reason)
-
-
-def not_eligible(classification: Classification) -> dict[int, str]:
-    """Elastic jobs that get no capacity this cycle, with the reason."""
-    return {
-        job_id: why
-        for job_id, ej in classification.elastic.items()
-        if (why := not_eligible_reason(ej.job)) is not None
-    }
 
 
 @functools.lru_cache(maxsize=4)
