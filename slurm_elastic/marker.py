@@ -64,6 +64,7 @@ Companion jobs (submitted by the daemon to grow a job) carry the token
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -261,6 +262,21 @@ def parse_companion(comment: str | None) -> int | None:
             )
         return int(parent)
     return None
+
+
+# Pure, and read for every active job every cycle (twice for a companion: classify, then
+# orphan_reason): parsed once per distinct comment.
+@functools.lru_cache(maxsize=4096)
+def companion_parent(comment: str) -> int | None:
+    """The parent job id when ``comment`` links a companion job, else None.
+
+    A malformed companion token links nothing: such a job is neither counted in a
+    parent's size nor ever cancelled as an orphan.
+    """
+    try:
+        return parse_companion(comment)
+    except MarkerError:
+        return None
 
 
 # --------------------------------------------------------------------------- combine

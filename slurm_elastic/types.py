@@ -239,6 +239,8 @@ class ElasticSpec:
 
     @property
     def allowed_sizes(self) -> tuple[int, ...]:
+        """The grid the marker promises; what a job is offered now is
+        ``cluster_state.offered_sizes``."""
         return tuple(range(self.min_nodes, self.max_nodes + 1, self.step))
 
 
@@ -318,7 +320,9 @@ class ElasticDemand:
     job_id: int
     partition: str
     current_nodes: int  # 0 when pending
-    allowed_sizes: tuple[int, ...]  # ascending; min is allowed_sizes[0]
+    # The sizes offered this cycle (``cluster_state.offered_sizes``), ascending; min is
+    # allowed_sizes[0].
+    allowed_sizes: tuple[int, ...]
     outlook: Outlook
     weight: float = 1.0  # priority / fair-share weight
     submit_time: float = 0.0  # FIFO tie-break
@@ -336,6 +340,18 @@ class ElasticDemand:
     @property
     def is_running(self) -> bool:
         return self.current_nodes > 0
+
+    def candidate_sizes(self) -> list[int]:
+        """The sizes a policy chooses among, ascending: the current size alone when frozen;
+        when running, the allowed sizes with the current one (a problem built by the
+        daemon has it already); when pending, 0 (stay pending) and the allowed sizes."""
+        if self.frozen:
+            return [self.current_nodes]
+        if self.is_running:
+            if self.current_nodes in self.allowed_sizes:  # on the grid (ascending, distinct)
+                return list(self.allowed_sizes)
+            return sorted(set(self.allowed_sizes) | {self.current_nodes})
+        return [0, *self.allowed_sizes]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.actuate.companion import companion_comment
-from slurm_elastic.actuate.diff import shrink_layout
 from slurm_elastic.actuate.executor import ActionRecord
-from slurm_elastic.actuate.state import ElasticJob, classify
+from slurm_elastic.cluster_state import ElasticJob, classify, offered_sizes, shrink_layout
 from slurm_elastic.daemon import problem
-from slurm_elastic.daemon.problem import node_pools, offered_sizes
+from slurm_elastic.daemon.problem import node_pools
 from slurm_elastic.daemon.result import CycleResult, RowInputs, status_rows
 from slurm_elastic.sim.backend import SimBackend
 from slurm_elastic.sim.engine import Cluster, SimJob

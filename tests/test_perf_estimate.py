@@ -13,7 +13,7 @@ import random
 import numpy as np
 import pytest
 
-from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import RATE_WINDOW, ModelBank, estimate_outlook

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.priors import build_prior

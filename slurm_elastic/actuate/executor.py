@@ -38,15 +38,11 @@ from slurm_elastic.actuate.companion import (
     companion_script,
 )
 from slurm_elastic.actuate.guards import GuardKnobs
-from slurm_elastic.actuate.state import Classification, ElasticJob
-from slurm_elastic.daemon.instructions import (
-    AckStatus,
-    Instruction,
-    InstructionBoard,
-    InstructionKind,
-)
+from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.cluster_state import Classification, ElasticJob
 from slurm_elastic.daemon.journal import ActionStatus, CompanionLink, Journal, JournalEntry
 from slurm_elastic.errors import SlurmError
+from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, JobState, JobView
 
@@ -224,15 +220,14 @@ class Executor:
         )
         keep = tuple(n for n in extra.get("keep_nodes", "").split(",") if n)
         self.board.post(
+            action.job_id,
             Instruction(
                 id=instruction_id,
-                job_id=action.job_id,
                 kind=InstructionKind.SHRINK,
                 target_nodes=action.to_nodes,
                 keep_nodes=keep,
                 deadline=deadline,
-                issued_at=now,
-            )
+            ),
         )
         log.info("shrink.instructed", job_id=action.job_id, target=action.to_nodes, keep=keep)
         return self._done(action, "waiting", "shrinking: awaiting ack", action_id)

@@ -44,12 +44,12 @@ from slurm_elastic.actuate.guards import (
     grow_retry_reason,
     limit_resizes,
 )
-from slurm_elastic.actuate.state import Classification, classify
+from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.cluster_state import Classification, classify, not_eligible
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
-from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
-from slurm_elastic.daemon.problem import build_problem, job_capacity, not_eligible
+from slurm_elastic.daemon.problem import build_problem, job_capacity
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError, StateError

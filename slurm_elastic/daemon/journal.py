@@ -39,8 +39,9 @@ from pathlib import Path
 
 import structlog
 
-from slurm_elastic.actuate.companion import companion_parent, orphan_reason
+from slurm_elastic.cluster_state import orphan_reason
 from slurm_elastic.errors import SlurmError, StateError
+from slurm_elastic.marker import companion_parent
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, ElasticSpec
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_elastic.actuate.executor import ActionRecord
-from slurm_elastic.actuate.state import Classification, ElasticJob
+from slurm_elastic.cluster_state import Classification, ElasticJob
 from slurm_elastic.types import ActionKind, Explanation, JobView, Plan
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from slurm_elastic.actuate.companion import companion_parent
+from slurm_elastic.marker import companion_parent
 from slurm_elastic.types import ClusterSnapshot, JobState, JobView
 
 START, START_AT_SIZE, SHRINK, GROW, END = "start", "start_at_size", "shrink", "grow", "end"

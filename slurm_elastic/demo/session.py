@@ -327,7 +327,7 @@ class Demo:
 
 
 def _companion_of(comment: str) -> int | None:
-    from slurm_elastic.actuate.companion import companion_parent
+    from slurm_elastic.marker import companion_parent
 
     return companion_parent(comment)
 

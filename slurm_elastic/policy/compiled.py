@@ -192,16 +192,6 @@ def _validate(problem: AllocationProblem) -> None:
 # --------------------------------------------------------------------------- values
 
 
-def _legal_sizes(d: ElasticDemand) -> list[int]:
-    if d.frozen:
-        return [d.current_nodes]
-    if d.is_running:
-        if d.current_nodes in d.allowed_sizes:  # on the grid (ascending, distinct): as is
-            return list(d.allowed_sizes)
-        return sorted(set(d.allowed_sizes) | {d.current_nodes})
-    return [0, *d.allowed_sizes]
-
-
 def _static_size(d: ElasticDemand) -> int:
     """What the job asked for: requested_nodes (snapped down to the grid), else its max."""
     if d.frozen or d.is_running:
@@ -271,7 +261,7 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     per_job: list[tuple[float, bool, float, float, float]] = []
     fifo: list[tuple[float, int]] = []
     for d in demands:
-        legal = _legal_sizes(d)
+        legal = d.candidate_sizes()
         all_sizes += legal
         all_thr += _throughput(d, legal)
         all_local += range(len(legal))

@@ -40,7 +40,7 @@ def _when(text: str) -> float:
 def _quiet_logs() -> None:
     # Thousands of control cycles would print thousands of cycle.done (and per-cycle
     # fallback) lines; the simulator logs errors only and counts fallbacks in runs.json.
-    from slurm_elastic.daemon.log import configure_logging
+    from slurm_elastic.logs import configure_logging
 
     configure_logging("error")
 

@@ -242,9 +242,9 @@ class ControllerDriver:
         settings: SimSettings,
         options: PolicyOptions | None = None,
     ) -> None:
+        from slurm_elastic.actuate.instructions import InstructionBoard
         from slurm_elastic.config import Config
         from slurm_elastic.daemon.controller import Controller
-        from slurm_elastic.daemon.instructions import InstructionBoard
         from slurm_elastic.daemon.journal import Journal
         from slurm_elastic.daemon.reports import ReportStore
 
@@ -320,7 +320,8 @@ class ControllerDriver:
             self.cluster.hold_for_checkpoint(job_id, job.spec.checkpoint_s)
 
     def acknowledge(self, job_id: int, now: float) -> None:
-        from slurm_elastic.daemon.instructions import Ack, AckStatus
+        from slurm_elastic.actuate.instructions import Ack
+        from slurm_elastic.protocol import AckStatus
 
         instruction_id = self._held.get(job_id)
         job = self.cluster.jobs.get(job_id)
