@@ -4,12 +4,10 @@ scripts/build-pyslurm.sh checks its archive and skips a build that is there."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import sysconfig
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import pytest
@@ -22,13 +20,14 @@ VENDOR = SCRIPT.parent.parent.parent / "shared" / "vendor"
 
 
 def installed_from() -> Path | None:
-    """The checkout this interpreter's slurm-elastic is installed (editable) from, if any."""
-    try:
-        url = json.loads(distribution("slurm-elastic").read_text("direct_url.json") or "{}")
-    except PackageNotFoundError:
-        return None
-    location = url.get("url", "")
-    return Path(location.removeprefix("file://")).resolve() if location else None
+    """The checkout this interpreter's slurm-elastic is installed (editable) from, if any:
+    what a fresh interpreter imports, with neither this directory nor PYTHONPATH on its path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run(
+        [sys.executable, "-P", "-c", "import slurm_elastic; print(slurm_elastic.__file__)"],
+        capture_output=True, text=True, timeout=60, env=env, cwd="/",
+    )  # fmt: skip
+    return Path(found.stdout.strip()).resolve().parent.parent if found.returncode == 0 else None
 
 
 def test_second_run_is_a_noop() -> None:
