@@ -36,10 +36,12 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.policy.registry import DEFAULT_FALLBACK, DEFAULT_POLICY, FALLBACKS, POLICIES
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-elastic/slurm-elastic.yaml")
 ENV_VAR = "SLURM_ELASTIC_CONFIG"
@@ -87,10 +89,22 @@ class SlurmSection(_Section):
 
 
 class PolicySection(_Section):
-    name: Literal["mip", "greedy", "dp", "static"] = "mip"
+    """Which policy decides (``policy.registry``) and what it falls back to when it fails."""
+
+    name: str = DEFAULT_POLICY
     time_limit_s: Number = _number(1.0, 0.01, 10 * MINUTE)
     horizon_s: Number = _number(3600.0, 1.0, 30 * DAY)
-    fallback: Literal["greedy", "dp", "static", "none"] = "greedy"
+    # The policy whose plan is used when ``name`` fails (mip: no incumbent at the time
+    # limit, or a HiGHS error); "none": every job keeps its size for that cycle.
+    fallback: str = DEFAULT_FALLBACK
+
+    @field_validator("name", "fallback")
+    @classmethod
+    def _registered(cls, value: str, info: ValidationInfo) -> str:
+        names = POLICIES if info.field_name == "name" else FALLBACKS
+        if value not in names:
+            raise ValueError(f"unknown policy; choose one of {', '.join(names)}")
+        return value
 
 
 class GuardsSection(_Section):
@@ -104,8 +118,21 @@ class GuardsSection(_Section):
     stale_snapshot_s: Number = _number(60.0, 1.0, DAY)
 
 
+def _grow_method(value: Any) -> Any:
+    # YAML 1.1 reads an unquoted ``off`` as false.
+    if value is False:
+        return "off"
+    # Documented once as a method to come; refused until it exists rather than silently
+    # acting as "companion".
+    if value == "expand":
+        raise ValueError("expand is not implemented; use companion or off")
+    return value
+
+
 class GrowSection(_Section):
-    method: Literal["companion", "expand", "off"] = "companion"
+    """How the daemon grows a job (companion jobs) and when it stops trying."""
+
+    method: Annotated[Literal["companion", "off"], BeforeValidator(_grow_method)] = "companion"
     companion_pending_timeout_s: Number = _number(600.0, 1.0, 7 * DAY)
     agent_command: str = Field("slurm-elastic run", min_length=1)
     # A companion that ends by itself sooner than this after it started (or before it ever
@@ -324,6 +351,8 @@ def _error_line(exc: ValidationError, prov: Mapping[str, str]) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]).replace("json_", "json") or "(top level)"
     reason = err["msg"]
+    if err["type"] == "value_error":  # our own validators: their text without pydantic's prefix
+        reason = str(err.get("ctx", {}).get("error", reason))
     if err["type"] == "extra_forbidden":
         reason = "unknown key"
     elif "input" in err and err["type"] not in ("missing",):

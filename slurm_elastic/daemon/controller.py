@@ -55,6 +55,7 @@ from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError, StateError
 from slurm_elastic.marker import cap_spec, resolve_spec
 from slurm_elastic.model.outlook import GrowCheck
+from slurm_elastic.policy.registry import DEFAULT_FALLBACK
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
     Action,
@@ -94,7 +95,12 @@ class Controller:
         self.reports = reports
         self.journal = journal
         self.agents = agents
-        self._allocate = allocate or _policy_allocate
+        # The configured chain is read at each call: SIGHUP may swap ``self.config``.
+        self._allocate = allocate or (
+            lambda problem, policy: _policy_allocate(
+                problem, policy, fallback=self.config.policy.fallback
+            )
+        )
         self.estimator = Estimator(
             reports,
             config.model.default_resize_cost_s,
@@ -488,9 +494,11 @@ def _resolve_spec(
     return cap_spec(known.get(job.job_id, spec), capacity(job))
 
 
-def _policy_allocate(problem: AllocationProblem, policy: str) -> Plan:
-    # Imported on first use: the solver stack (scipy, highspy, pulp) is not needed by
+def _policy_allocate(
+    problem: AllocationProblem, policy: str, *, fallback: str = DEFAULT_FALLBACK
+) -> Plan:
+    # Imported on first use: the solver stack (numpy, highspy) is not needed by
     # ``slurm-elastic --help`` or by code that only reads the controller's types.
     from slurm_elastic.policy import allocate
 
-    return allocate(problem, policy)
+    return allocate(problem, policy, fallback=fallback)

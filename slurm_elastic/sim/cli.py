@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from slurm_elastic.errors import SlurmElasticError
+from slurm_elastic.policy.registry import POLICIES
 
 if TYPE_CHECKING:  # the heavy modules load only when the command runs
     from rich.console import Console
@@ -53,7 +54,7 @@ def _quiet_logs() -> None:
     metavar="START END",
     help="Replay this cluster's accounting between START and END (epoch or ISO).",
 )
-@click.option("--policies", default="static,greedy,dp,mip", show_default=True)
+@click.option("--policies", default=",".join(POLICIES), show_default=True)
 @click.option("--nodes", type=click.IntRange(min=1), help="Simulated nodes (default: per trace).")
 @click.option(
     "--partitions",
