@@ -11,10 +11,10 @@ import pytest
 
 import slurm_elastic.policy.greedy as greedy_mod
 import slurm_elastic.policy.mip as mip_mod
-from slurm_elastic.errors import SolverError
+from slurm_elastic.errors import SolverError, SolverTimeout
 from slurm_elastic.policy import POLICIES, PolicyOptions, allocate
 from slurm_elastic.policy.compiled import compile_problem
-from slurm_elastic.policy.isolate import SolverTimeout, run_isolated
+from slurm_elastic.policy.isolate import run_isolated
 from slurm_elastic.policy.pulp_model import solve_pulp
 from slurm_elastic.types import NodePool, RigidDemand, SolverStatus
 from tests.test_policy_support import elastic, pools, problem, same_plan, targets

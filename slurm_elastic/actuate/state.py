@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from slurm_elastic.actuate.companion import companion_parent, orphan_reason
-from slurm_elastic.errors import MarkerError
-from slurm_elastic.marker import OutOfReach, untrusted
+from slurm_elastic.errors import MarkerError, OutOfReach
+from slurm_elastic.marker import untrusted
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker; OutOfReach

@@ -39,7 +39,7 @@ from slurm_elastic.daemon import auth
 from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.errors import AuthError
+from slurm_elastic.errors import AuthError, Forbidden, ReportRejected, Unauthenticated
 from slurm_elastic.types import ProgressReport
 
 MAX_BODY_BYTES = 64 * 1024
@@ -94,10 +94,6 @@ class _ReportBody(BaseModel):
     target_metric: float | None = Field(None, ge=-MAX_VALUE, le=MAX_VALUE)
     total_steps: int | None = Field(None, ge=1, le=MAX_STEP)
     job_id: int | None = None  # tolerated when equal to the path's id
-
-
-class ReportRejected(ValueError):
-    """A report body that is not a valid report (HTTP 400); the message says why."""
 
 
 def parse_report(
@@ -325,14 +321,14 @@ class _Handler(BaseHTTPRequestHandler):
         credential = self.headers.get(auth.HEADER)
         try:
             if not credential:
-                raise auth.Unauthenticated(f"no {auth.HEADER} header")
+                raise Unauthenticated(f"no {auth.HEADER} header")
             decoded = auth.decode_credential(credential.strip(), unmunge=self.context.unmunge)
             auth.verify_body(decoded, body)
             owner = self.context.owner_of(job_id)
             if owner is None:
                 raise _HttpError(HTTPStatus.NOT_FOUND, f"job {job_id} is not known to the daemon")
             auth.authorize(decoded, owner, job_id)
-        except auth.Forbidden as exc:
+        except Forbidden as exc:
             raise _HttpError(HTTPStatus.FORBIDDEN, str(exc), reason="not_owner") from None
         except AuthError as exc:
             raise _HttpError(HTTPStatus.UNAUTHORIZED, str(exc), reason="unauthenticated") from None

@@ -25,20 +25,12 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_elastic.errors import AgentError, AuthError
+from slurm_elastic.errors import AgentError, Forbidden, Unauthenticated
 
 HEADER = "X-Slurm-Elastic-Munge"
 ROOT_UID = 0
 _MUNGE_TIMEOUT_S = 5.0
 _NUMBER = re.compile(r"\((\d+)\)\s*$")
-
-
-class Unauthenticated(AuthError):
-    """No credential, or one munged does not vouch for this body: HTTP 401."""
-
-
-class Forbidden(AuthError):
-    """A valid credential from a user who may not act on this job: HTTP 403."""
 
 
 @dataclass(frozen=True, slots=True)
