@@ -421,11 +421,35 @@ class Plan:
 
 
 class ActionKind(enum.StrEnum):
+    """What the daemon does to a job (the journal's ``kind`` and the status JSON's)."""
+
     START_AT_SIZE = "start_at_size"  # pin a pending job: NumNodes=n-n
     SHRINK = "shrink"  # instruct, await ack, NumNodes=n
     GROW = "grow"  # submit a companion job
     CANCEL_COMPANION = "cancel_companion"  # orphan or no longer wanted
     RECONFIGURE = "reconfigure"  # scontrol reconfigure after a shrunk job ended (Slurm quirk)
+
+
+class ActionOutcome(enum.StrEnum):
+    """What became of one proposed action in a cycle: the status JSON's ``outcome`` and the
+    ``action.<outcome>`` log event.  The first four are also journal statuses."""
+
+    APPLIED = "applied"
+    WAITING = "waiting"  # a shrink awaiting its job's checkpoint acknowledgement
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+    BLOCKED = "blocked"  # a guard said no (the detail says which)
+    DEFERRED = "deferred"  # over max_resizes_per_cycle: proposed again next cycle
+    SHADOW = "shadow"  # shadow mode: computed, not applied
+
+
+class CycleErrorKind(enum.StrEnum):
+    """Why a control cycle failed: the head of ``CycleResult.error`` (``"<kind>: <detail>"``)
+    and the ``kind`` label of the ``slurm_elastic_errors`` metric."""
+
+    OBSERVE = "observe"  # reading the cluster failed
+    STALE_SNAPSHOT = "stale snapshot"  # the snapshot is older than guards.stale_snapshot_s
+    CYCLE = "cycle"  # deciding or acting failed (a SlurmElasticError)
 
 
 @dataclass(frozen=True, slots=True)

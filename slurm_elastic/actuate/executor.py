@@ -48,7 +48,14 @@ from slurm_elastic.daemon.instructions import (
 from slurm_elastic.daemon.journal import ActionStatus, CompanionLink, Journal, JournalEntry
 from slurm_elastic.errors import SlurmError
 from slurm_elastic.slurm.backend import SlurmBackend
-from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, JobState, JobView
+from slurm_elastic.types import (
+    Action,
+    ActionKind,
+    ActionOutcome,
+    ClusterSnapshot,
+    JobState,
+    JobView,
+)
 
 log = structlog.get_logger("slurm_elastic.actuate")
 
@@ -58,7 +65,7 @@ class ActionRecord:
     """What became of one proposed action this cycle."""
 
     action: Action
-    outcome: str  # applied | waiting | failed | rolled_back | blocked | deferred | shadow
+    outcome: ActionOutcome
     detail: str = ""
     action_id: int | None = None
 
@@ -69,7 +76,7 @@ class ActionRecord:
             "from_nodes": self.action.from_nodes,
             "to_nodes": self.action.to_nodes,
             "reason": self.action.reason,
-            "outcome": self.outcome,
+            "outcome": str(self.outcome),
             "detail": self.detail,
             "action_id": self.action_id,
         }
@@ -117,7 +124,10 @@ class Executor:
                     detail=f"companion {companion_id} submitted",
                 )
                 return self._done(
-                    action, "applied", f"grow: companion {companion_id} pending", action_id
+                    action,
+                    ActionOutcome.APPLIED,
+                    f"grow: companion {companion_id} pending",
+                    action_id,
                 )
             else:
                 self.backend.cancel(action.job_id)
@@ -125,9 +135,9 @@ class Executor:
                 detail = f"cancelled companion ({action.reason})"
         except SlurmError as exc:
             self.journal.mark(action_id, ActionStatus.FAILED, now, detail=str(exc))
-            return self._done(action, "failed", str(exc), action_id)
+            return self._done(action, ActionOutcome.FAILED, str(exc), action_id)
         self.journal.mark(action_id, ActionStatus.APPLIED, now, detail=detail)
-        return self._done(action, "applied", detail, action_id)
+        return self._done(action, ActionOutcome.APPLIED, detail, action_id)
 
     def _submit_companion(self, action: Action, parent: JobView, now: float) -> int:
         return self.backend.submit(
@@ -207,7 +217,7 @@ class Executor:
             action_id = self.journal.record_intent(action, now, status=ActionStatus.FAILED)
         self.journal.mark(action_id, ActionStatus.FAILED, now, detail=detail)
         log.warning("companion.failed", job_id=link.parent_id, detail=detail)
-        return self._done(action, "failed", detail, action_id)
+        return self._done(action, ActionOutcome.FAILED, detail, action_id)
 
     # ------------------------------------------------------------------ graceful shrink
 
@@ -235,7 +245,7 @@ class Executor:
             )
         )
         log.info("shrink.instructed", job_id=action.job_id, target=action.to_nodes, keep=keep)
-        return self._done(action, "waiting", "shrinking: awaiting ack", action_id)
+        return self._done(action, ActionOutcome.WAITING, "shrinking: awaiting ack", action_id)
 
     def advance_shrinks(self, elastic: Mapping[int, ElasticJob], now: float) -> list[ActionRecord]:
         records: list[ActionRecord] = []
@@ -266,7 +276,7 @@ class Executor:
                 "no ack within ack_timeout_s (hard_shrink off)",
                 now,
             )
-        return self._done(action, "waiting", "shrinking: awaiting ack", entry.id)
+        return self._done(action, ActionOutcome.WAITING, "shrinking: awaiting ack", entry.id)
 
     def _apply_shrink(
         self, entry: JournalEntry, ej: ElasticJob, now: float, why: str
@@ -289,7 +299,7 @@ class Executor:
         self.journal.mark(entry.id, status, now, detail=detail)
         self.board.clear(entry.job_id)
         log.info("shrink.ended", job_id=entry.job_id, status=str(status), detail=detail)
-        return self._done(entry.action, str(status), detail, entry.id)
+        return self._done(entry.action, ActionOutcome(status.value), detail, entry.id)
 
     # ------------------------------------------------------------------ Slurm quirks
 
@@ -313,11 +323,11 @@ class Executor:
         except SlurmError as exc:
             for _, action_id in pending:
                 self.journal.mark(action_id, ActionStatus.FAILED, now, detail=str(exc))
-            return [self._done(a, "failed", str(exc), i) for a, i in pending]
+            return [self._done(a, ActionOutcome.FAILED, str(exc), i) for a, i in pending]
         detail = f"scontrol reconfigure: shrunk job {','.join(map(str, jobs))} ended"
         for _, action_id in pending:
             self.journal.mark(action_id, ActionStatus.APPLIED, now, detail=detail)
-        return [self._done(a, "applied", detail, i) for a, i in pending]
+        return [self._done(a, ActionOutcome.APPLIED, detail, i) for a, i in pending]
 
     def in_flight(self) -> dict[int, str]:
         """Jobs with an open action (a shrink awaiting its ack), with a status reason."""
@@ -328,9 +338,11 @@ class Executor:
         }
 
     @staticmethod
-    def _done(action: Action, outcome: str, detail: str, action_id: int | None) -> ActionRecord:
+    def _done(
+        action: Action, outcome: ActionOutcome, detail: str, action_id: int | None
+    ) -> ActionRecord:
         log.info(
-            "action." + outcome,
+            f"action.{outcome}",
             kind=str(action.kind),
             job_id=action.job_id,
             from_nodes=action.from_nodes,

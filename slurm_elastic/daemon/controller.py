@@ -60,9 +60,11 @@ from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
     Action,
     ActionKind,
+    ActionOutcome,
     AllocationProblem,
     Capabilities,
     ClusterSnapshot,
+    CycleErrorKind,
     Decision,
     ElasticSpec,
     Explanation,
@@ -156,11 +158,12 @@ class Controller:
         try:
             snapshot = self.backend.read_cluster(now)
         except SlurmError as exc:
-            return self._failed(now, started, f"observe: {exc}", None, 0)
+            return self._failed(now, started, CycleErrorKind.OBSERVE, str(exc), None, 0)
         age = now - snapshot.taken_at
         if age > self.knobs.stale_snapshot_s:
-            why = f"stale snapshot: {age:.0f}s old > {self.knobs.stale_snapshot_s:.0f}s"
-            return self._failed(now, started, why, age, snapshot.slurm_calls)
+            why = f"{age:.0f}s old > {self.knobs.stale_snapshot_s:.0f}s"
+            stale = CycleErrorKind.STALE_SNAPSHOT
+            return self._failed(now, started, stale, why, age, snapshot.slurm_calls)
         done_here: frozenset[int] = frozenset()
         if not self._reconciled:
             report = self.journal.reconcile(self.backend, snapshot, act=self.knobs.enforce)
@@ -174,7 +177,8 @@ class Controller:
         except StateError:
             raise  # the journal failed: not one failed cycle, the end of the service
         except SlurmElasticError as exc:
-            return self._failed(now, started, f"cycle: {exc}", age, snapshot.slurm_calls)
+            kind = CycleErrorKind.CYCLE
+            return self._failed(now, started, kind, str(exc), age, snapshot.slurm_calls)
         self.last_result = result
         log.info(
             "cycle.done",
@@ -221,7 +225,7 @@ class Controller:
         last_resize = self.journal.last_resize_at(cls.elastic)
         frozen: dict[int, str] = {}
         for rec in records:
-            if rec.outcome != "waiting":
+            if rec.outcome is not ActionOutcome.WAITING:
                 # This snapshot predates what was just done to the job: leave it alone.
                 frozen[rec.action.job_id] = f"shrink {rec.outcome} this cycle"
         # Held / dependency / begin-time jobs get no capacity (build_problem leaves them
@@ -265,16 +269,20 @@ class Controller:
         for action in proposed:
             why = self._block(action, cls, outlooks, now)
             if why:
-                records.append(ActionRecord(action, "blocked", why))
+                records.append(ActionRecord(action, ActionOutcome.BLOCKED, why))
             else:
                 allowed.append(action)
         taken, deferred = limit_resizes(allowed, self.knobs.max_resizes_per_cycle)
-        records += [ActionRecord(a, "deferred", "max_resizes_per_cycle") for a in deferred]
+        records += [
+            ActionRecord(a, ActionOutcome.DEFERRED, "max_resizes_per_cycle") for a in deferred
+        ]
         for action in taken:
             if self.knobs.enforce:
                 records.append(self.executor.apply(action, cls.elastic, now))
             else:
-                records.append(ActionRecord(action, "shadow", "shadow mode: not applied"))
+                records.append(
+                    ActionRecord(action, ActionOutcome.SHADOW, "shadow mode: not applied")
+                )
 
         return CycleResult(
             now=now,
@@ -431,13 +439,21 @@ class Controller:
         )
 
     def _failed(
-        self, now: float, started: float, error: str, age: float | None, calls: int
+        self,
+        now: float,
+        started: float,
+        kind: CycleErrorKind,
+        detail: str,
+        age: float | None,
+        calls: int,
     ) -> CycleResult:
+        error = f"{kind}: {detail}"
         log.warning("cycle.failed", error=error)
         result = CycleResult(
             now=now,
             ok=False,
             error=error,
+            error_kind=kind,
             duration_s=time.perf_counter() - started,
             slurm_calls=calls,
             history_calls=0,

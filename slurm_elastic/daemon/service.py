@@ -360,7 +360,7 @@ class Service:
             self._log_applied(result)
         elif result is not None:
             state.last_error = result.error
-            error_kind = (result.error or "unknown").split(":", 1)[0]
+            error_kind = result.error_kind
         info = CycleInfo(
             count=state.count,
             ok=ok,
