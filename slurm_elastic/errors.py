@@ -20,6 +20,7 @@ one-line message a human can act on.  Raw ``subprocess`` / ``OSError`` /
     │   ├── Unauthenticated    no credential, or not one for this body (HTTP 401)
     │   └── Forbidden          a valid credential of a user who may not act on the job (403)
     ├── ReportRejected         a progress report body that is not a valid report (HTTP 400)
+    ├── MissingExtra           an optional dependency (a pyproject extra) is not installed
     ├── AgentError             job-side launcher failures
     └── StateError             the state directory or the journal cannot be used (names the file)
 
@@ -104,6 +105,16 @@ class Forbidden(AuthError):
 
 class ReportRejected(SlurmElasticError, ValueError):
     """A report body that is not a valid report (HTTP 400); the message says why."""
+
+
+class MissingExtra(SlurmElasticError, ImportError):
+    """A feature whose third-party package is an optional extra that is not installed."""
+
+    def __init__(self, feature: str, module: str, extra: str) -> None:
+        super().__init__(
+            f"{feature} needs {module}, from the {extra!r} extra: "
+            f"pip install 'slurm-elastic[{extra}]'"
+        )
 
 
 class AgentError(SlurmElasticError):

@@ -83,6 +83,14 @@ Allocate = Callable[[AllocationProblem, str], Plan]
 
 
 class Controller:
+    """One daemon's decisions: ``run_once(now)`` runs a whole cycle (module docstring).
+
+    ``allocate(problem, policy)`` replaces the configured policy chain (tests, drills);
+    ``reconfigure(config)`` takes a new config between cycles.  The controller keeps what
+    it learns across cycles (accounting history, limits, model state) and is not
+    thread-safe: one caller runs cycles; the API thread reads ``size_of`` only.
+    """
+
     def __init__(
         self,
         backend: SlurmBackend,
@@ -154,6 +162,19 @@ class Controller:
     # ------------------------------------------------------------------ one cycle
 
     def run_once(self, now: float) -> CycleResult:
+        """One cycle at time ``now``.
+
+        A cycle that cannot be done safely is a result, not an exception: a failed Slurm
+        read, a stale snapshot or any other ``SlurmElasticError`` gives ``ok=False`` with
+        ``error`` (``"<kind>: <detail>"``, ``error_kind``) and no action taken; a Slurm
+        failure of one action is that action's ``failed`` outcome.
+
+        Raises:
+            StateError: the journal cannot be written or trusted: the service stops, since
+                it never acts on what it cannot write down first.
+
+        Any other exception is a bug; the service logs it and counts the cycle failed.
+        """
         started = time.perf_counter()
         try:
             snapshot = self.backend.read_cluster(now)
@@ -231,8 +252,8 @@ class Controller:
         # Held / dependency / begin-time jobs get no capacity (build_problem leaves them
         # out); as "frozen" they are not acted on and their REASON says why.
         waiting = not_eligible(cls)
-        for job_id, why in waiting.items():
-            frozen.setdefault(job_id, why)
+        for job_id, reason in waiting.items():
+            frozen.setdefault(job_id, reason)
         for job_id, ej in cls.elastic.items():
             if job_id in frozen:
                 continue

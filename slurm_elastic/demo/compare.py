@@ -55,7 +55,6 @@ def simulate_mix(
         # The demo's own guards and interval, with the policy under study.
         policy = config.policy.model_copy(update={"name": settings.policy})
         d.controller.reconfigure(config.model_copy(update={"policy": policy}))
-        d.interval_s = config.interval_s
         return d
 
     results: dict[str, dict[str, Any]] = {}

@@ -175,17 +175,18 @@ def _run(
         nodes = sum(p.nodes for p in parts)
     elif nodes is None:
         nodes = study.default_nodes(trace, cfg, traces_dir)
-    cadences = {
-        "interval_s": interval_s,
-        "refresh_s": refresh_s,
-        "report_every_s": report_every_s,
-    }
+    unset = SimSettings()  # a cadence not given keeps the simulator's default
+    settings = SimSettings(
+        interval_s=unset.interval_s if interval_s is None else interval_s,
+        refresh_s=unset.refresh_s if refresh_s is None else refresh_s,
+        report_every_s=unset.report_every_s if report_every_s is None else report_every_s,
+    )
     st = study.Study(
         trace=trace,
         trace_path=source,
         traces_dir=traces_dir,
         workload_cfg=cfg,
-        settings=SimSettings(**{k: v for k, v in cadences.items() if v is not None}),
+        settings=settings,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         partitions=parts,

@@ -47,6 +47,8 @@ __all__ = ["POLICIES", "ControllerDriver", "Outcome", "SimSettings", "simulate"]
 
 @dataclass(frozen=True, slots=True)
 class SimSettings:
+    """Which policy to simulate and the simulator's cadences."""
+
     policy: str = "mip"
     # Sim-time cadences.  The daemon cycles every 10 s on a live cluster; replaying months
     # of trace, the simulator runs the same cycle on a 60 s grid, only when something
@@ -61,6 +63,8 @@ class SimSettings:
 
 @dataclass(slots=True)
 class Outcome:
+    """What one simulation produced: finished jobs, samples and run statistics."""
+
     policy: str
     jobs: list[SimJob]  # every finished trace job (companions excluded)
     all_jobs: list[SimJob]
@@ -277,7 +281,7 @@ class ControllerDriver:
             journal=Journal(":memory:"),
             agents=self.board,
             allocate=lambda problem, policy: _in_process_allocate(
-                problem, policy, options, fallback=config.policy.fallback
+                problem, policy, options, fallback=self.controller.config.policy.fallback
             ),
         )
         self._held: dict[int, str] = {}  # job id -> instruction id being checkpointed for
