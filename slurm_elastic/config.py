@@ -70,11 +70,15 @@ def _number(default: float, low: float, high: float) -> Any:
 
 
 class _Section(BaseModel):
+    """A frozen config section that refuses unknown keys."""
+
     # frozen: a running cycle holds a reference to one Config; SIGHUP swaps the whole object.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SlurmSection(_Section):
+    """How the daemon talks to Slurm: backend, timeouts, accounting reads."""
+
     backend: Literal["auto", "cli", "pyslurm"] = "auto"
     # Where per-Slurm-release pyslurm builds live (scripts/build-pyslurm.sh): the daemon
     # imports <pyslurm_path>/<major.minor of the running Slurm> itself ("" = don't look;
@@ -108,6 +112,8 @@ class PolicySection(_Section):
 
 
 class GuardsSection(_Section):
+    """Limits on resizing: cooldowns, dwell, per-cycle budget, acknowledgements."""
+
     cooldown_s: Number = _number(120.0, 0.0, 7 * DAY)
     min_dwell_s: Number = _number(300.0, 0.0, 7 * DAY)
     max_resizes_per_cycle: Count = _number(2, 0, 10_000)
@@ -145,6 +151,8 @@ class GrowSection(_Section):
 
 
 class ModelSection(_Section):
+    """The progress and speed models' defaults."""
+
     default_resize_cost_s: Number = _number(30.0, 0.0, DAY)
     # The convergence curve family (``model.convergence``): "exp" is the default validated
     # on public training curves; "auto" selects per job by holdout on its own reports.
@@ -156,6 +164,8 @@ class ModelSection(_Section):
 
 
 class ApiSection(_Section):
+    """The HTTP API for job reports and acknowledgements."""
+
     bind: str = "127.0.0.1"
     port: Count = _number(8790, 0, 65535)  # 0: pick a free port (tests)
     unmunge: str = Field("unmunge", min_length=1)
@@ -172,6 +182,8 @@ class ApiSection(_Section):
 
 
 class LogSection(_Section):
+    """Log level and format."""
+
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_: Literal["auto", True, False] = Field("auto", alias="json")
 
@@ -179,6 +191,8 @@ class LogSection(_Section):
 
 
 class PartitionsSection(_Section):
+    """Which partitions the daemon may act in."""
+
     include: tuple[str, ...] = ()  # empty: every partition
     exclude: tuple[str, ...] = ()
 
@@ -189,6 +203,8 @@ class PartitionsSection(_Section):
 
 
 class Config(_Section):
+    """The daemon's whole configuration, with the file each key came from."""
+
     mode: Literal["shadow", "enforce"] = "shadow"
     interval_s: Number = _number(10.0, 0.01, HOUR)
     state_dir: Path = Path("/var/lib/slurm-elastic")

@@ -125,6 +125,8 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
+    """One node as Slurm reports it: state, flags, CPUs and GPUs, partitions."""
+
     name: str
     state: str  # base state, lower case as sinfo reports it: idle, mixed, allocated, down, ...
     flags: tuple[str, ...]  # DRAIN, COMPLETING, ...
@@ -144,6 +146,8 @@ class NodeView:
 
 @dataclass(frozen=True, slots=True)
 class PartitionView:
+    """One partition as Slurm reports it: its nodes, limits and state."""
+
     name: str
     nodes: tuple[str, ...]  # expanded
     is_default: bool
@@ -370,6 +374,8 @@ class AllocationProblem:
 
 
 class SolverStatus(enum.StrEnum):
+    """How a plan was reached (``Plan.status``): optimal, feasible, fallback, no change."""
+
     OPTIMAL = "optimal"
     FEASIBLE = "feasible"  # time limit hit with an incumbent
     FALLBACK = "fallback"  # another policy produced the plan
@@ -378,6 +384,8 @@ class SolverStatus(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
+    """Why a job gets its size: predicted gain, resize cost, the deciding rule."""
+
     predicted_gain: float  # progress (steps) gained over the horizon vs the current size
     resize_cost: float  # progress lost to the resize
     rule: str  # stable short name: "marginal-gain", "capacity", "min", "max", "payback", ...
@@ -386,6 +394,8 @@ class Explanation:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """One job's planned size, with its explanation."""
+
     job_id: int
     current_nodes: int
     target_nodes: int  # 0 = stay pending (no room yet)
@@ -394,6 +404,8 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """A size for every elastic job, from one policy run, with how it was reached."""
+
     decisions: tuple[Decision, ...]
     solver: str  # "mip", "greedy", "dp", "static"
     status: SolverStatus
@@ -454,6 +466,8 @@ class CycleErrorKind(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Action:
+    """One change the daemon proposes to make to one job in Slurm."""
+
     kind: ActionKind
     job_id: int
     from_nodes: int

@@ -83,6 +83,17 @@ class ActionRecord:
 
 
 class Executor:
+    """Carries out the controller's guarded actions on Slurm, each written to the journal
+    before Slurm is called.
+
+    Contract: a Slurm failure is an outcome, not an exception: every method returns an
+    ``ActionRecord`` whose outcome is ``failed`` (or ``rolled_back``) with Slurm's reason,
+    and the journal says the same.
+
+    Raises (every method):
+        StateError: the journal cannot be written; nothing more is sent to Slurm.
+    """
+
     def __init__(
         self,
         backend: SlurmBackend,
@@ -104,6 +115,12 @@ class Executor:
     # ------------------------------------------------------------------ new actions
 
     def apply(self, action: Action, elastic: Mapping[int, ElasticJob], now: float) -> ActionRecord:
+        """Carry out one action: pin, grow (submit a companion), cancel a companion, or
+        start a graceful shrink (``start_shrink``).  ``elastic`` holds the action's job.
+
+        Raises:
+            StateError: the journal cannot be written (before or after the Slurm call).
+        """
         if action.kind is ActionKind.SHRINK:
             return self.start_shrink(action, elastic[action.job_id], now)
         action_id = self.journal.record_intent(action, now)

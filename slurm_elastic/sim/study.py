@@ -36,6 +36,8 @@ MAX_DEFAULT_GPUS = 1 << 14
 
 @dataclass(frozen=True, slots=True)
 class Study:
+    """One trace on one simulated cluster with one workload configuration."""
+
     trace: Trace
     trace_path: str
     traces_dir: Path
