@@ -192,6 +192,8 @@ def changed_keys(old: Config, new: Config) -> list[str]:
 
 @dataclass
 class _LoopState:
+    """What the loop keeps between cycles for the status document and systemd."""
+
     count: int = 0
     last_ok_at: float | None = None
     last_error: str | None = None
@@ -202,6 +204,8 @@ class _LoopState:
 
 
 class Service:
+    """The daemon: the control loop, the HTTP API, SIGHUP reloads, systemd notification."""
+
     def __init__(
         self,
         config: Config,
