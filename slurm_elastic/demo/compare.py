@@ -26,6 +26,8 @@ CHECKPOINT_S = 1.0  # the example's checkpoint is a few kB
 
 @dataclass(frozen=True, slots=True)
 class MixJob:
+    """One job of the demo's mix as the simulator replays it, with its measured rates."""
+
     name: str
     submit_s: float  # seconds after the first submission
     min_nodes: int
