@@ -3,6 +3,8 @@ scripts/build-pyslurm.sh checks its archive and skips a build that is there."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +19,16 @@ from tests.slurm_cluster import in_ci
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "install-deps.sh"
 BUILD_PYSLURM = SCRIPT.parent / "build-pyslurm.sh"
 VENDOR = SCRIPT.parent.parent.parent / "shared" / "vendor"
+REPO_URL = f"file://{SCRIPT.parent.parent}"
+
+
+def installed_from() -> str | None:
+    """Where the editable install of slurm-elastic points (None: not installed so)."""
+    try:
+        text = importlib.metadata.distribution("slurm-elastic").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return json.loads(text or "{}").get("url")
 
 
 def test_second_run_is_a_quick_no_op() -> None:
@@ -24,6 +36,10 @@ def test_second_run_is_a_quick_no_op() -> None:
         if in_ci():
             pytest.fail("CI must run as root (install-deps.sh installs Debian packages)")
         pytest.skip("install-deps.sh needs root")
+    if not in_ci() and installed_from() != REPO_URL:
+        # Run from another checkout (a worktree), the script would re-point the machine's
+        # editable install at this one, under everyone else's feet.
+        pytest.skip(f"slurm-elastic is installed from {installed_from()}, not this tree")
     env = {**os.environ, "PYTHON": sys.executable}
     first = subprocess.run(
         ["bash", str(SCRIPT)], capture_output=True, text=True, timeout=900, env=env
@@ -39,7 +55,7 @@ def test_second_run_is_a_quick_no_op() -> None:
     assert lines == [
         "install-deps: Debian packages present",
         "install-deps: torch==2.13.0 present",
-        "install-deps: slurm-elastic (editable, test+agent extras) present",
+        "install-deps: slurm-elastic (editable, test+agent+plot extras) present",
     ]
     assert pyslurm.startswith("build-pyslurm: /var/lib/slurm-elastic/pyslurm/22.05 already holds")
     assert pyslurm.endswith("; skipped")
