@@ -27,8 +27,8 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from slurm_elastic.errors import MarkerError
-from slurm_elastic.marker import OutOfReach, companion_parent, untrusted
+from slurm_elastic.errors import MarkerError, OutOfReach
+from slurm_elastic.marker import companion_parent, untrusted
 from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker; OutOfReach

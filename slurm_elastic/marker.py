@@ -68,7 +68,7 @@ import functools
 import re
 from dataclasses import dataclass, replace
 
-from slurm_elastic.errors import MarkerError
+from slurm_elastic.errors import MarkerError, OutOfReach
 from slurm_elastic.types import ElasticSpec
 
 __all__ = [
@@ -77,7 +77,6 @@ __all__ = [
     "MARKER_WORD",
     "SUPPORTED_VERSIONS",
     "MarkerToken",
-    "OutOfReach",
     "cap_spec",
     "capped_max",
     "check_submission",
@@ -109,10 +108,6 @@ _LOWEST = {"min": 1, "max": 1, "step": 1, "gpus": 0, "cost": 0}
 _UNTRUSTED = re.compile(
     "[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
 )
-
-
-class OutOfReach(MarkerError):
-    """A well-formed marker whose minimum is more than the job's partitions can ever give."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,7 +240,8 @@ def test_a_config_at_its_bounds_runs_cycles(end: str) -> None:
     from slurm_elastic.daemon.controller import Controller
     from slurm_elastic.daemon.journal import Journal
     from slurm_elastic.daemon.reports import ReportStore
-    from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot
+    from tests.fakes import RecordingBackend
+    from tests.test_daemon_controller_data import job, pending, snapshot
 
     tree: dict[str, dict[str, float]] = {}
     for key, (low, high) in BOUNDS.items():

@@ -26,14 +26,8 @@ from slurm_elastic.types import (
     ProgressReport,
     SolverStatus,
 )
-from tests.test_daemon_controller_data import (
-    RecordingBackend,
-    job,
-    pending,
-    snapshot,
-    spying,
-    targets,
-)
+from tests.fakes import RecordingBackend, spying, targets
+from tests.test_daemon_controller_data import job, pending, snapshot
 from tests.test_daemon_eligibility import enforcing
 
 

@@ -30,7 +30,8 @@ from slurm_elastic.types import (
     Outlook,
     SizeEstimate,
 )
-from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot, targets
+from tests.fakes import RecordingBackend, targets
+from tests.test_daemon_controller_data import job, pending, snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm" / "22.05"
 

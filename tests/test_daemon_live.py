@@ -39,7 +39,7 @@ from slurm_elastic.types import (
     JobState,
     JobView,
 )
-from tests.test_daemon_controller_data import targets
+from tests.fakes import targets
 
 REPO = Path(__file__).resolve().parent.parent
 COMPANION = "slurm-elastic:companion-of="

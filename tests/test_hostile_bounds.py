@@ -21,8 +21,8 @@ from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.types import AllocationProblem, JobView
+from tests.fakes import spying
 from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
-from tests.test_daemon_controller_data import spying
 
 pytestmark = pytest.mark.slurm
 

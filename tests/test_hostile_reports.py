@@ -25,15 +25,17 @@ from slurm_elastic import protocol
 from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.config import Config
-from slurm_elastic.daemon.api import ReportRejected, parse_report
+from slurm_elastic.daemon.api import parse_report
 from slurm_elastic.daemon.controller import Controller
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.errors import ReportRejected
 from slurm_elastic.model.outlook import GrowCheck, JobModel
 from slurm_elastic.types import ActionKind, ElasticSpec
+from tests.fakes import RecordingBackend
 from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
-from tests.test_daemon_controller_data import RecordingBackend, job, snapshot
+from tests.test_daemon_controller_data import job, snapshot
 from tests.test_daemon_service_process import daemon_process, read_events, wait_api, write_config
 
 LIAR, HONEST, FILLER = 20, 21, 22

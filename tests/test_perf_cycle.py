@@ -26,6 +26,7 @@ from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
 from slurm_elastic.types import (
     Action,
     ActionKind,
+    ActionOutcome,
     Decision,
     ElasticSpec,
     Explanation,
@@ -155,7 +156,7 @@ def test_cycle_result_rows_are_built_on_read_from_its_inputs() -> None:
         status=SolverStatus.OPTIMAL,
         objective=0.0,
     )
-    records = (ActionRecord(Action(ActionKind.SHRINK, 1, 2, 1), "blocked", "cooldown"),)
+    records = (ActionRecord(Action(ActionKind.SHRINK, 1, 2, 1), ActionOutcome.BLOCKED, "cooldown"),)
     frozen = {2: "held"}
     result = CycleResult(
         now=0.0,

@@ -39,7 +39,7 @@ from slurm_elastic.actuate.instructions import Ack, InstructionBoard
 from slurm_elastic.daemon import auth
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.errors import AuthError
+from slurm_elastic.errors import AuthError, Forbidden, ReportRejected, Unauthenticated
 from slurm_elastic.protocol import HEADER, AckBody, ReportBody
 from slurm_elastic.types import ProgressReport
 
@@ -61,10 +61,6 @@ _BUSY = (
 _JOB_PATH = re.compile(r"^/v1/jobs/(\d{1,12})/(report|ack|instruction)$")
 
 log = structlog.get_logger("slurm_elastic.api")
-
-
-class ReportRejected(ValueError):
-    """A report body that is not a valid report (HTTP 400); the message says why."""
 
 
 def parse_report(
@@ -283,14 +279,14 @@ class _Handler(BaseHTTPRequestHandler):
         credential = self.headers.get(HEADER)
         try:
             if not credential:
-                raise auth.Unauthenticated(f"no {HEADER} header")
+                raise Unauthenticated(f"no {HEADER} header")
             decoded = auth.decode_credential(credential.strip(), unmunge=self.context.unmunge)
             auth.verify_body(decoded, body)
             owner = self.context.owner_of(job_id)
             if owner is None:
                 raise _HttpError(HTTPStatus.NOT_FOUND, f"job {job_id} is not known to the daemon")
             auth.authorize(decoded, owner, job_id)
-        except auth.Forbidden as exc:
+        except Forbidden as exc:
             raise _HttpError(HTTPStatus.FORBIDDEN, str(exc), reason="not_owner") from None
         except AuthError as exc:
             raise _HttpError(HTTPStatus.UNAUTHORIZED, str(exc), reason="unauthenticated") from None

@@ -15,19 +15,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from slurm_elastic.errors import AuthError
+from slurm_elastic.errors import Forbidden, Unauthenticated
 from slurm_elastic.protocol import MUNGE_TIMEOUT_S, body_digest, run_munge_tool
 
 ROOT_UID = 0
 _NUMBER = re.compile(r"\((\d+)\)\s*$")
-
-
-class Unauthenticated(AuthError):
-    """No credential, or one munged does not vouch for this body: HTTP 401."""
-
-
-class Forbidden(AuthError):
-    """A valid credential from a user who may not act on this job: HTTP 403."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,17 @@ _STATE_CODES = {
     "DEADLINE": "DL",
 }
 
-STATUS_COLUMNS = ("JOBID", "PARTITION", "NAME", "USER", "ST", "NODES", "MIN", "MAX", "TARGET")
+STATUS_COLUMNS: tuple[str, ...] = (
+    "JOBID",
+    "PARTITION",
+    "NAME",
+    "USER",
+    "ST",
+    "NODES",
+    "MIN",
+    "MAX",
+    "TARGET",
+)
 # STEP/RATE: the job's latest progress report (training step, samples/s): is it reporting?
 STATUS_COLUMNS += ("STEP", "RATE", "REASON")
 

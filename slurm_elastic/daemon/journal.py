@@ -714,7 +714,7 @@ def _action(
 ) -> Action:
     """An action as its row's columns read back (``extra`` is JSON)."""
     pairs = tuple((str(k), str(v)) for k, v in json.loads(str(extra)))
-    return Action(ActionKind(kind), int(job_id), int(frm), int(to), str(reason), pairs)  # type: ignore[call-overload]
+    return Action(ActionKind(str(kind)), int(job_id), int(frm), int(to), str(reason), pairs)  # type: ignore[call-overload]
 
 
 def _entry(row: tuple[object, ...]) -> JournalEntry:
@@ -739,7 +739,7 @@ def _entry_of(
     return JournalEntry(
         id=int(aid),  # type: ignore[call-overload]
         action=action,
-        status=ActionStatus(status),
+        status=ActionStatus(str(status)),
         created_at=float(created),  # type: ignore[arg-type]
         updated_at=float(updated),  # type: ignore[arg-type]
         detail=str(detail),

@@ -192,6 +192,8 @@ def changed_keys(old: Config, new: Config) -> list[str]:
 
 @dataclass
 class _LoopState:
+    """What the loop keeps between cycles for the status document and systemd."""
+
     count: int = 0
     last_ok_at: float | None = None
     last_error: str | None = None
@@ -202,6 +204,8 @@ class _LoopState:
 
 
 class Service:
+    """The daemon: the control loop, the HTTP API, SIGHUP reloads, systemd notification."""
+
     def __init__(
         self,
         config: Config,
@@ -360,7 +364,7 @@ class Service:
             self._log_applied(result)
         elif result is not None:
             state.last_error = result.error
-            error_kind = (result.error or "unknown").split(":", 1)[0]
+            error_kind = result.error_kind
         info = CycleInfo(
             count=state.count,
             ok=ok,

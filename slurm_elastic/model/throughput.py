@@ -330,11 +330,11 @@ def fit_throughput_many(
             rel_rmse=rels[j],
             knots=tuple(zip(logn[j][:k], corrs[j][:k], strict=True)),
         )
-        key = keys.get(i)
-        if key is not None:
+        fit_key = keys.get(i)
+        if fit_key is not None:
             if len(_FITS) >= FITS_CACHED:
                 del _FITS[next(iter(_FITS))]  # the oldest
-            _FITS[key] = out[i]  # type: ignore[assignment]
+            _FITS[fit_key] = out[i]  # type: ignore[assignment]
     return out
 
 

@@ -76,11 +76,14 @@ from slurm_elastic.types import AllocationProblem, ElasticDemand
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 _EPS = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One constraint row of the allocation problem: a capacity or a FIFO reservation."""
+
     name: str
     kind: str  # CAPACITY or RESERVATION
     rhs: float
@@ -120,6 +123,8 @@ class JobModel:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Compiled:
+    """An ``AllocationProblem`` compiled once into flat arrays that every solver reads."""
+
     problem: AllocationProblem
     options: PolicyOptions
     jobs: tuple[JobModel, ...]  # in the problem's order
@@ -213,9 +218,8 @@ def _throughput(d: ElasticDemand, sizes: list[int]) -> list[float]:
     if sizes[0] == 0 and nodes == sizes[1:]:
         return [0.0, *(float(e.throughput) for e in est)]
     by_nodes = {e.nodes: e.throughput for e in est}
-    got = [by_nodes.get(s) if s > 0 else 0.0 for s in sizes]
-    if None not in got:
-        return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, got, strict=True)]
+    if all(s <= 0 or s in by_nodes for s in sizes):
+        return [float(by_nodes[s]) if s > 0 else 0.0 for s in sizes]
     xs = sorted(by_nodes)
     thr = np.interp(np.array(sizes, dtype=float), xs, [by_nodes[x] for x in xs])
     return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, thr, strict=True)]

@@ -57,12 +57,16 @@ from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
 
 @dataclass(frozen=True, slots=True)
 class MipInput:
+    """The MIP's flat model after the admission floor, with each candidate's local index."""
+
     model: FlatModel
     local: IntArray  # candidate index within its job, per flat candidate
 
 
 @dataclass(frozen=True, slots=True)
 class MipResult:
+    """What a MIP solve found: a choice (or none), its proven gap and HiGHS's message."""
+
     choice: list[int] | None  # candidate index per job
     optimal: bool
     gap: float

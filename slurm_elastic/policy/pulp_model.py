@@ -8,9 +8,13 @@ full model (no Lagrangian fixing), so it is also an independent check of ``mip``
 
 from __future__ import annotations
 
-import pulp
-
+from slurm_elastic.errors import MissingExtra
 from slurm_elastic.policy.compiled import Compiled
+
+try:
+    import pulp
+except ModuleNotFoundError:
+    raise MissingExtra("the pulp cross-check", "pulp", "test") from None
 
 
 def build_pulp(compiled: Compiled) -> tuple[pulp.LpProblem, list[list[pulp.LpVariable]]]:
