@@ -15,8 +15,8 @@ file did), which ``slurm-elastic config check`` prints.
 
 Every number is finite and inside a closed range ``[low, high]`` (``_number``): ``.inf``,
 ``.nan``, ``true`` and absurd values are refused at load time, with the same one-line error,
-instead of making every cycle fail later.  The ranges are listed in the README
-("Configuration"), and a test checks that list against the fields.
+instead of making every cycle fail later.  The ranges are listed in docs/admin-guide.md
+("Bounds"), and a test checks that list against the fields.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ Count = Annotated[int, BeforeValidator(_not_bool)]
 
 
 def _number(default: float, low: float, high: float) -> Any:
-    """A finite number in ``[low, high]``: the stated bounds of one key (README table)."""
+    """A finite number in ``[low, high]``: the stated bounds of one key (admin guide, Bounds)."""
     return Field(default, ge=low, le=high, allow_inf_nan=False)
 
 

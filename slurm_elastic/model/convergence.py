@@ -68,7 +68,7 @@ practice, not from data:
 * ``THRESHOLD = 0.01``: over those 5 epochs, less than 1% of the gain made so far (0.2% per
   epoch): a gain nobody keeps a job running for.  A first version measured convergence
   differently (remaining improvement <= 5% of the improvement to the fitted asymptote);
-  README "Progress models" keeps its figures.
+  docs/benchmarks.md "Progress models" keeps its figures.
 
 The uncertainty band is the profile of the chosen family's fit over its shape parameter
 (90% one-parameter interval), its ends capped at ``BAND_CAP * k_last`` to stay finite.

@@ -38,8 +38,8 @@ moved the reference with the job would chase its own resizes).  An earlier objec
 counted the work left after the horizon in horizon units (``C = H (2 - f H / W)``): a
 long job's completion then hardly depended on its size or on whether it waited, so long
 jobs were grown last and left pending first, although they carry most of the mean JCT on
-real traces (``scripts/analyze_sim.py``; README "Measured results").  Two tie-breaks far
-below any real difference (``PolicyOptions.change_penalty``): a change of size costs
+real traces (``scripts/analyze_sim.py``; docs/benchmarks.md, "Simulated policies").  Two
+tie-breaks far below any real difference (``PolicyOptions.change_penalty``): a change of size costs
 ``penalty * H``, and among equal pending jobs the older wins.
 
 Payback: a larger candidate whose value is not higher than that of a smaller candidate

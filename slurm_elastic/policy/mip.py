@@ -29,7 +29,7 @@ what is left.
 
 pulp was the named modelling layer.  Building its per-variable Python objects alone
 takes about 1 s at 10,000 jobs, and pulp + HiGHS on the full model about 1 s at 1,000
-jobs (``scripts/bench_policies.py`` measures both; figures in the README), against a
+jobs (``scripts/bench_policies.py`` measures both; figures in docs/benchmarks.md), against a
 0.2 s budget, so ``pulp_model.py`` keeps the same model in pulp for cross-checks only.
 Everything is deterministic for a given model, so the same problem gives the same plan
 (unless the time limit cuts the search short).
