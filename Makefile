@@ -42,7 +42,7 @@ cluster-status:
 lint:
 	$(PYTHON) -m ruff check slurm_elastic tests scripts examples
 	$(PYTHON) -m ruff format --check slurm_elastic tests scripts examples
-	lint-imports
+	$(PYTHON) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
 	$(PYTHON) -m mypy
 
 test: setup lint
