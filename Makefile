@@ -25,7 +25,7 @@ help:
 	@echo "make test-unit     tests that need no cluster"
 	@echo "make cluster-up    start the local cluster (SLURM=$(SLURM) NODES=$(NODES))"
 	@echo "make cluster-down  stop every local cluster"
-	@echo "make lint          ruff"
+	@echo "make lint          ruff, mypy and the package graph's import contracts (lint-imports)"
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/install-deps.sh
@@ -42,6 +42,8 @@ cluster-status:
 lint:
 	$(PYTHON) -m ruff check slurm_elastic tests scripts examples
 	$(PYTHON) -m ruff format --check slurm_elastic tests scripts examples
+	$(PYTHON) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
+	$(PYTHON) -m mypy
 
 test: setup lint
 	PYTHON=$(PYTHON) bash scripts/test-matrix.sh --instance $(INSTANCE) --legs "$(TEST_LEGS)"

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slurm_elastic.daemon.log import configure_logging  # noqa: E402
+from slurm_elastic.logs import configure_logging  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
 from cluster_env import add_cluster_arguments, shadow_controller, use_cluster  # noqa: E402

@@ -77,7 +77,7 @@ def child(cycles: int, state_dir: str, out: multiprocessing.Queue) -> None:  # t
     from cluster_env import shadow_controller
 
     from slurm_elastic.daemon.controller import _policy_allocate
-    from slurm_elastic.daemon.log import configure_logging
+    from slurm_elastic.logs import configure_logging
     from slurm_elastic.types import AllocationProblem, Plan
 
     configure_logging("warning")

@@ -17,7 +17,7 @@ Convergence (Pollux ``profiles/<model>/validation-<B>.csv``, one curve per model
   value 5% of the run's improvement above its final value (the mean of the last 3 epochs);
   its truth is the first epoch the real curve reaches that value.  (The first version of
   this bench used that 5% band as its convergence criterion, with the fitted asymptote in
-  place of the final value for the prediction; README "Progress models" keeps its figures.)
+  place of the final value for the prediction; docs/benchmarks.md keeps its figures.)
 
 Throughput (leave one size out): every scaling table (ElasticFlow A100/T4 rows, Gavel
 ``null`` entries per worker type and job, Pollux best placement per replica count for each

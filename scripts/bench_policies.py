@@ -43,6 +43,7 @@ from slurm_elastic.model.throughput import ThroughputFit, fit_throughput
 from slurm_elastic.policy import PolicyOptions, allocate
 from slurm_elastic.policy.compiled import compile_problem
 from slurm_elastic.policy.pulp_model import build_pulp, solve_pulp
+from slurm_elastic.policy.registry import POLICIES
 from slurm_elastic.types import (
     AllocationProblem,
     ElasticDemand,
@@ -55,7 +56,6 @@ GPUS_PER_NODE = 8
 MAX_NODES = 8
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SCALES = ((100, 256), (1_000, 1_024), (10_000, 16_384))
-POLICIES = ("mip", "greedy", "dp", "static")
 NO_FLOOR = PolicyOptions(fair_floor=False)
 
 

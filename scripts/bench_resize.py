@@ -4,7 +4,7 @@
 One elastic job (examples/train_mlp.py under ``slurm-elastic run``) starts on 2 nodes; it
 is shrunk to 1 (graceful: instruction, checkpoint, ack, ``scontrol update NumNodes=1``)
 and grown to 3 (companion job) by the daemon's control cycle running every 0.5 s with the
-target size given instead of the policy's (``agent.drill``).
+target size given instead of the policy's (``daemon.drill``).
 A second job starts on 2 nodes and is moved to 1 node the way stock Slurm can: requeue
 (``scontrol requeue``, ``NumNodes=1-1`` and ``StartTime=now``, the fastest requeue there
 is) and restart from its last checkpoint.
@@ -101,7 +101,7 @@ def resumed_at(work: Path, world: int, after: float) -> float:
 
 def cancel(job: int) -> None:
     """The job and its companions (the daemon would cancel orphans; here nobody would)."""
-    from slurm_elastic.actuate.companion import companion_parent
+    from slurm_elastic.marker import companion_parent
 
     queue = subprocess.run(
         ["squeue", "-h", "-o", "%i|%k"], capture_output=True, text=True, timeout=30
@@ -131,8 +131,8 @@ def cancel(job: int) -> None:
 
 def elastic_run(root: Path) -> tuple[float, float, list[int]]:
     """(shrink_resume_s, grow_resume_s, steps lost per resize) for one job."""
-    from slurm_elastic.agent.drill import ResizeDrill
     from slurm_elastic.agent.samplelog import read_records, steps_lost
+    from slurm_elastic.daemon.drill import ResizeDrill
     from slurm_elastic.slurm.cli import CliBackend
 
     work = root / "elastic"

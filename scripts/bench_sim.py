@@ -22,8 +22,9 @@ from pathlib import Path
 
 import structlog
 
+from slurm_elastic.policy.registry import POLICIES
 from slurm_elastic.sim import study
-from slurm_elastic.sim.runner import POLICIES, SimSettings
+from slurm_elastic.sim.runner import SimSettings
 from slurm_elastic.sim.traces import Trace, read_trace
 from slurm_elastic.sim.workload import WorkloadConfig
 

@@ -90,7 +90,8 @@ if json.loads(dist.read_text("direct_url.json") or "{}").get("url") != f"file://
     sys.exit(1)
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 extras = project.get("optional-dependencies", {})
-for text in [*project["dependencies"], *extras.get("test", []), *extras.get("agent", [])]:
+wanted = [project["dependencies"], *(extras.get(name, []) for name in ("test", "agent", "plot"))]
+for text in (req for group in wanted for req in group):
     req = Requirement(text)
     try:
         if not req.specifier.contains(version(req.name), prereleases=True):
@@ -98,10 +99,10 @@ for text in [*project["dependencies"], *extras.get("test", []), *extras.get("age
     except PackageNotFoundError:
         sys.exit(1)
 EOF
-    say "slurm-elastic (editable, test+agent extras) present"
+    say "slurm-elastic (editable, test+agent+plot extras) present"
 else
-    say "installing slurm-elastic (editable) with extras test, agent"
-    "$PYTHON" -m pip install -q -e '.[test,agent]'
+    say "installing slurm-elastic (editable) with extras test, agent, plot"
+    "$PYTHON" -m pip install -q -e '.[test,agent,plot]'
 fi
 
 # ------------------------------------------------------------------ test users

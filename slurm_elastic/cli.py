@@ -27,6 +27,8 @@ _COMMANDS: dict[str, str] = {
 
 
 class _LazyGroup(click.Group):
+    """A click group whose commands' modules are imported when the command runs."""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *_COMMANDS})
 

@@ -15,8 +15,8 @@ file did), which ``slurm-elastic config check`` prints.
 
 Every number is finite and inside a closed range ``[low, high]`` (``_number``): ``.inf``,
 ``.nan``, ``true`` and absurd values are refused at load time, with the same one-line error,
-instead of making every cycle fail later.  The ranges are listed in the README
-("Configuration"), and a test checks that list against the fields.
+instead of making every cycle fail later.  The ranges are listed in docs/admin-guide.md
+("Bounds"), and a test checks that list against the fields.
 """
 
 from __future__ import annotations
@@ -36,10 +36,12 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.policy.registry import DEFAULT_FALLBACK, DEFAULT_POLICY, FALLBACKS, POLICIES
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-elastic/slurm-elastic.yaml")
 ENV_VAR = "SLURM_ELASTIC_CONFIG"
@@ -63,16 +65,20 @@ Count = Annotated[int, BeforeValidator(_not_bool)]
 
 
 def _number(default: float, low: float, high: float) -> Any:
-    """A finite number in ``[low, high]``: the stated bounds of one key (README table)."""
+    """A finite number in ``[low, high]``: the stated bounds of one key (admin guide, Bounds)."""
     return Field(default, ge=low, le=high, allow_inf_nan=False)
 
 
 class _Section(BaseModel):
+    """A frozen config section that refuses unknown keys."""
+
     # frozen: a running cycle holds a reference to one Config; SIGHUP swaps the whole object.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SlurmSection(_Section):
+    """How the daemon talks to Slurm: backend, timeouts, accounting reads."""
+
     backend: Literal["auto", "cli", "pyslurm"] = "auto"
     # Where per-Slurm-release pyslurm builds live (scripts/build-pyslurm.sh): the daemon
     # imports <pyslurm_path>/<major.minor of the running Slurm> itself ("" = don't look;
@@ -87,13 +93,27 @@ class SlurmSection(_Section):
 
 
 class PolicySection(_Section):
-    name: Literal["mip", "greedy", "dp", "static"] = "mip"
+    """Which policy decides (``policy.registry``) and what it falls back to when it fails."""
+
+    name: str = DEFAULT_POLICY
     time_limit_s: Number = _number(1.0, 0.01, 10 * MINUTE)
     horizon_s: Number = _number(3600.0, 1.0, 30 * DAY)
-    fallback: Literal["greedy", "dp", "static", "none"] = "greedy"
+    # The policy whose plan is used when ``name`` fails (mip: no incumbent at the time
+    # limit, or a HiGHS error); "none": every job keeps its size for that cycle.
+    fallback: str = DEFAULT_FALLBACK
+
+    @field_validator("name", "fallback")
+    @classmethod
+    def _registered(cls, value: str, info: ValidationInfo) -> str:
+        names = POLICIES if info.field_name == "name" else FALLBACKS
+        if value not in names:
+            raise ValueError(f"unknown policy; choose one of {', '.join(names)}")
+        return value
 
 
 class GuardsSection(_Section):
+    """Limits on resizing: cooldowns, dwell, per-cycle budget, acknowledgements."""
+
     cooldown_s: Number = _number(120.0, 0.0, 7 * DAY)
     min_dwell_s: Number = _number(300.0, 0.0, 7 * DAY)
     max_resizes_per_cycle: Count = _number(2, 0, 10_000)
@@ -104,8 +124,21 @@ class GuardsSection(_Section):
     stale_snapshot_s: Number = _number(60.0, 1.0, DAY)
 
 
+def _grow_method(value: Any) -> Any:
+    # YAML 1.1 reads an unquoted ``off`` as false.
+    if value is False:
+        return "off"
+    # Documented once as a method to come; refused until it exists rather than silently
+    # acting as "companion".
+    if value == "expand":
+        raise ValueError("expand is not implemented; use companion or off")
+    return value
+
+
 class GrowSection(_Section):
-    method: Literal["companion", "expand", "off"] = "companion"
+    """How the daemon grows a job (companion jobs) and when it stops trying."""
+
+    method: Annotated[Literal["companion", "off"], BeforeValidator(_grow_method)] = "companion"
     companion_pending_timeout_s: Number = _number(600.0, 1.0, 7 * DAY)
     agent_command: str = Field("slurm-elastic run", min_length=1)
     # A companion that ends by itself sooner than this after it started (or before it ever
@@ -118,6 +151,8 @@ class GrowSection(_Section):
 
 
 class ModelSection(_Section):
+    """The progress and speed models' defaults."""
+
     default_resize_cost_s: Number = _number(30.0, 0.0, DAY)
     # The convergence curve family (``model.convergence``): "exp" is the default validated
     # on public training curves; "auto" selects per job by holdout on its own reports.
@@ -129,6 +164,8 @@ class ModelSection(_Section):
 
 
 class ApiSection(_Section):
+    """The HTTP API for job reports and acknowledgements."""
+
     bind: str = "127.0.0.1"
     port: Count = _number(8790, 0, 65535)  # 0: pick a free port (tests)
     unmunge: str = Field("unmunge", min_length=1)
@@ -145,6 +182,8 @@ class ApiSection(_Section):
 
 
 class LogSection(_Section):
+    """Log level and format."""
+
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_: Literal["auto", True, False] = Field("auto", alias="json")
 
@@ -152,6 +191,8 @@ class LogSection(_Section):
 
 
 class PartitionsSection(_Section):
+    """Which partitions the daemon may act in."""
+
     include: tuple[str, ...] = ()  # empty: every partition
     exclude: tuple[str, ...] = ()
 
@@ -162,6 +203,8 @@ class PartitionsSection(_Section):
 
 
 class Config(_Section):
+    """The daemon's whole configuration, with the file each key came from."""
+
     mode: Literal["shadow", "enforce"] = "shadow"
     interval_s: Number = _number(10.0, 0.01, HOUR)
     state_dir: Path = Path("/var/lib/slurm-elastic")
@@ -324,6 +367,8 @@ def _error_line(exc: ValidationError, prov: Mapping[str, str]) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]).replace("json_", "json") or "(top level)"
     reason = err["msg"]
+    if err["type"] == "value_error":  # our own validators: their text without pydantic's prefix
+        reason = str(err.get("ctx", {}).get("error", reason))
     if err["type"] == "extra_forbidden":
         reason = "unknown key"
     elif "input" in err and err["type"] not in ("missing",):

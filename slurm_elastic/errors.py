@@ -7,6 +7,7 @@ one-line message a human can act on.  Raw ``subprocess`` / ``OSError`` /
     SlurmElasticError
     ├── ConfigError            bad configuration (names file, key, reason)
     ├── MarkerError            malformed elastic flag in a job comment
+    │   └── OutOfReach         a well-formed flag whose minimum the partitions never give
     ├── SlurmError             anything from talking to Slurm
     │   ├── SlurmUnreachable   slurmctld/slurmdbd down, command missing
     │   ├── SlurmRejected      Slurm said no (carries Slurm's own message)
@@ -14,9 +15,18 @@ one-line message a human can act on.  Raw ``subprocess`` / ``OSError`` /
     │   ├── SlurmParseError    output we could not understand (garbage, truncated, new format)
     │   └── ActionRefused      an invalid action the backend would not send (nothing sent)
     ├── SolverError            a policy could not produce a plan
+    │   └── SolverTimeout      the isolated solve was killed at its deadline with nothing
     ├── AuthError              a report/ack failed MUNGE authentication or authorisation
+    │   ├── Unauthenticated    no credential, or not one for this body (HTTP 401)
+    │   └── Forbidden          a valid credential of a user who may not act on the job (403)
+    ├── ReportRejected         a progress report body that is not a valid report (HTTP 400)
+    ├── MissingExtra           an optional dependency (a pyproject extra) is not installed
     ├── AgentError             job-side launcher failures
     └── StateError             the state directory or the journal cannot be used (names the file)
+
+Not here, on purpose: the CLI's exit-code carriers (``click.ClickException`` subclasses in
+``daemon/commands.py``, presentation of the errors above) and the HTTP handler's private
+status signal (``daemon/api.py``), which never leave the function that raises them.
 """
 
 from __future__ import annotations
@@ -27,21 +37,27 @@ class SlurmElasticError(Exception):
 
 
 class ConfigError(SlurmElasticError):
-    pass
+    """A configuration that cannot be used: names the file, the dotted key and the reason."""
 
 
 class MarkerError(SlurmElasticError, ValueError):
-    pass
+    """A job comment's elastic marker that cannot be read (the message says which token)."""
+
+
+class OutOfReach(MarkerError):
+    """A well-formed marker whose minimum is more than the job's partitions can ever give."""
 
 
 class SlurmError(SlurmElasticError):
+    """Anything that went wrong talking to Slurm; ``command`` is the argv, when there was one."""
+
     def __init__(self, message: str, *, command: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.command = command
 
 
 class SlurmUnreachable(SlurmError):
-    pass
+    """slurmctld or slurmdbd is down, or a Slurm command is missing."""
 
 
 class SlurmRejected(SlurmError):
@@ -55,11 +71,11 @@ class SlurmRejected(SlurmError):
 
 
 class SlurmTimeout(SlurmError):
-    pass
+    """A Slurm client command ran past its timeout (and was killed)."""
 
 
 class SlurmParseError(SlurmError):
-    pass
+    """Slurm's output could not be understood (garbage, truncated, an unknown format)."""
 
 
 class ActionRefused(SlurmError, ValueError):
@@ -68,15 +84,41 @@ class ActionRefused(SlurmError, ValueError):
 
 
 class SolverError(SlurmElasticError):
-    pass
+    """A policy could not produce a plan, or was given a problem that is not valid."""
+
+
+class SolverTimeout(SolverError):
+    """The isolated solve did not answer before its deadline and was killed."""
 
 
 class AuthError(SlurmElasticError):
-    pass
+    """A report or acknowledgement failed MUNGE authentication or authorisation."""
+
+
+class Unauthenticated(AuthError):
+    """No credential, or one munged does not vouch for this body: HTTP 401."""
+
+
+class Forbidden(AuthError):
+    """A valid credential from a user who may not act on this job: HTTP 403."""
+
+
+class ReportRejected(SlurmElasticError, ValueError):
+    """A report body that is not a valid report (HTTP 400); the message says why."""
+
+
+class MissingExtra(SlurmElasticError, ImportError):
+    """A feature whose third-party package is an optional extra that is not installed."""
+
+    def __init__(self, feature: str, module: str, extra: str) -> None:
+        super().__init__(
+            f"{feature} needs {module}, from the {extra!r} extra: "
+            f"pip install 'slurm-elastic[{extra}]'"
+        )
 
 
 class AgentError(SlurmElasticError):
-    pass
+    """A job-side failure: the launcher, the agent's daemon client, or the job directory."""
 
 
 class StateError(SlurmElasticError):

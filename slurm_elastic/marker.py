@@ -64,10 +64,11 @@ Companion jobs (submitted by the daemon to grow a job) carry the token
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 
-from slurm_elastic.errors import MarkerError
+from slurm_elastic.errors import MarkerError, OutOfReach
 from slurm_elastic.types import ElasticSpec
 
 __all__ = [
@@ -76,7 +77,6 @@ __all__ = [
     "MARKER_WORD",
     "SUPPORTED_VERSIONS",
     "MarkerToken",
-    "OutOfReach",
     "cap_spec",
     "capped_max",
     "check_submission",
@@ -108,10 +108,6 @@ _LOWEST = {"min": 1, "max": 1, "step": 1, "gpus": 0, "cost": 0}
 _UNTRUSTED = re.compile(
     "[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
 )
-
-
-class OutOfReach(MarkerError):
-    """A well-formed marker whose minimum is more than the job's partitions can ever give."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +257,21 @@ def parse_companion(comment: str | None) -> int | None:
             )
         return int(parent)
     return None
+
+
+# Pure, and read for every active job every cycle (twice for a companion: classify, then
+# orphan_reason): parsed once per distinct comment.
+@functools.lru_cache(maxsize=4096)
+def companion_parent(comment: str) -> int | None:
+    """The parent job id when ``comment`` links a companion job, else None.
+
+    A malformed companion token links nothing: such a job is neither counted in a
+    parent's size nor ever cancelled as an orphan.
+    """
+    try:
+        return parse_companion(comment)
+    except MarkerError:
+        return None
 
 
 # --------------------------------------------------------------------------- combine

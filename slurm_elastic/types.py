@@ -129,6 +129,8 @@ _UNUSABLE_FLAGS = frozenset(("DRAIN", "DRAINED", "FAIL"))
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
+    """One node as Slurm reports it: state, flags, CPUs and GPUs, partitions."""
+
     name: str
     state: str  # base state, lower case as sinfo reports it: idle, mixed, allocated, down, ...
     flags: tuple[str, ...]  # DRAIN, COMPLETING, ...
@@ -147,6 +149,8 @@ class NodeView:
 
 @dataclass(frozen=True, slots=True)
 class PartitionView:
+    """One partition as Slurm reports it: its nodes, limits and state."""
+
     name: str
     nodes: tuple[str, ...]  # expanded
     is_default: bool
@@ -242,6 +246,8 @@ class ElasticSpec:
 
     @property
     def allowed_sizes(self) -> tuple[int, ...]:
+        """The grid the marker promises; what a job is offered now is
+        ``cluster_state.offered_sizes``."""
         return tuple(range(self.min_nodes, self.max_nodes + 1, self.step))
 
 
@@ -321,7 +327,9 @@ class ElasticDemand:
     job_id: int
     partition: str
     current_nodes: int  # 0 when pending
-    allowed_sizes: tuple[int, ...]  # ascending; min is allowed_sizes[0]
+    # The sizes offered this cycle (``cluster_state.offered_sizes``), ascending; min is
+    # allowed_sizes[0].
+    allowed_sizes: tuple[int, ...]
     outlook: Outlook
     weight: float = 1.0  # priority / fair-share weight
     submit_time: float = 0.0  # FIFO tie-break
@@ -339,6 +347,18 @@ class ElasticDemand:
     @property
     def is_running(self) -> bool:
         return self.current_nodes > 0
+
+    def candidate_sizes(self) -> list[int]:
+        """The sizes a policy chooses among, ascending: the current size alone when frozen;
+        when running, the allowed sizes with the current one (a problem built by the
+        daemon has it already); when pending, 0 (stay pending) and the allowed sizes."""
+        if self.frozen:
+            return [self.current_nodes]
+        if self.is_running:
+            if self.current_nodes in self.allowed_sizes:  # on the grid (ascending, distinct)
+                return list(self.allowed_sizes)
+            return sorted(set(self.allowed_sizes) | {self.current_nodes})
+        return [0, *self.allowed_sizes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +393,8 @@ class AllocationProblem:
 
 
 class SolverStatus(enum.StrEnum):
+    """How a plan was reached (``Plan.status``): optimal, feasible, fallback, no change."""
+
     OPTIMAL = "optimal"
     FEASIBLE = "feasible"  # time limit hit with an incumbent
     FALLBACK = "fallback"  # another policy produced the plan
@@ -381,6 +403,8 @@ class SolverStatus(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
+    """Why a job gets its size: predicted gain, resize cost, the deciding rule."""
+
     predicted_gain: float  # progress (steps) gained over the horizon vs the current size
     resize_cost: float  # progress lost to the resize
     rule: str  # stable short name: "marginal-gain", "capacity", "min", "max", "payback", ...
@@ -389,6 +413,8 @@ class Explanation:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """One job's planned size, with its explanation."""
+
     job_id: int
     current_nodes: int
     target_nodes: int  # 0 = stay pending (no room yet)
@@ -397,6 +423,8 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """A size for every elastic job, from one policy run, with how it was reached."""
+
     decisions: tuple[Decision, ...]
     solver: str  # "mip", "greedy", "dp", "static"
     status: SolverStatus
@@ -424,6 +452,8 @@ class Plan:
 
 
 class ActionKind(enum.StrEnum):
+    """What the daemon does to a job (the journal's ``kind`` and the status JSON's)."""
+
     START_AT_SIZE = "start_at_size"  # pin a pending job: NumNodes=n-n
     SHRINK = "shrink"  # instruct, await ack, NumNodes=n
     GROW = "grow"  # submit a companion job
@@ -431,8 +461,32 @@ class ActionKind(enum.StrEnum):
     RECONFIGURE = "reconfigure"  # scontrol reconfigure after a shrunk job ended (Slurm quirk)
 
 
+class ActionOutcome(enum.StrEnum):
+    """What became of one proposed action in a cycle: the status JSON's ``outcome`` and the
+    ``action.<outcome>`` log event.  The first four are also journal statuses."""
+
+    APPLIED = "applied"
+    WAITING = "waiting"  # a shrink awaiting its job's checkpoint acknowledgement
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+    BLOCKED = "blocked"  # a guard said no (the detail says which)
+    DEFERRED = "deferred"  # over max_resizes_per_cycle: proposed again next cycle
+    SHADOW = "shadow"  # shadow mode: computed, not applied
+
+
+class CycleErrorKind(enum.StrEnum):
+    """Why a control cycle failed: the head of ``CycleResult.error`` (``"<kind>: <detail>"``)
+    and the ``kind`` label of the ``slurm_elastic_errors`` metric."""
+
+    OBSERVE = "observe"  # reading the cluster failed
+    STALE_SNAPSHOT = "stale snapshot"  # the snapshot is older than guards.stale_snapshot_s
+    CYCLE = "cycle"  # deciding or acting failed (a SlurmElasticError)
+
+
 @dataclass(frozen=True, slots=True)
 class Action:
+    """One change the daemon proposes to make to one job in Slurm."""
+
     kind: ActionKind
     job_id: int
     from_nodes: int

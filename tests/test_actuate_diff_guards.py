@@ -7,11 +7,12 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_elastic.actuate.companion import companion_comment, companion_parent
-from slurm_elastic.actuate.diff import companion_cleanup, diff, shrink_layout
+from slurm_elastic.actuate.companion import companion_comment
+from slurm_elastic.actuate.diff import companion_cleanup, diff
 from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
-from slurm_elastic.actuate.state import classify
+from slurm_elastic.cluster_state import classify, shrink_layout
 from slurm_elastic.errors import MarkerError
+from slurm_elastic.marker import companion_parent
 from slurm_elastic.types import (
     Action,
     ActionKind,

@@ -1,6 +1,6 @@
 """End to end on the real local cluster with real torch processes (torchrun, gloo, CPU).
 
-The resizes are made by the daemon itself (``agent.drill``: the real ``Controller`` cycle
+The resizes are made by the daemon itself (``daemon.drill``: the real ``Controller`` cycle
 every 0.5 s -- observe, classify, estimate from the job's reports, guard rails, diff, the
 executor with its journal -- behind the daemon's HTTP API with MUNGE); only the policy is
 replaced by the test's target size, as in the controller's own live tests, so that the
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.agent.drill import ResizeDrill
 from slurm_elastic.agent.samplelog import lineage, read_records, samples_per_epoch, steps_lost
+from slurm_elastic.daemon.drill import ResizeDrill
 from slurm_elastic.model.convergence import fit_convergence
 from slurm_elastic.slurm.cli import CliBackend
 from tests.slurm_cluster import SlurmCluster, wait_until

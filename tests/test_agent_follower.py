@@ -15,17 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.agent.follower import ControlWriter, Follower
 from slurm_elastic.agent.jobdir import Control, ControlReader, write_json
 from slurm_elastic.daemon.api import ApiContext, ApiServer
-from slurm_elastic.daemon.instructions import (
-    AckStatus,
-    Instruction,
-    InstructionBoard,
-    InstructionKind,
-)
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 
 pytestmark = [pytest.mark.slurm]
 JOB = 4242
@@ -53,14 +49,12 @@ def daemon(slurm_cluster: object) -> Iterator[tuple[ApiServer, InstructionBoard]
 def post(board: InstructionBoard, target: int, keep: tuple[str, ...] = ("n1",)) -> Instruction:
     instruction = Instruction(
         id=f"i-{time.monotonic_ns()}",
-        job_id=JOB,
         kind=InstructionKind.SHRINK,
         target_nodes=target,
         keep_nodes=keep,
         deadline=time.time() + 10,
-        issued_at=time.time(),
     )
-    board.post(instruction)
+    board.post(JOB, instruction)
     return instruction
 
 

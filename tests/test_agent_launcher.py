@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_elastic.agent.allocation import cpus_per_node, srun_env
-from slurm_elastic.agent.follower import Instruction, refusal
+from slurm_elastic.agent.follower import refusal
 from slurm_elastic.agent.jobdir import LaunchInfo
 from slurm_elastic.agent.launcher import RunOptions, resolve_sizes, srun_argv
 from slurm_elastic.agent.node import is_loopback, node_env
@@ -26,6 +26,7 @@ from slurm_elastic.agent.rendezvous import (
 )
 from slurm_elastic.cli import cli
 from slurm_elastic.errors import AgentError
+from slurm_elastic.protocol import Instruction
 from slurm_elastic.types import JobState, JobView
 
 

@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 import structlog
 
-from slurm_elastic.daemon import auth
+from slurm_elastic import protocol
+from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.daemon.api import MAX_BODY_BYTES, ApiContext, ApiServer
-from slurm_elastic.daemon.instructions import Instruction, InstructionBoard, InstructionKind
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.protocol import Instruction, InstructionKind
 
 NOBODY_UID = 65534
 NOBODY_JOB = 101  # owned by nobody
@@ -105,7 +106,7 @@ def _credential_as(user: str | None, payload: str) -> str:
 def _post(url: str, body: bytes, credential: str | None) -> tuple[int, dict]:
     headers = {"Content-Type": "application/json"}
     if credential is not None:
-        headers[auth.HEADER] = credential
+        headers[protocol.HEADER] = credential
     request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -127,7 +128,7 @@ REPORT = json.dumps({"step": 120, "nodes": 2, "loss": 1.5, "samples_per_s": 800.
 
 def test_owner_report_accepted(server) -> None:
     api, context, _ = server
-    cred = _credential_as("nobody", auth.body_digest(REPORT))
+    cred = _credential_as("nobody", protocol.body_digest(REPORT))
     status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
     assert (status, body) == (200, {"accepted": True})
     report = context.reports.latest(NOBODY_JOB)
@@ -141,7 +142,7 @@ def test_report_time_and_size_are_the_daemons(server) -> None:
     api, context, _ = server
     body = json.dumps({"step": 5, "nodes": 3, "time": 1.0}).encode()
     before = time.time()
-    assert auth.post_authenticated(f"{api.url}/v1/jobs/{OTHER_JOB}/report", body).status == 200
+    assert protocol.post_authenticated(f"{api.url}/v1/jobs/{OTHER_JOB}/report", body).status == 200
     report = context.reports.latest(OTHER_JOB)
     assert report is not None
     assert (report.nodes, report.claimed_nodes) == (SIZES[OTHER_JOB], 3)
@@ -163,7 +164,7 @@ def test_garbage_credential_is_401(server) -> None:
 
 def test_credential_for_another_body_is_401(server) -> None:
     api, context, _ = server
-    cred = _credential_as("nobody", auth.body_digest(b'{"step": 1, "nodes": 1}'))
+    cred = _credential_as("nobody", protocol.body_digest(b'{"step": 1, "nodes": 1}'))
     status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
     assert status == 401 and "sha256" in body["error"]
     assert context.reports.latest(NOBODY_JOB) is None
@@ -171,7 +172,7 @@ def test_credential_for_another_body_is_401(server) -> None:
 
 def test_replayed_credential_is_401(server) -> None:
     api, _, _ = server
-    cred = _credential_as("nobody", auth.body_digest(REPORT))
+    cred = _credential_as("nobody", protocol.body_digest(REPORT))
     assert _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)[0] == 200
     status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
     assert status == 401 and "Replayed" in body["error"]
@@ -179,7 +180,7 @@ def test_replayed_credential_is_401(server) -> None:
 
 def test_report_forged_for_another_users_job_is_403(server) -> None:
     api, context, _ = server
-    cred = _credential_as("nobody", auth.body_digest(REPORT))
+    cred = _credential_as("nobody", protocol.body_digest(REPORT))
     status, body = _post(f"{api.url}/v1/jobs/{OTHER_JOB}/report", REPORT, cred)
     assert status == 403 and "uid 65534" in body["error"]
     assert context.reports.latest(OTHER_JOB) is None
@@ -189,14 +190,14 @@ def test_report_forged_for_another_users_job_is_403(server) -> None:
 
 def test_root_may_report_for_any_job(server) -> None:
     api, context, _ = server
-    result = auth.post_authenticated(f"{api.url}/v1/jobs/{OTHER_JOB}/report", REPORT)
+    result = protocol.post_authenticated(f"{api.url}/v1/jobs/{OTHER_JOB}/report", REPORT)
     assert result.status == 200
     assert context.reports.latest(OTHER_JOB) is not None
 
 
 def test_unknown_job_is_404(server) -> None:
     api, _, _ = server
-    result = auth.post_authenticated(f"{api.url}/v1/jobs/999/report", REPORT)
+    result = protocol.post_authenticated(f"{api.url}/v1/jobs/999/report", REPORT)
     assert result.status == 404
 
 
@@ -237,7 +238,7 @@ def test_unknown_job_is_404(server) -> None:
 )
 def test_malformed_body_is_400(server, body: bytes, needle: str) -> None:
     api, context, _ = server
-    cred = _credential_as(None, auth.body_digest(body))
+    cred = _credential_as(None, protocol.body_digest(body))
     status, answer = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", body, cred)
     expected = 413 if len(body) > MAX_BODY_BYTES else 400
     assert status == expected and needle in answer["error"]
@@ -262,38 +263,32 @@ def test_instruction_and_ack_round_trip(server) -> None:
     assert json.loads(_get(f"{url}/instruction")[1]) == {"instruction": None}
     instruction = Instruction(
         id="i-1",
-        job_id=NOBODY_JOB,
         kind=InstructionKind.SHRINK,
         target_nodes=1,
         keep_nodes=("n1",),
         deadline=time.time() + 60,
-        issued_at=time.time(),
     )
-    context.board.post(instruction)
+    context.board.post(NOBODY_JOB, instruction)
     got = json.loads(_get(f"{url}/instruction")[1])["instruction"]
     assert got["id"] == "i-1" and got["kind"] == "shrink" and got["keep_nodes"] == ["n1"]
 
     ack = json.dumps({"instruction_id": "i-1", "status": "ready", "step": 300}).encode()
-    cred = _credential_as("nobody", auth.body_digest(ack))
+    cred = _credential_as("nobody", protocol.body_digest(ack))
     assert _post(f"{url}/ack", ack, cred)[0] == 200
     recorded = context.board.ack_for("i-1")
     assert recorded is not None and recorded.step == 300 and recorded.status == "ready"
     assert len(wakeups) == 1  # the loop is woken so the shrink follows the ack at once
 
     stale = json.dumps({"instruction_id": "old", "status": "ready"}).encode()
-    cred = _credential_as("nobody", auth.body_digest(stale))
+    cred = _credential_as("nobody", protocol.body_digest(stale))
     assert _post(f"{url}/ack", stale, cred)[0] == 409
     assert len(wakeups) == 1  # a rejected ack wakes nothing
 
     # Another user cannot acknowledge for this job.
     other_ack = json.dumps({"instruction_id": "i-1", "status": "failed"}).encode()
-    cred = _credential_as("nobody", auth.body_digest(other_ack))
-    context.board.post(instruction.__class__(**{**_as_dict(instruction), "job_id": OTHER_JOB}))
+    cred = _credential_as("nobody", protocol.body_digest(other_ack))
+    context.board.post(OTHER_JOB, instruction)
     assert _post(f"{api.url}/v1/jobs/{OTHER_JOB}/ack", other_ack, cred)[0] == 403
-
-
-def _as_dict(instruction: Instruction) -> dict:
-    return {name: getattr(instruction, name) for name in instruction.__slots__}
 
 
 def test_status_metrics_health(server) -> None:
@@ -318,7 +313,7 @@ def test_post_authenticated_reports_unreachable_daemon() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(AgentError, match="cannot reach"):
-        auth.get_json(f"http://127.0.0.1:{port}/healthz", timeout_s=2)
+        protocol.get_json(f"http://127.0.0.1:{port}/healthz", timeout_s=2)
 
 
 def test_too_many_concurrent_credentials_is_503_then_recovers(server) -> None:
@@ -328,14 +323,16 @@ def test_too_many_concurrent_credentials_is_503_then_recovers(server) -> None:
     while context.auth_slots.acquire(blocking=False):  # every slot busy
         held += 1
     try:
-        cred = _credential_as(None, auth.body_digest(REPORT))
+        cred = _credential_as(None, protocol.body_digest(REPORT))
         status, body = _post(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT, cred)
         assert status == 503 and "busy" in body["error"]
     finally:
         for _ in range(held):
             context.auth_slots.release()
     assert held == 16
-    assert auth.post_authenticated(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT).status == 200
+    assert (
+        protocol.post_authenticated(f"{api.url}/v1/jobs/{NOBODY_JOB}/report", REPORT).status == 200
+    )
 
 
 def test_unread_body_closes_the_connection(server) -> None:
@@ -359,7 +356,7 @@ def test_unread_body_closes_the_connection(server) -> None:
 
 def _credentials(bodies: list[bytes]) -> list[str]:
     """One credential per body, made up front (root's: accepted for any job)."""
-    return [_credential_as(None, auth.body_digest(b)) for b in bodies]
+    return [_credential_as(None, protocol.body_digest(b)) for b in bodies]
 
 
 def test_a_burst_of_60_reports_is_answered_without_resets(server) -> None:

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.daemon import auth
+from slurm_elastic import protocol
 from tests.test_daemon_service_process import daemon_process, wait_api, write_config
 
 
 def _nobody_credential(body: bytes) -> str:
     return (
         subprocess.run(
-            ["runuser", "-u", "nobody", "--", "munge", "-s", auth.body_digest(body)],
+            ["runuser", "-u", "nobody", "--", "munge", "-s", protocol.body_digest(body)],
             capture_output=True,
             check=True,
             timeout=10,
@@ -48,15 +48,15 @@ def test_forged_report_rejected_owner_accepted(clean_queue, tmp_path: Path) -> N
             f"{url}/v1/jobs/{job}/report",
             data=report,
             method="POST",
-            headers={auth.HEADER: _nobody_credential(report)},
+            headers={protocol.HEADER: _nobody_credential(report)},
         )
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(forged, timeout=10)
         assert info.value.code == 403
 
-        accepted = auth.post_authenticated(f"{url}/v1/jobs/{job}/report", report)
+        accepted = protocol.post_authenticated(f"{url}/v1/jobs/{job}/report", report)
         assert accepted.status == 200
-        assert auth.post_authenticated(f"{url}/v1/jobs/999999/report", report).status == 404
+        assert protocol.post_authenticated(f"{url}/v1/jobs/999999/report", report).status == 404
 
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
             metrics = response.read().decode()

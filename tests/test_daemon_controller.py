@@ -10,12 +10,13 @@ from dataclasses import replace
 import pytest
 
 from slurm_elastic.actuate.companion import companion_comment
+from slurm_elastic.actuate.instructions import Ack, InstructionBoard
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Controller, keep_current_plan
-from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
 from slurm_elastic.daemon.journal import ActionStatus, Journal
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.errors import SlurmRejected, SolverError
+from slurm_elastic.protocol import AckStatus
 from slurm_elastic.types import (
     ActionKind,
     AllocationProblem,
@@ -25,14 +26,8 @@ from slurm_elastic.types import (
     ProgressReport,
     SolverStatus,
 )
-from tests.test_daemon_controller_data import (
-    RecordingBackend,
-    job,
-    pending,
-    snapshot,
-    spying,
-    targets,
-)
+from tests.fakes import RecordingBackend, spying, targets
+from tests.test_daemon_controller_data import job, pending, snapshot
 from tests.test_daemon_eligibility import enforcing
 
 

@@ -6,16 +6,11 @@ import threading
 from dataclasses import replace
 
 from slurm_elastic.actuate.companion import companion_comment
-from slurm_elastic.actuate.state import classify
-from slurm_elastic.daemon.instructions import (
-    Ack,
-    AckStatus,
-    Instruction,
-    InstructionBoard,
-    InstructionKind,
-)
+from slurm_elastic.actuate.instructions import Ack, InstructionBoard
+from slurm_elastic.cluster_state import classify
 from slurm_elastic.daemon.problem import build_problem, job_capacity, node_pools
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 from slurm_elastic.types import (
     ElasticSpec,
     JobView,
@@ -108,19 +103,19 @@ def test_job_capacity_is_the_best_partition_within_its_max_nodes() -> None:
     assert capacity(on["hidden"]) == len(snap.nodes)
 
 
-def _instruction(iid: str, job_id: int = 7) -> Instruction:
-    return Instruction(iid, job_id, InstructionKind.SHRINK, 2, ("n1", "n2"), 60.0, 0.0)
+def _instruction(iid: str) -> Instruction:
+    return Instruction(iid, InstructionKind.SHRINK, 2, ("n1", "n2"), 60.0)
 
 
 def test_board_accepts_only_acks_to_the_open_instruction() -> None:
     board = InstructionBoard()
-    board.post(_instruction("a"))
+    board.post(7, _instruction("a"))
     assert not board.ack(Ack("zzz", 7, AckStatus.READY, 1, "", 1.0))
     assert not board.ack(Ack("a", 8, AckStatus.READY, 1, "", 1.0))
     assert board.ack(Ack("a", 7, AckStatus.READY, 5, "ok", 1.0))
     assert board.ack(Ack("a", 7, AckStatus.FAILED, 6, "late", 2.0))  # first one stands
     assert board.ack_for("a").status is AckStatus.READY  # type: ignore[union-attr]
-    board.post(_instruction("b"))  # replaces: the old ack is forgotten
+    board.post(7, _instruction("b"))  # replaces: the old ack is forgotten
     assert board.ack_for("a") is None and board.pending_for(7).id == "b"  # type: ignore[union-attr]
     assert _instruction("b").to_json() == {
         "id": "b",
@@ -164,3 +159,26 @@ def test_a_running_job_is_offered_only_the_sizes_a_shrink_can_reach() -> None:
     (demand,) = problem.elastic
     assert demand.current_nodes == 6
     assert demand.allowed_sizes == (1, 2, 5, 6, 7, 8)
+
+
+def test_grid_offered_and_candidate_sizes_each_add_one_rule() -> None:
+    # The marker's grid (step 2), then what the job's state allows (its off-grid current
+    # size of 3 added), then what the solver picks from (frozen: that size alone).
+    running = job(1, nodes=("n1", "n2", "n3"))
+    waiting = pending(2)
+    snap = snapshot([running, waiting])
+    spec = ElasticSpec(2, 6, step=2)
+    assert spec.allowed_sizes == (2, 4, 6)
+    cls = classify(snap, lambda _j: spec)
+    outlooks = {1: flat(1), 2: flat(2)}
+    problem = build_problem(snap, cls, outlooks, {}, now=0.0, horizon_s=600.0, time_limit_s=0.5)
+    demands = {d.job_id: d for d in problem.elastic}
+    assert demands[1].allowed_sizes == (2, 3, 4, 6) == tuple(demands[1].candidate_sizes())
+    assert demands[2].allowed_sizes == (2, 4, 6)
+    assert demands[2].candidate_sizes() == [0, 2, 4, 6]  # 0: it may stay pending
+    frozen = build_problem(
+        snap, cls, outlooks, {1: "cooldown"}, now=0.0, horizon_s=600.0, time_limit_s=0.5
+    )
+    assert next(d for d in frozen.elastic if d.job_id == 1).candidate_sizes() == [3]
+    off_grid = replace(demands[1], allowed_sizes=(2, 4, 6))  # a problem not built here
+    assert off_grid.candidate_sizes() == [2, 3, 4, 6]

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from slurm_elastic.actuate.state import classify
+from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.cluster_state import classify, not_eligible, not_eligible_reason
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Allocate, Controller
-from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
-from slurm_elastic.daemon.problem import build_problem, not_eligible, not_eligible_reason
+from slurm_elastic.daemon.problem import build_problem
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.marker import resolve_spec
 from slurm_elastic.slurm import parse_json
@@ -30,7 +30,8 @@ from slurm_elastic.types import (
     Outlook,
     SizeEstimate,
 )
-from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot, targets
+from tests.fakes import RecordingBackend, targets
+from tests.test_daemon_controller_data import job, pending, snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm" / "22.05"
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Controller
-from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import ActionStatus, Journal
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.slurm.cli import leaks_nodes_after_shrink
 from slurm_elastic.types import Action, ActionKind, JobView
-from tests.test_daemon_controller_data import RecordingBackend, job, snapshot, targets
+from tests.fakes import RecordingBackend, targets
+from tests.test_daemon_controller_data import job, snapshot
 
 COMPANION = "slurm-elastic:companion-of="
 

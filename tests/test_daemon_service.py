@@ -287,7 +287,7 @@ def test_logs_are_json_lines_off_a_tty() -> None:
 
     import structlog
 
-    from slurm_elastic.daemon.log import EVENTS, configure_logging
+    from slurm_elastic.logs import EVENTS, configure_logging
 
     out = io.StringIO()  # not a TTY, like journald or a pipe
     configure_logging("info", "auto", stream=out)
@@ -354,7 +354,7 @@ def test_every_service_log_event_is_a_listed_stable_name() -> None:
     import ast
 
     import slurm_elastic.daemon as package
-    from slurm_elastic.daemon.log import EVENTS
+    from slurm_elastic.logs import EVENTS
 
     used: set[str] = set()
     for module in ("api", "auth", "service", "status", "metrics", "commands"):
@@ -380,7 +380,7 @@ def test_console_log_lines_show_hostile_text_escaped() -> None:
 
     import structlog
 
-    from slurm_elastic.daemon.log import configure_logging
+    from slurm_elastic.logs import configure_logging
     from tests.test_cli_commands import HOSTILE, RAW, _shown_safely
 
     out = io.StringIO()

@@ -23,8 +23,9 @@ from slurm_elastic.daemon.exitcodes import ExitCode
 from slurm_elastic.daemon.journal import JOURNAL_FILE
 from slurm_elastic.daemon.service import Notifier, Service
 from slurm_elastic.errors import StateError
+from tests.fakes import RecordingBackend
 from tests.slurm_cluster import wait_until
-from tests.test_daemon_controller_data import RecordingBackend, pending, snapshot
+from tests.test_daemon_controller_data import pending, snapshot
 from tests.test_daemon_service_process import MAIN
 from tests.test_journal import GROW, fill, spoil_a_row
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.actuate.state import classify
 from slurm_elastic.agent.allocation import effective_nodes
+from slurm_elastic.cluster_state import classify
 from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.marker import resolve_spec, untrusted
 from slurm_elastic.slurm import parse_json, parse_text

@@ -21,19 +21,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic import protocol
+from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.config import Config
-from slurm_elastic.daemon import api, auth
-from slurm_elastic.daemon.api import ReportRejected, parse_report
+from slurm_elastic.daemon.api import parse_report
 from slurm_elastic.daemon.controller import Controller
 from slurm_elastic.daemon.estimate import Estimator
-from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.errors import ReportRejected
 from slurm_elastic.model.outlook import GrowCheck, JobModel
 from slurm_elastic.types import ActionKind, ElasticSpec
+from tests.fakes import RecordingBackend
 from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
-from tests.test_daemon_controller_data import RecordingBackend, job, snapshot
+from tests.test_daemon_controller_data import job, snapshot
 from tests.test_daemon_service_process import daemon_process, read_events, wait_api, write_config
 
 LIAR, HONEST, FILLER = 20, 21, 22
@@ -225,7 +227,7 @@ def test_the_grow_check_can_be_turned_off() -> None:
     ("field", "value"),
     [
         ("step", 10**400),
-        ("step", api.MAX_STEP + 1),
+        ("step", protocol.MAX_STEP + 1),
         ("total_steps", 10**20),
         ("nodes", 10**9),
         ("loss", 1e308),
@@ -252,17 +254,18 @@ def _bounded(low: float, high: float) -> st.SearchStrategy[float]:
 
 
 _VALID = st.fixed_dictionaries(
-    {"step": st.one_of(st.sampled_from([0, api.MAX_STEP]), st.integers(0, api.MAX_STEP))},
+    {"step": st.one_of(st.sampled_from([0, protocol.MAX_STEP]), st.integers(0, protocol.MAX_STEP))},
     optional={
-        "nodes": st.integers(1, api.MAX_NODES),
-        "epoch": _bounded(0, api.MAX_EPOCH),
-        "loss": _bounded(-api.MAX_VALUE, api.MAX_VALUE),
+        "nodes": st.integers(1, protocol.MAX_NODES),
+        "epoch": _bounded(0, protocol.MAX_EPOCH),
+        "loss": _bounded(-protocol.MAX_VALUE, protocol.MAX_VALUE),
         "metric_higher_is_better": st.booleans(),
-        "samples_per_s": _bounded(0, api.MAX_VALUE),
-        "global_batch": st.sampled_from([1, api.MAX_BATCH]) | st.integers(1, api.MAX_BATCH),
-        "grad_noise_scale": _bounded(0, api.MAX_VALUE),
-        "target_metric": _bounded(-api.MAX_VALUE, api.MAX_VALUE),
-        "total_steps": st.sampled_from([1, api.MAX_STEP]) | st.integers(1, api.MAX_STEP),
+        "samples_per_s": _bounded(0, protocol.MAX_VALUE),
+        "global_batch": st.sampled_from([1, protocol.MAX_BATCH])
+        | st.integers(1, protocol.MAX_BATCH),
+        "grad_noise_scale": _bounded(0, protocol.MAX_VALUE),
+        "target_metric": _bounded(-protocol.MAX_VALUE, protocol.MAX_VALUE),
+        "total_steps": st.sampled_from([1, protocol.MAX_STEP]) | st.integers(1, protocol.MAX_STEP),
     },
 )
 
@@ -305,8 +308,8 @@ def _running_nodes(cluster: SlurmCluster, job_id: int) -> int | None:
 def _post_as(user: ClusterUser, url: str, body: dict) -> int:
     """POST ``body`` with ``user``'s own MUNGE credential (made as that user)."""
     data = json.dumps(body).encode()
-    cred = user.run("munge", "-s", auth.body_digest(data)).stdout.strip()
-    request = urllib.request.Request(url, data=data, method="POST", headers={auth.HEADER: cred})
+    cred = user.run("munge", "-s", protocol.body_digest(data)).stdout.strip()
+    request = urllib.request.Request(url, data=data, method="POST", headers={protocol.HEADER: cred})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status

@@ -17,7 +17,8 @@ from slurm_elastic.actuate.companion import companion_comment
 from slurm_elastic.daemon.journal import JOURNAL_FILE, ActionStatus, Journal
 from slurm_elastic.errors import StateError
 from slurm_elastic.types import Action, ActionKind, ElasticSpec
-from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot
+from tests.fakes import RecordingBackend
+from tests.test_daemon_controller_data import job, pending, snapshot
 
 GROW = Action(ActionKind.GROW, 1, 1, 2, "test", (("companion_nodes", "1"),))
 

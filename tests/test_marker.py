@@ -6,11 +6,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from slurm_elastic.errors import MarkerError
+from slurm_elastic.errors import MarkerError, OutOfReach
 from slurm_elastic.marker import (
     KEYS,
     MarkerToken,
-    OutOfReach,
     cap_spec,
     check_submission,
     complete_marker,

@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.actuate.companion import companion_comment
-from slurm_elastic.actuate.diff import shrink_layout
 from slurm_elastic.actuate.executor import ActionRecord
-from slurm_elastic.actuate.state import ElasticJob, classify
-from slurm_elastic.daemon.problem import offered_sizes
+from slurm_elastic.cluster_state import ElasticJob, classify, offered_sizes, shrink_layout
 from slurm_elastic.daemon.result import CycleResult, RowInputs, status_rows
 from slurm_elastic.sim.backend import SimBackend
 from slurm_elastic.sim.engine import Cluster, SimJob
@@ -25,6 +23,7 @@ from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
 from slurm_elastic.types import (
     Action,
     ActionKind,
+    ActionOutcome,
     Decision,
     ElasticSpec,
     Explanation,
@@ -110,7 +109,7 @@ def test_cycle_result_rows_are_built_on_read_from_its_inputs() -> None:
         status=SolverStatus.OPTIMAL,
         objective=0.0,
     )
-    records = (ActionRecord(Action(ActionKind.SHRINK, 1, 2, 1), "blocked", "cooldown"),)
+    records = (ActionRecord(Action(ActionKind.SHRINK, 1, 2, 1), ActionOutcome.BLOCKED, "cooldown"),)
     frozen = {2: "held"}
     result = CycleResult(
         now=0.0,

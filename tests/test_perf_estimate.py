@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import estimate_outlook

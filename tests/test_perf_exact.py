@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.model.outlook import JobFit, estimate_outlook
 from slurm_elastic.model.priors import Prior
 from slurm_elastic.model.throughput import (

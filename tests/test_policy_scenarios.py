@@ -9,11 +9,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import slurm_elastic.policy.decide as allocate_mod
-from slurm_elastic.errors import SolverError
+import slurm_elastic.policy.greedy as greedy_mod
+import slurm_elastic.policy.mip as mip_mod
+from slurm_elastic.errors import SolverError, SolverTimeout
 from slurm_elastic.policy import POLICIES, PolicyOptions, allocate
 from slurm_elastic.policy.compiled import compile_problem
-from slurm_elastic.policy.isolate import SolverTimeout, run_isolated
+from slurm_elastic.policy.isolate import run_isolated
 from slurm_elastic.policy.pulp_model import solve_pulp
 from slurm_elastic.types import NodePool, RigidDemand, SolverStatus
 from tests.test_policy_support import elastic, pools, problem, same_plan, targets
@@ -261,7 +262,7 @@ def test_a_solver_that_ignores_its_time_limit_is_killed(monkeypatch: pytest.Monk
     with pytest.raises(SolverTimeout):
         run_isolated(_hang, (), 0.3)
     assert time.perf_counter() - t < 2.0
-    monkeypatch.setattr(allocate_mod, "solve_input", _hang)
+    monkeypatch.setattr(mip_mod, "solve_input", _hang)
     p = _large(50, 20)
     p = replace(p, time_limit_s=0.5)
     t = time.perf_counter()
@@ -275,7 +276,7 @@ def test_solver_errors_in_the_child_fall_back(monkeypatch: pytest.MonkeyPatch) -
     def boom(*_args: object) -> None:
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(allocate_mod, "solve_input", boom)
+    monkeypatch.setattr(mip_mod, "solve_input", boom)
     plan = allocate(_large(30, 10), "mip")
     assert plan.status is SolverStatus.FALLBACK and "solver exploded" in plan.note
 
@@ -284,8 +285,8 @@ def test_greedy_failing_too_keeps_current_sizes(monkeypatch: pytest.MonkeyPatch)
     def boom(*_args: object) -> None:
         raise RuntimeError("no luck")
 
-    monkeypatch.setattr(allocate_mod, "solve_input", boom)
-    monkeypatch.setattr(allocate_mod, "solve_greedy", boom)
+    monkeypatch.setattr(mip_mod, "solve_input", boom)
+    monkeypatch.setattr(greedy_mod, "solve_greedy", boom)
     p = _large(30, 10)
     plan = allocate(p, "mip")
     assert plan.status is SolverStatus.NO_CHANGE
@@ -321,13 +322,13 @@ def test_a_killed_solver_still_hands_back_its_last_incumbent(
     assert run_isolated(_report_then_hang, (41,), 0.3) == (41, False)
     p = replace(_large(200, 80), time_limit_s=0.8)
     expected = allocate(p, "mip").objective
-    real = allocate_mod.solve_input
+    real = mip_mod.solve_input
 
     def incumbent_then_hang(data, limit, gap, report):  # type: ignore[no-untyped-def]
         report(real(data, limit, gap))
         time.sleep(60)
 
-    monkeypatch.setattr(allocate_mod, "solve_input", incumbent_then_hang)
+    monkeypatch.setattr(mip_mod, "solve_input", incumbent_then_hang)
     plan = allocate(p, "mip")
     assert plan.solver == "mip" and plan.status is SolverStatus.FEASIBLE
     assert "time limit" in plan.note

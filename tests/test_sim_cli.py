@@ -43,7 +43,7 @@ def test_simulate_writes_results_and_plots(cluster06: Path, tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--policies", "static,best"], "unknown policy best"),
+        (["--policies", "static,best"], "unknown policy 'best'"),
         (["--from-sacct", "2024-01-01", "2023-01-01"], "give exactly one of"),
         (["--elastic-fraction", "2"], "elastic-fraction"),
         (["--partitions", "gpu:0"], "is not NAME:NODES"),

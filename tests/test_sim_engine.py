@@ -212,9 +212,10 @@ def test_driver_passes_policy_options_and_shows_each_result(
     solved_with: list[PolicyOptions] = []
     real = policy.allocate
 
-    def spy(problem, name, *, options=None):  # type: ignore[no-untyped-def]
+    def spy(problem, name, *, fallback, options=None):  # type: ignore[no-untyped-def]
+        assert fallback == "greedy"  # the config's default chain
         solved_with.append(options)
-        return real(problem, name, options=options)
+        return real(problem, name, fallback=fallback, options=options)
 
     monkeypatch.setattr(policy, "allocate", spy)
     seen: list[object] = []

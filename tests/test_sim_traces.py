@@ -131,7 +131,7 @@ def test_pollux_bucket_rule() -> None:
 
 
 def test_a100_profile_matches_upstream_iteration_counts(traces: Path) -> None:
-    """README: num_iteration == floor(duration × A100 rate at num_gpu)."""
+    """The traces README: num_iteration == floor(duration × A100 rate at num_gpu)."""
     trace = read_trace(traces / "itp_elasticflow/augmented/cluster06.csv", limit=200)
     with (traces / "itp_elasticflow/augmented/cluster06.csv").open() as fh:
         iters = [int(r["num_iteration"]) for r in itertools.islice(csv.DictReader(fh), 200)]

@@ -94,10 +94,11 @@ def backend(new_backend: Factory, clean_queue: SlurmCluster) -> CliBackend:
 
 @pytest.fixture
 def heal_after_shrink(clean_queue: SlurmCluster) -> Iterator[None]:
-    """Slurm 22.05 quirk (README, "Slurm backend"): once a shrunk job has ended, a later
-    job that starts on the freed nodes can leave one of them unschedulable ("Requested
-    nodes are busy") although sinfo says idle; `scontrol reconfigure` after the shrunk
-    job ended prevents it.  Keep the shared test cluster healthy for the next test.
+    """Slurm 22.05 quirk (docs/admin-guide.md, "Slurm versions and known Slurm bugs"): once
+    a shrunk job has ended, a later job that starts on the freed nodes can leave one of them
+    unschedulable ("Requested nodes are busy") although sinfo says idle; `scontrol
+    reconfigure` after the shrunk job ended prevents it.  Keep the shared test cluster
+    healthy for the next test.
     (Through the CLI backend whatever the backend under test: it is housekeeping.)"""
     yield
     backend = CliBackend(slurm_conf=str(clean_queue.conf), timeout_s=20)

@@ -16,8 +16,8 @@ import pytest
 from slurm_elastic.errors import SlurmParseError, SlurmRejected
 from slurm_elastic.slurm import parse_text
 from slurm_elastic.slurm.cli import CliBackend
-from slurm_elastic.slurm.runner import CommandResult, SlurmRunner
 from slurm_elastic.types import JobState
+from tests.fakes import AnsweringRunner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 VERSIONS = ("22.05", "24.11", "26.05")
@@ -30,13 +30,12 @@ SQUEUE_ONE = ("squeue", "-h", "-t", "all", "-j")
 SCONTROL_JOB = ("scontrol", "--json", "show", "job")
 
 
-class CapturedRunner(SlurmRunner):
+class CapturedRunner(AnsweringRunner):
     """Answers the reads with one version's captured outputs of one moment."""
 
     def __init__(self, version: str, moment: str, *, squeue_stderr: str = "") -> None:
         super().__init__()
         self.version, self.moment, self.squeue_stderr = version, moment, squeue_stderr
-        self.argvs: list[tuple[str, ...]] = []
 
     def _file(self, argv: tuple[str, ...]) -> str:
         v, m, g = self.version, self.moment, DEFAULT[self.version]
@@ -69,21 +68,12 @@ class CapturedRunner(SlurmRunner):
         # What 22.05's scontrol says to --json (measured), or a command the test did not expect.
         raise SlurmRejected(f"{argv[0]} rejected", slurm_message="unrecognized option '--json'")
 
-    def _run(
-        self,
-        argv: tuple[str, ...],
-        *,
-        timeout_s: float | None,
-        stdin: str | None,
-        label: str | None = None,
-    ) -> CommandResult:
-        self.calls += 1
-        self.argvs.append(argv)
+    def answer(self, argv: tuple[str, ...]) -> tuple[str, str]:
         stdout = (FIXTURES / self.version / self._file(argv)).read_text()
         # The text fixtures were captured with CAPTURE_SEPARATOR: answer in the call's own.
         stdout = stdout.replace(parse_text.CAPTURE_SEPARATOR, call_separator(argv))
         stderr = self.squeue_stderr if argv[:-2] == SQUEUE_TEXT else ""
-        return CommandResult(argv, 0, stdout, stderr, 0.0)
+        return stdout, stderr
 
 
 def call_separator(argv: tuple[str, ...]) -> str:

@@ -12,7 +12,7 @@ import dataclasses
 import gc
 import json
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,8 +36,8 @@ from slurm_elastic.slurm.pyslurm_backend import (
     partition_view,
     signal_number,
 )
-from slurm_elastic.slurm.runner import CommandResult, SlurmRunner
 from slurm_elastic.types import JobState
+from tests.fakes import ScriptedRunner
 
 MOMENT = Path(__file__).parent / "fixtures" / "slurm" / "22.05" / "pyslurm-moment"
 
@@ -179,25 +179,6 @@ def test_signal_names() -> None:
 # --------------------------------------------------------------------------- backend logic
 
 
-class FakeRunner(SlurmRunner):
-    """Answers Slurm commands from fixtures instead of running them."""
-
-    def __init__(self, outputs: Mapping[str, str], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.outputs = outputs
-
-    def _run(
-        self,
-        argv: tuple[str, ...],
-        *,
-        timeout_s: float | None,
-        stdin: str | None,
-        label: str | None = None,
-    ) -> CommandResult:
-        self.calls += 1
-        return CommandResult(argv, 0, self.outputs[" ".join(argv[:2])], "", 0.0)
-
-
 def fake_pyslurm(
     jobs: Callable[[], Any] = lambda: {},
     kill: Callable[[int, int, int], int] | None = None,
@@ -246,7 +227,7 @@ def test_an_undecodable_state_description_falls_back_to_the_cli_for_that_read(co
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
 
     module, _ = fake_pyslurm(jobs=undecodable)
-    runner = FakeRunner({"squeue --json": read("squeue.json")}, slurm_conf=conf)
+    runner = ScriptedRunner({"squeue --json": read("squeue.json")}, slurm_conf=conf)
     backend = PyslurmBackend(module, runner=runner)
     with capture_logs() as logs:
         jobs = backend.read_jobs()

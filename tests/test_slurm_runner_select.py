@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 from slurm_elastic.errors import ConfigError, SlurmRejected, SlurmTimeout, SlurmUnreachable
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.slurm.cli import CliBackend
-from slurm_elastic.slurm.runner import CommandResult, SlurmRunner, slurm_message
+from slurm_elastic.slurm.runner import SlurmRunner, slurm_message
 from slurm_elastic.slurm.select import (
     choose,
     make_backend,
@@ -25,6 +25,7 @@ from slurm_elastic.slurm.select import (
     slurm_release,
     versions_match,
 )
+from tests.fakes import ScriptedRunner
 
 
 def sh(script: str) -> tuple[str, ...]:
@@ -171,20 +172,9 @@ def no_pyslurm(monkeypatch: pytest.MonkeyPatch) -> None:
         pytest.skip("a pyslurm is importable from site-packages or PYTHONPATH")
 
 
-class VersionRunner(SlurmRunner):
+def version_runner(slurm_conf: str | None = None) -> ScriptedRunner:
     """Answers ``scontrol --version`` only, and counts the calls."""
-
-    def _run(
-        self,
-        argv: tuple[str, ...],
-        *,
-        timeout_s: float | None,
-        stdin: str | None,
-        label: str | None = None,
-    ) -> CommandResult:
-        self.calls += 1
-        assert argv == ("scontrol", "--version"), argv
-        return CommandResult(argv, 0, "slurm 22.05.8\n", "", 0.0)
+    return ScriptedRunner({"scontrol --version": "slurm 22.05.8\n"}, slurm_conf=slurm_conf)
 
 
 def fake_build(base: Path, release: str) -> Path:
@@ -222,7 +212,7 @@ def test_auto_with_builds_for_other_releases_only_costs_one_version_call(
     no_pyslurm: None, tmp_path: Path
 ) -> None:
     fake_build(tmp_path, "24.11")
-    runner = VersionRunner()
+    runner = version_runner()
     with capture_logs() as logs:
         backend = make_backend("auto", runner=runner, pyslurm_path=tmp_path)
     assert type(backend) is CliBackend and runner.calls == 1
@@ -275,7 +265,7 @@ def test_auto_never_imports_pyslurm_without_a_slurm_conf(
     # and then exits the process, so a build for this release must not even be imported.
     fake_build(tmp_path, "22.05")
     monkeypatch.delenv("SLURM_CONF", raising=False)
-    runner = VersionRunner(slurm_conf=str(tmp_path / "no" / "slurm.conf"))
+    runner = version_runner(slurm_conf=str(tmp_path / "no" / "slurm.conf"))
     with capture_logs() as logs:
         backend = make_backend("auto", runner=runner, pyslurm_path=tmp_path)
     assert type(backend) is CliBackend and "pyslurm" not in sys.modules

@@ -6,36 +6,19 @@ rendezvous (``<agent_command> --join <PARENT>`` in the parent's working director
 Slurm schedules it with all its priorities and limits.  The link is the job comment
 ``slurm-elastic:companion-of=<PARENT>``: it survives a daemon restart and is visible in
 the one batched queue read, so no extra Slurm call is needed to find companions.
+
+This module submits companions; reading the link back (``companion_parent``,
+``orphan_reason``) is ``cluster_state``'s, which decide and estimate share.
 """
 
 from __future__ import annotations
 
-import functools
 import shlex
-from collections.abc import Mapping
 
-from slurm_elastic.errors import MarkerError
-from slurm_elastic.marker import COMPANION_PREFIX, format_companion, parse_companion
-from slurm_elastic.types import JobState, JobView
-
-__all__ = ["COMPANION_PREFIX", "companion_comment", "companion_parent", "orphan_reason"]
+from slurm_elastic.marker import format_companion
+from slurm_elastic.types import JobView
 
 companion_comment = format_companion
-
-
-# Pure, and read for every active job every cycle (twice for a companion: classify, then
-# orphan_reason): parsed once per distinct comment.
-@functools.lru_cache(maxsize=4096)
-def companion_parent(comment: str) -> int | None:
-    """The parent job id when ``comment`` links a companion job, else None.
-
-    A malformed companion token links nothing: such a job is neither counted in a
-    parent's size nor ever cancelled as an orphan.
-    """
-    try:
-        return parse_companion(comment)
-    except MarkerError:
-        return None
 
 
 def companion_name(parent: JobView) -> str:
@@ -69,22 +52,3 @@ def companion_extra_args(parent: JobView, now: float) -> tuple[str, ...]:
         left_s = parent.start_time + parent.time_limit_s - now
         args.append(f"--time={max(1, int(left_s // 60))}")
     return tuple(args)
-
-
-def orphan_reason(companion: JobView, active: Mapping[int, JobView]) -> str | None:
-    """Why an active ``companion`` should be cancelled, or None while its parent runs.
-
-    ``active`` maps job ids to the active jobs of the same snapshot.  A job naming a
-    parent owned by someone else is not a companion of ours: None, never cancelled.
-    """
-    parent_id = companion_parent(companion.comment)
-    if parent_id is None or companion.state is JobState.COMPLETING:
-        return None  # not a companion, or already ending
-    parent = active.get(parent_id)
-    if parent is None:
-        return f"orphan: parent {parent_id} has ended"
-    if parent.user != companion.user:
-        return None
-    if parent.state is not JobState.RUNNING:
-        return f"orphan: parent {parent_id} is {parent.state.value.lower()}"
-    return None

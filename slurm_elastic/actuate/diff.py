@@ -5,54 +5,17 @@ adds the housekeeping that does not depend on the plan (orphan companions, compa
 pending too long).  Neither applies anything: the executor does, after the guards.
 
 Sizes are *effective* sizes: a running parent's own nodes plus its running companions'.
-A shrink therefore may mean cancelling companions, shrinking the parent, or both; the
-layout is decided here so the shrink instruction can tell the job which nodes stay.
+A shrink therefore may mean cancelling companions, shrinking the parent, or both; its
+layout (``cluster_state.shrink_layout``, which the problem builder's offered sizes share)
+goes into the action so the shrink instruction can tell the job which nodes stay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from slurm_elastic.actuate.state import Classification, ElasticJob
+from slurm_elastic.cluster_state import Classification, shrink_layout
 from slurm_elastic.types import Action, ActionKind, JobView, Plan
-
-
-@dataclass(frozen=True, slots=True)
-class ShrinkLayout:
-    cancel_companions: tuple[int, ...]  # companion job ids to cancel, newest first
-    parent_nodes: int  # the parent's own node count afterwards
-    keep_nodes: tuple[str, ...]  # every node the job keeps (parent first, then companions)
-
-
-def shrink_layout(ej: ElasticJob, target: int) -> ShrinkLayout:
-    """Drop whole companions first (newest first), then trim the parent's tail.
-
-    Companions go first because cancelling a job frees exactly its nodes, while the
-    parent's ``NumNodes=N`` keeps its first N nodes, the batch host among them.
-    """
-    running = ej.running_companions
-    n_kept, parent_nodes = shrink_split(
-        ej.effective_nodes, ej.job.node_count, tuple(c.node_count for c in running), target
-    )
-    kept = running[:n_kept]
-    cancel = tuple(c.job_id for c in reversed(running[n_kept:]))
-    keep = (*ej.job.nodes[:parent_nodes], *(n for c in kept for n in c.nodes))
-    return ShrinkLayout(cancel, parent_nodes, tuple(keep))
-
-
-def shrink_split(
-    effective: int, own: int, companion_nodes: tuple[int, ...], target: int
-) -> tuple[int, int]:
-    """``shrink_layout`` in numbers: (how many running companions, oldest first, stay;
-    the parent's own node count afterwards) for a job of ``effective`` nodes, ``own`` of
-    them its own, whose running companions hold ``companion_nodes``."""
-    kept = len(companion_nodes)
-    total = effective
-    while kept and total - companion_nodes[kept - 1] >= target:
-        kept -= 1
-        total -= companion_nodes[kept]
-    return kept, min(own, target - sum(companion_nodes[:kept]))
 
 
 def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) -> list[Action]:

@@ -38,17 +38,20 @@ from slurm_elastic.actuate.companion import (
     companion_script,
 )
 from slurm_elastic.actuate.guards import GuardKnobs
-from slurm_elastic.actuate.state import Classification, ElasticJob
-from slurm_elastic.daemon.instructions import (
-    AckStatus,
-    Instruction,
-    InstructionBoard,
-    InstructionKind,
-)
+from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.cluster_state import Classification, ElasticJob
 from slurm_elastic.daemon.journal import ActionStatus, CompanionLink, Journal, JournalEntry
 from slurm_elastic.errors import SlurmError
+from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 from slurm_elastic.slurm.backend import SlurmBackend
-from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, JobState, JobView
+from slurm_elastic.types import (
+    Action,
+    ActionKind,
+    ActionOutcome,
+    ClusterSnapshot,
+    JobState,
+    JobView,
+)
 
 log = structlog.get_logger("slurm_elastic.actuate")
 
@@ -58,7 +61,7 @@ class ActionRecord:
     """What became of one proposed action this cycle."""
 
     action: Action
-    outcome: str  # applied | waiting | failed | rolled_back | blocked | deferred | shadow
+    outcome: ActionOutcome
     detail: str = ""
     action_id: int | None = None
 
@@ -69,13 +72,24 @@ class ActionRecord:
             "from_nodes": self.action.from_nodes,
             "to_nodes": self.action.to_nodes,
             "reason": self.action.reason,
-            "outcome": self.outcome,
+            "outcome": str(self.outcome),
             "detail": self.detail,
             "action_id": self.action_id,
         }
 
 
 class Executor:
+    """Carries out the controller's guarded actions on Slurm, each written to the journal
+    before Slurm is called.
+
+    Contract: a Slurm failure is an outcome, not an exception: every method returns an
+    ``ActionRecord`` whose outcome is ``failed`` (or ``rolled_back``) with Slurm's reason,
+    and the journal says the same.
+
+    Raises (every method):
+        StateError: the journal cannot be written; nothing more is sent to Slurm.
+    """
+
     def __init__(
         self,
         backend: SlurmBackend,
@@ -97,6 +111,12 @@ class Executor:
     # ------------------------------------------------------------------ new actions
 
     def apply(self, action: Action, elastic: Mapping[int, ElasticJob], now: float) -> ActionRecord:
+        """Carry out one action: pin, grow (submit a companion), cancel a companion, or
+        start a graceful shrink (``start_shrink``).  ``elastic`` holds the action's job.
+
+        Raises:
+            StateError: the journal cannot be written (before or after the Slurm call).
+        """
         if action.kind is ActionKind.SHRINK:
             return self.start_shrink(action, elastic[action.job_id], now)
         action_id = self.journal.record_intent(action, now)
@@ -117,7 +137,10 @@ class Executor:
                     detail=f"companion {companion_id} submitted",
                 )
                 return self._done(
-                    action, "applied", f"grow: companion {companion_id} pending", action_id
+                    action,
+                    ActionOutcome.APPLIED,
+                    f"grow: companion {companion_id} pending",
+                    action_id,
                 )
             else:
                 self.backend.cancel(action.job_id)
@@ -125,9 +148,9 @@ class Executor:
                 detail = f"cancelled companion ({action.reason})"
         except SlurmError as exc:
             self.journal.mark(action_id, ActionStatus.FAILED, now, detail=str(exc))
-            return self._done(action, "failed", str(exc), action_id)
+            return self._done(action, ActionOutcome.FAILED, str(exc), action_id)
         self.journal.mark(action_id, ActionStatus.APPLIED, now, detail=detail)
-        return self._done(action, "applied", detail, action_id)
+        return self._done(action, ActionOutcome.APPLIED, detail, action_id)
 
     def _submit_companion(self, action: Action, parent: JobView, now: float) -> int:
         return self.backend.submit(
@@ -207,7 +230,7 @@ class Executor:
             action_id = self.journal.record_intent(action, now, status=ActionStatus.FAILED)
         self.journal.mark(action_id, ActionStatus.FAILED, now, detail=detail)
         log.warning("companion.failed", job_id=link.parent_id, detail=detail)
-        return self._done(action, "failed", detail, action_id)
+        return self._done(action, ActionOutcome.FAILED, detail, action_id)
 
     # ------------------------------------------------------------------ graceful shrink
 
@@ -224,18 +247,17 @@ class Executor:
         )
         keep = tuple(n for n in extra.get("keep_nodes", "").split(",") if n)
         self.board.post(
+            action.job_id,
             Instruction(
                 id=instruction_id,
-                job_id=action.job_id,
                 kind=InstructionKind.SHRINK,
                 target_nodes=action.to_nodes,
                 keep_nodes=keep,
                 deadline=deadline,
-                issued_at=now,
-            )
+            ),
         )
         log.info("shrink.instructed", job_id=action.job_id, target=action.to_nodes, keep=keep)
-        return self._done(action, "waiting", "shrinking: awaiting ack", action_id)
+        return self._done(action, ActionOutcome.WAITING, "shrinking: awaiting ack", action_id)
 
     def advance_shrinks(self, elastic: Mapping[int, ElasticJob], now: float) -> list[ActionRecord]:
         records: list[ActionRecord] = []
@@ -266,7 +288,7 @@ class Executor:
                 "no ack within ack_timeout_s (hard_shrink off)",
                 now,
             )
-        return self._done(action, "waiting", "shrinking: awaiting ack", entry.id)
+        return self._done(action, ActionOutcome.WAITING, "shrinking: awaiting ack", entry.id)
 
     def _apply_shrink(
         self, entry: JournalEntry, ej: ElasticJob, now: float, why: str
@@ -289,7 +311,7 @@ class Executor:
         self.journal.mark(entry.id, status, now, detail=detail)
         self.board.clear(entry.job_id)
         log.info("shrink.ended", job_id=entry.job_id, status=str(status), detail=detail)
-        return self._done(entry.action, str(status), detail, entry.id)
+        return self._done(entry.action, ActionOutcome(status.value), detail, entry.id)
 
     # ------------------------------------------------------------------ Slurm quirks
 
@@ -313,11 +335,11 @@ class Executor:
         except SlurmError as exc:
             for _, action_id in pending:
                 self.journal.mark(action_id, ActionStatus.FAILED, now, detail=str(exc))
-            return [self._done(a, "failed", str(exc), i) for a, i in pending]
+            return [self._done(a, ActionOutcome.FAILED, str(exc), i) for a, i in pending]
         detail = f"scontrol reconfigure: shrunk job {','.join(map(str, jobs))} ended"
         for _, action_id in pending:
             self.journal.mark(action_id, ActionStatus.APPLIED, now, detail=detail)
-        return [self._done(a, "applied", detail, i) for a, i in pending]
+        return [self._done(a, ActionOutcome.APPLIED, detail, i) for a, i in pending]
 
     def in_flight(self) -> dict[int, str]:
         """Jobs with an open action (a shrink awaiting its ack), with a status reason."""
@@ -328,9 +350,11 @@ class Executor:
         }
 
     @staticmethod
-    def _done(action: Action, outcome: str, detail: str, action_id: int | None) -> ActionRecord:
+    def _done(
+        action: Action, outcome: ActionOutcome, detail: str, action_id: int | None
+    ) -> ActionRecord:
         log.info(
-            "action." + outcome,
+            f"action.{outcome}",
             kind=str(action.kind),
             job_id=action.job_id,
             from_nodes=action.from_nodes,

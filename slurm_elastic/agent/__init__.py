@@ -9,7 +9,6 @@ torch-free (importable on the head node and by ``slurm-elastic --help``):
 * ``allocation``          the job's current allocation and the environment a new srun needs
 * ``jobdir``              the files shared by launcher, workers and companions
 * ``sampler`` / ``batching`` / ``checkpoint`` / ``progress`` / ``samplelog``  library parts
-* ``drill``               resize a job through the daemon's actuation path (tests, bench)
 
 torch: ``agent.torch`` (``ElasticTrainer``), imported only by training scripts.
 """

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import hostlist
 
-from slurm_elastic.actuate.companion import companion_parent
 from slurm_elastic.errors import AgentError, SlurmElasticError
+from slurm_elastic.marker import companion_parent
 from slurm_elastic.slurm.parse_text import new_separator, parse_scontrol_jobs, split_rows
 from slurm_elastic.slurm.runner import SlurmRunner
 from slurm_elastic.types import JobView

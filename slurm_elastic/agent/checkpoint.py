@@ -37,7 +37,7 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found, reverse=True)
 
 
-def atomic_write(path: Path, writer: Callable[[BinaryIO], None]) -> Path:
+def atomic_write(path: Path, writer: Callable[[BinaryIO], object]) -> Path:
     """Write ``path`` through a temporary file and a rename; returns ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -59,7 +59,7 @@ def run(
     from slurm_elastic.agent.launcher import RunOptions
     from slurm_elastic.agent.launcher import run as launch
     from slurm_elastic.agent.rendezvous import parse_conf
-    from slurm_elastic.daemon.log import configure_logging
+    from slurm_elastic.logs import configure_logging
 
     if join is not None and command:
         raise click.UsageError("--join takes the command from the parent's launch.json")

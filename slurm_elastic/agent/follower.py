@@ -30,32 +30,19 @@ from typing import Any
 import structlog
 
 from slurm_elastic.agent.jobdir import CONTROL, HELD, Control, read_json, write_json
-from slurm_elastic.daemon import auth
 from slurm_elastic.errors import AgentError
+from slurm_elastic.protocol import (
+    MAX_DETAIL,
+    AckBody,
+    AckStatus,
+    Instruction,
+    InstructionKind,
+    get_json,
+    job_url,
+    post_authenticated,
+)
 
 log = structlog.get_logger("slurm_elastic.agent")
-
-
-@dataclass(frozen=True, slots=True)
-class Instruction:
-    id: str
-    kind: str
-    target_nodes: int
-    keep_nodes: tuple[str, ...]
-    deadline: float
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Instruction:
-        try:
-            return cls(
-                id=str(data["id"]),
-                kind=str(data["kind"]),
-                target_nodes=int(data["target_nodes"]),
-                keep_nodes=tuple(str(n) for n in data.get("keep_nodes") or ()),
-                deadline=float(data["deadline"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AgentError(f"malformed instruction from the daemon: {exc}") from None
 
 
 def refusal(
@@ -65,7 +52,7 @@ def refusal(
 
     ``current_nodes`` is the effective size: the parent's nodes plus running companions'.
     """
-    if instruction.kind != "shrink":
+    if instruction.kind != InstructionKind.SHRINK:
         return f"unknown instruction kind {instruction.kind!r}"
     if instruction.target_nodes < min_nodes:
         return f"target {instruction.target_nodes} nodes is below the job's minimum {min_nodes}"
@@ -139,9 +126,9 @@ class Follower:
             self._stop.wait(self.poll_s)
 
     def fetch(self) -> Instruction | None:
-        url = f"{self.api}/v1/jobs/{self.job_id}/instruction"
+        url = job_url(self.api, self.job_id, "instruction")
         try:
-            answer = auth.get_json(url, timeout_s=5.0)
+            answer = get_json(url, timeout_s=5.0)
         except AgentError as exc:
             if not self._warned:  # once: a job may well run without a daemon
                 log.warning("agent.daemon_unreachable", url=url, error=str(exc))
@@ -176,7 +163,7 @@ class Follower:
             batch_host=self.batch_host,
         )
         if why is not None:
-            self.ack(instruction, "failed", 0, why)
+            self.ack(instruction, AckStatus.FAILED, 0, why)
             return
         request = self.control.issue(
             "hold", instruction_id=instruction.id, keep_nodes=instruction.keep_nodes
@@ -184,9 +171,9 @@ class Follower:
         held_step = self.wait_held(request.seq, min(instruction.deadline, self.clock() + 60.0))
         if held_step is None:
             self.control.answer(request.seq, "resume", restart=False)
-            self.ack(instruction, "failed", 0, "workers did not reach a checkpoint in time")
+            self.ack(instruction, AckStatus.FAILED, 0, "workers did not reach a checkpoint in time")
             return
-        self.ack(instruction, "ready", held_step, "checkpoint written, workers holding")
+        self.ack(instruction, AckStatus.READY, held_step, "checkpoint written, workers holding")
         after = self.wait_applied(instruction, before)
         self.control.answer(request.seq, "resume", restart=after < before)
         log.info("agent.resumed", id=instruction.id, nodes=after, step=held_step)
@@ -222,11 +209,14 @@ class Follower:
             time.sleep(0.2)
         return min(before, self.node_count())
 
-    def ack(self, instruction: Instruction, status: str, step: int, detail: str) -> None:
-        body = {"instruction_id": instruction.id, "status": status, "step": step, "detail": detail}
-        url = f"{self.api}/v1/jobs/{self.job_id}/ack"
+    def ack(self, instruction: Instruction, status: AckStatus, step: int, detail: str) -> None:
+        # A refusal longer than the daemon takes is cut, not answered 400.
+        body = AckBody(
+            instruction_id=instruction.id, status=status, step=step, detail=detail[:MAX_DETAIL]
+        )
+        url = job_url(self.api, self.job_id, "ack")
         try:
-            answer = auth.post_authenticated(url, body, timeout_s=5.0)
+            answer = post_authenticated(url, body.model_dump(mode="json"), timeout_s=5.0)
         except AgentError as exc:
             log.warning("agent.ack_failed", id=instruction.id, error=str(exc))
             return

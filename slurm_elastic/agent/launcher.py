@@ -37,8 +37,8 @@ from slurm_elastic.agent.follower import ControlWriter, Follower
 from slurm_elastic.agent.jobdir import DONE, LaunchInfo, job_dir, read_json
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
 from slurm_elastic.agent.rendezvous import choose_port
-from slurm_elastic.daemon.auth import api_base
 from slurm_elastic.errors import AgentError, MarkerError
+from slurm_elastic.protocol import api_base
 from slurm_elastic.types import JobState, JobView
 
 log = structlog.get_logger("slurm_elastic.agent")

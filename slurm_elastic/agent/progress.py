@@ -1,7 +1,7 @@
 """Progress reports to the daemon, from rank 0, without ever slowing or failing training.
 
 ``offer()`` only stores the newest report (O(1), no I/O); a daemon thread posts the newest
-one every ``interval_s`` with a MUNGE credential (``daemon.auth.post_authenticated``, the
+one every ``interval_s`` with a MUNGE credential (``protocol.post_authenticated``, the
 one client implementation).  An unreachable or refusing daemon costs a bounded timeout in
 that thread and one log line per outage, never an exception in the training loop.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import structlog
 
-from slurm_elastic.daemon import auth
 from slurm_elastic.errors import SlurmElasticError
+from slurm_elastic.protocol import job_url, post_authenticated
 
 log = structlog.get_logger("slurm_elastic.agent")
 
@@ -24,7 +24,7 @@ Poster = Callable[[str, dict[str, Any]], int]  # (url, body) -> HTTP status
 
 
 def _post(url: str, body: dict[str, Any]) -> int:
-    return auth.post_authenticated(url, body, timeout_s=3.0).status
+    return post_authenticated(url, body, timeout_s=3.0).status
 
 
 class ProgressReporter:
@@ -37,7 +37,7 @@ class ProgressReporter:
         post: Poster = _post,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.url = f"{api.rstrip('/')}/v1/jobs/{job_id}/report"
+        self.url = job_url(api, job_id, "report")
         self.interval_s = interval_s
         self._post = post
         self._clock = clock

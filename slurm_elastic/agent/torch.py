@@ -49,8 +49,14 @@ from typing import Any
 
 import numpy as np
 import structlog
-import torch
-import torch.distributed as dist
+
+from slurm_elastic.errors import MissingExtra
+
+try:
+    import torch
+    import torch.distributed as dist
+except ModuleNotFoundError:
+    raise MissingExtra("ElasticTrainer", "torch", "agent") from None
 
 from slurm_elastic.agent.batching import BatchRule
 from slurm_elastic.agent.checkpoint import atomic_write, checkpoint_path, list_checkpoints, prune

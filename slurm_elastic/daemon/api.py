@@ -29,17 +29,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from slurm_elastic.actuate.instructions import Ack, InstructionBoard
 from slurm_elastic.daemon import auth
-from slurm_elastic.daemon.instructions import Ack, AckStatus, InstructionBoard
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.errors import AuthError
+from slurm_elastic.errors import AuthError, Forbidden, ReportRejected, Unauthenticated
+from slurm_elastic.protocol import HEADER, AckBody, ReportBody
 from slurm_elastic.types import ProgressReport
 
 MAX_BODY_BYTES = 64 * 1024
@@ -62,44 +63,6 @@ _JOB_PATH = re.compile(r"^/v1/jobs/(\d{1,12})/(report|ack|instruction)$")
 log = structlog.get_logger("slurm_elastic.api")
 
 
-# Bounds of a report's numbers: far beyond any real training job, and small enough that no
-# arithmetic of the model on them overflows a float (steps stay exact in a float64).
-MAX_STEP = 10**15
-MAX_NODES = 100_000
-MAX_VALUE = 1e12  # metrics, rates, noise scale: magnitude
-MAX_EPOCH = 1e9
-MAX_BATCH = 10**9
-MAX_TIME = 1e11  # seconds since the epoch (year 5138)
-
-
-class _ReportBody(BaseModel):
-    """``POST /v1/jobs/{id}/report``: ProgressReport fields; ``job_id`` comes from the path.
-
-    Every number is bounded and finite (``inf`` and ``NaN`` included: 400): one report
-    must never break the job's model.  ``time`` and ``nodes`` are checked and kept as the
-    job's claim; the daemon records its own receive time and Slurm's size instead.
-    """
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    step: int = Field(ge=0, le=MAX_STEP)
-    nodes: int = Field(ge=1, le=MAX_NODES)
-    time: float | None = Field(None, ge=0, le=MAX_TIME)  # the job's clock: not used
-    epoch: float | None = Field(None, ge=0, le=MAX_EPOCH)
-    loss: float | None = Field(None, ge=-MAX_VALUE, le=MAX_VALUE)  # or any metric
-    metric_higher_is_better: bool = False
-    samples_per_s: float | None = Field(None, ge=0, le=MAX_VALUE)  # shown in status only
-    global_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
-    grad_noise_scale: float | None = Field(None, ge=0, le=MAX_VALUE)
-    target_metric: float | None = Field(None, ge=-MAX_VALUE, le=MAX_VALUE)
-    total_steps: int | None = Field(None, ge=1, le=MAX_STEP)
-    job_id: int | None = None  # tolerated when equal to the path's id
-
-
-class ReportRejected(ValueError):
-    """A report body that is not a valid report (HTTP 400); the message says why."""
-
-
 def parse_report(
     job_id: int, payload: Mapping[str, Any], *, received_at: float, slurm_nodes: int | None
 ) -> ProgressReport:
@@ -110,7 +73,7 @@ def parse_report(
     claimed is kept beside it, so that the model takes no rate from a disputed report.
     """
     try:
-        body = _ReportBody.model_validate(payload)
+        body = ReportBody.model_validate(payload)
     except ValidationError as exc:
         raise ReportRejected(_first_error(exc)) from None
     if body.job_id is not None and body.job_id != job_id:
@@ -123,15 +86,6 @@ def parse_report(
         claimed_nodes=body.nodes,
         **fields,
     )
-
-
-class _AckBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    instruction_id: str = Field(min_length=1, max_length=200)
-    status: Literal["ready", "failed"]
-    step: int = Field(0, ge=0)
-    detail: str = Field("", max_length=2000)
 
 
 @dataclass
@@ -275,13 +229,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _ack(self, job_id: int, payload: dict[str, Any]) -> None:
         try:
-            body = _AckBody.model_validate(payload)
+            body = AckBody.model_validate(payload)
         except ValidationError as exc:
             raise _HttpError(HTTPStatus.BAD_REQUEST, _first_error(exc), reason="bad_body") from None
         ack = Ack(
             instruction_id=body.instruction_id,
             job_id=job_id,
-            status=AckStatus(body.status),
+            status=body.status,
             step=body.step,
             detail=body.detail,
             received_at=self.context.clock(),
@@ -322,17 +276,17 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _authenticate(self, job_id: int, body: bytes) -> None:
-        credential = self.headers.get(auth.HEADER)
+        credential = self.headers.get(HEADER)
         try:
             if not credential:
-                raise auth.Unauthenticated(f"no {auth.HEADER} header")
+                raise Unauthenticated(f"no {HEADER} header")
             decoded = auth.decode_credential(credential.strip(), unmunge=self.context.unmunge)
             auth.verify_body(decoded, body)
             owner = self.context.owner_of(job_id)
             if owner is None:
                 raise _HttpError(HTTPStatus.NOT_FOUND, f"job {job_id} is not known to the daemon")
             auth.authorize(decoded, owner, job_id)
-        except auth.Forbidden as exc:
+        except Forbidden as exc:
             raise _HttpError(HTTPStatus.FORBIDDEN, str(exc), reason="not_owner") from None
         except AuthError as exc:
             raise _HttpError(HTTPStatus.UNAUTHORIZED, str(exc), reason="unauthenticated") from None

@@ -64,7 +64,17 @@ _STATE_CODES = {
     "DEADLINE": "DL",
 }
 
-STATUS_COLUMNS = ("JOBID", "PARTITION", "NAME", "USER", "ST", "NODES", "MIN", "MAX", "TARGET")
+STATUS_COLUMNS: tuple[str, ...] = (
+    "JOBID",
+    "PARTITION",
+    "NAME",
+    "USER",
+    "ST",
+    "NODES",
+    "MIN",
+    "MAX",
+    "TARGET",
+)
 # STEP/RATE: the job's latest progress report (training step, samples/s): is it reporting?
 STATUS_COLUMNS += ("STEP", "RATE", "REASON")
 
@@ -91,8 +101,8 @@ class StateFault(_Error):
 def _load_config(config_file: Path | None, *, verbose: bool = False) -> Config:
     """The config for a one-shot command; its logs go to stderr, warnings only by default."""
     from slurm_elastic.config import load_main
-    from slurm_elastic.daemon.log import configure_logging
     from slurm_elastic.errors import ConfigError
+    from slurm_elastic.logs import configure_logging
 
     try:
         config = load_main(config_file)
@@ -184,9 +194,9 @@ def daemon(config_file: Path | None, once: bool) -> None:
 
 def fetch_status(config: Config, api: str | None, status_file: Path | None) -> tuple[dict, str]:
     """The daemon's status document: from its API, else from ``<state_dir>/status.json``."""
-    from slurm_elastic.daemon.auth import get_json
     from slurm_elastic.daemon.status import STATUS_FILE, read_document
     from slurm_elastic.errors import AgentError
+    from slurm_elastic.protocol import get_json
 
     problems: list[str] = []
     if status_file is None:
@@ -378,8 +388,8 @@ def _journal_copy(state_dir: Path) -> Iterator[Any]:
 
 def dry_run_cycle(config: Config) -> Any:
     """One cycle against the live cluster, shadow mode, Slurm actions disabled."""
+    from slurm_elastic.actuate.instructions import InstructionBoard
     from slurm_elastic.daemon.controller import Controller
-    from slurm_elastic.daemon.instructions import InstructionBoard
     from slurm_elastic.daemon.reports import ReportStore
     from slurm_elastic.daemon.service import make_backend
 

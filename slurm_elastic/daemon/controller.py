@@ -44,24 +44,27 @@ from slurm_elastic.actuate.guards import (
     grow_retry_reason,
     limit_resizes,
 )
-from slurm_elastic.actuate.state import Classification, classify
+from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.cluster_state import Classification, classify, not_eligible
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
-from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
-from slurm_elastic.daemon.problem import build_problem, job_capacity, not_eligible
+from slurm_elastic.daemon.problem import build_problem, job_capacity
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError, StateError
 from slurm_elastic.marker import cap_spec, resolve_spec
 from slurm_elastic.model.outlook import GrowCheck
+from slurm_elastic.policy.registry import DEFAULT_FALLBACK
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
     Action,
     ActionKind,
+    ActionOutcome,
     AllocationProblem,
     Capabilities,
     ClusterSnapshot,
+    CycleErrorKind,
     Decision,
     ElasticSpec,
     Explanation,
@@ -80,6 +83,14 @@ Allocate = Callable[[AllocationProblem, str], Plan]
 
 
 class Controller:
+    """One daemon's decisions: ``run_once(now)`` runs a whole cycle (module docstring).
+
+    ``allocate(problem, policy)`` replaces the configured policy chain (tests, drills);
+    ``reconfigure(config)`` takes a new config between cycles.  The controller keeps what
+    it learns across cycles (accounting history, limits, model state) and is not
+    thread-safe: one caller runs cycles; the API thread reads ``size_of`` only.
+    """
+
     def __init__(
         self,
         backend: SlurmBackend,
@@ -94,7 +105,12 @@ class Controller:
         self.reports = reports
         self.journal = journal
         self.agents = agents
-        self._allocate = allocate or _policy_allocate
+        # The configured chain is read at each call: SIGHUP may swap ``self.config``.
+        self._allocate = allocate or (
+            lambda problem, policy: _policy_allocate(
+                problem, policy, fallback=self.config.policy.fallback
+            )
+        )
         self.estimator = Estimator(
             reports,
             config.model.default_resize_cost_s,
@@ -145,15 +161,29 @@ class Controller:
     # ------------------------------------------------------------------ one cycle
 
     def run_once(self, now: float) -> CycleResult:
+        """One cycle at time ``now``.
+
+        A cycle that cannot be done safely is a result, not an exception: a failed Slurm
+        read, a stale snapshot or any other ``SlurmElasticError`` gives ``ok=False`` with
+        ``error`` (``"<kind>: <detail>"``, ``error_kind``) and no action taken; a Slurm
+        failure of one action is that action's ``failed`` outcome.
+
+        Raises:
+            StateError: the journal cannot be written or trusted: the service stops, since
+                it never acts on what it cannot write down first.
+
+        Any other exception is a bug; the service logs it and counts the cycle failed.
+        """
         started = time.perf_counter()
         try:
             snapshot = self.backend.read_cluster(now)
         except SlurmError as exc:
-            return self._failed(now, started, f"observe: {exc}", None, 0)
+            return self._failed(now, started, CycleErrorKind.OBSERVE, str(exc), None, 0)
         age = now - snapshot.taken_at
         if age > self.knobs.stale_snapshot_s:
-            why = f"stale snapshot: {age:.0f}s old > {self.knobs.stale_snapshot_s:.0f}s"
-            return self._failed(now, started, why, age, snapshot.slurm_calls)
+            why = f"{age:.0f}s old > {self.knobs.stale_snapshot_s:.0f}s"
+            stale = CycleErrorKind.STALE_SNAPSHOT
+            return self._failed(now, started, stale, why, age, snapshot.slurm_calls)
         done_here: frozenset[int] = frozenset()
         if not self._reconciled:
             report = self.journal.reconcile(self.backend, snapshot, act=self.knobs.enforce)
@@ -167,7 +197,8 @@ class Controller:
         except StateError:
             raise  # the journal failed: not one failed cycle, the end of the service
         except SlurmElasticError as exc:
-            return self._failed(now, started, f"cycle: {exc}", age, snapshot.slurm_calls)
+            kind = CycleErrorKind.CYCLE
+            return self._failed(now, started, kind, str(exc), age, snapshot.slurm_calls)
         self.last_result = result
         log.info(
             "cycle.done",
@@ -212,14 +243,14 @@ class Controller:
         last_resize = self.journal.last_resize_at(cls.elastic)
         frozen: dict[int, str] = {}
         for rec in records:
-            if rec.outcome != "waiting":
+            if rec.outcome is not ActionOutcome.WAITING:
                 # This snapshot predates what was just done to the job: leave it alone.
                 frozen[rec.action.job_id] = f"shrink {rec.outcome} this cycle"
         # Held / dependency / begin-time jobs get no capacity (build_problem leaves them
         # out); as "frozen" they are not acted on and their REASON says why.
         waiting = not_eligible(cls)
-        for job_id, why in waiting.items():
-            frozen.setdefault(job_id, why)
+        for job_id, reason in waiting.items():
+            frozen.setdefault(job_id, reason)
         for job_id, ej in cls.elastic.items():
             if job_id in frozen:
                 continue
@@ -256,16 +287,20 @@ class Controller:
         for action in proposed:
             why = self._block(action, cls, outlooks, now)
             if why:
-                records.append(ActionRecord(action, "blocked", why))
+                records.append(ActionRecord(action, ActionOutcome.BLOCKED, why))
             else:
                 allowed.append(action)
         taken, deferred = limit_resizes(allowed, self.knobs.max_resizes_per_cycle)
-        records += [ActionRecord(a, "deferred", "max_resizes_per_cycle") for a in deferred]
+        records += [
+            ActionRecord(a, ActionOutcome.DEFERRED, "max_resizes_per_cycle") for a in deferred
+        ]
         for action in taken:
             if self.knobs.enforce:
                 records.append(self.executor.apply(action, cls.elastic, now))
             else:
-                records.append(ActionRecord(action, "shadow", "shadow mode: not applied"))
+                records.append(
+                    ActionRecord(action, ActionOutcome.SHADOW, "shadow mode: not applied")
+                )
 
         return CycleResult(
             now=now,
@@ -422,13 +457,21 @@ class Controller:
         )
 
     def _failed(
-        self, now: float, started: float, error: str, age: float | None, calls: int
+        self,
+        now: float,
+        started: float,
+        kind: CycleErrorKind,
+        detail: str,
+        age: float | None,
+        calls: int,
     ) -> CycleResult:
+        error = f"{kind}: {detail}"
         log.warning("cycle.failed", error=error)
         result = CycleResult(
             now=now,
             ok=False,
             error=error,
+            error_kind=kind,
             duration_s=time.perf_counter() - started,
             slurm_calls=calls,
             history_calls=0,
@@ -485,9 +528,11 @@ def _resolve_spec(
     return cap_spec(known.get(job.job_id, spec), capacity(job))
 
 
-def _policy_allocate(problem: AllocationProblem, policy: str) -> Plan:
-    # Imported on first use: the solver stack (scipy, highspy, pulp) is not needed by
+def _policy_allocate(
+    problem: AllocationProblem, policy: str, *, fallback: str = DEFAULT_FALLBACK
+) -> Plan:
+    # Imported on first use: the solver stack (numpy, highspy) is not needed by
     # ``slurm-elastic --help`` or by code that only reads the controller's types.
     from slurm_elastic.policy import allocate
 
-    return allocate(problem, policy)
+    return allocate(problem, policy, fallback=fallback)

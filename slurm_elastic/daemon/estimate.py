@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from slurm_elastic.actuate.state import ElasticJob
+from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import GrowCheck, JobFit, ModelBank, OutlookBasis, outlook_basis
 from slurm_elastic.model.priors import HistoryIndex, Prior, prior_from_similar

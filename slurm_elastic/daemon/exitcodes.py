@@ -15,6 +15,8 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
+    """Exit statuses of the daemon's commands (docs/cli-exit-codes.md)."""
+
     OK = 0
     # click's own: ``Error: ...`` (bad config, no status to read, unknown job, start-up error).
     ERROR = 1

@@ -39,8 +39,9 @@ from pathlib import Path
 
 import structlog
 
-from slurm_elastic.actuate.companion import companion_parent, orphan_reason
+from slurm_elastic.cluster_state import orphan_reason
 from slurm_elastic.errors import SlurmError, StateError
+from slurm_elastic.marker import companion_parent
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import Action, ActionKind, ClusterSnapshot, ElasticSpec
 
@@ -713,7 +714,7 @@ def _action(
 ) -> Action:
     """An action as its row's columns read back (``extra`` is JSON)."""
     pairs = tuple((str(k), str(v)) for k, v in json.loads(str(extra)))
-    return Action(ActionKind(kind), int(job_id), int(frm), int(to), str(reason), pairs)  # type: ignore[call-overload]
+    return Action(ActionKind(str(kind)), int(job_id), int(frm), int(to), str(reason), pairs)  # type: ignore[call-overload]
 
 
 def _entry(row: tuple[object, ...]) -> JournalEntry:
@@ -738,7 +739,7 @@ def _entry_of(
     return JournalEntry(
         id=int(aid),  # type: ignore[call-overload]
         action=action,
-        status=ActionStatus(status),
+        status=ActionStatus(str(status)),
         created_at=float(created),  # type: ignore[arg-type]
         updated_at=float(updated),  # type: ignore[arg-type]
         detail=str(detail),

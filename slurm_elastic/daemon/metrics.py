@@ -18,6 +18,8 @@ _CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 
 
 class DaemonMetrics:
+    """The daemon's Prometheus metrics, in a registry of its own (``/metrics``)."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry

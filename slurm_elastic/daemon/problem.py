@@ -1,8 +1,8 @@
 """Snapshot -> AllocationProblem (pure).
 
-* elastic demands: jobs with a valid elastic marker (see ``actuate.state.classify``),
+* elastic demands: jobs with a valid elastic marker (see ``cluster_state.classify``),
   at their effective size (own nodes + running companions), frozen when a guard says so,
-  offered only the sizes a shrink can reach (``offered_sizes``);
+  offered only the sizes a shrink can reach (``cluster_state.offered_sizes``);
 * rigid demands: every other active job — plain jobs, het components, jobs with a
   malformed marker, orphan companions — and the *pending* companions of elastic jobs
   (they will take nodes when Slurm starts them).  Running companions of an elastic job
@@ -11,24 +11,27 @@
 * node pools: usable nodes of UP partitions, grouped by the exact set of partitions
   each node belongs to;
 * pending jobs that Slurm will not start whatever the free nodes — held, waiting on a
-  dependency, a begin time or a reservation that has not started (``not_eligible_reason``)
-  — are left out: an elastic one gets no capacity this cycle (its REASON says why), a
-  rigid one reserves nothing.
+  dependency, a begin time or a reservation that has not started (``cluster_state.
+  not_eligible_reason``) — are left out: an elastic one gets no capacity this cycle (its
+  REASON says why), a rigid one reserves nothing.
 """
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from slurm_elastic.actuate.diff import shrink_split
-from slurm_elastic.actuate.state import Classification, ElasticJob
+from slurm_elastic.cluster_state import (
+    Classification,
+    ElasticJob,
+    not_eligible,
+    not_eligible_reason,
+    offered_sizes,
+)
 from slurm_elastic.types import (
     AllocationProblem,
     ClusterSnapshot,
     ElasticDemand,
-    ElasticSpec,
     JobState,
     JobView,
     NodePool,
@@ -36,35 +39,6 @@ from slurm_elastic.types import (
     PartitionView,
     RigidDemand,
 )
-
-# squeue's state_reason for pending jobs that cannot start now, as Slurm 22.05 spells it
-# (tests/fixtures/slurm/22.05/squeue-held-dependency.json), with the REASON shown.  Limits
-# (QOS*/Assoc*Limit) are not here: a smaller size may be what lets such a job start.
-NOT_ELIGIBLE_REASONS: Mapping[str, str] = {
-    "JobHeldUser": "held",  # sbatch --hold, scontrol uhold (priority 0)
-    "JobHeldAdmin": "held",  # scontrol hold by an operator (priority 0)
-    "JobHoldMaxRequeue": "held",  # requeued too often, held by Slurm
-    "Dependency": "dependency",
-    "DependencyNeverSatisfied": "dependency never satisfied",
-    "BeginTime": "begin time",  # --begin in the future, or just requeued
-    "Reservation": "reservation not started",
-}
-
-
-def not_eligible_reason(job: JobView) -> str | None:
-    """Why Slurm will not start this pending job now whatever the free nodes, or None."""
-    if job.state not in (JobState.PENDING, JobState.REQUEUED):
-        return None
-    return NOT_ELIGIBLE_REASONS.get(job.state_reason)
-
-
-def not_eligible(classification: Classification) -> dict[int, str]:
-    """Elastic jobs that get no capacity this cycle, with the reason."""
-    return {
-        job_id: why
-        for job_id, ej in classification.elastic.items()
-        if (why := not_eligible_reason(ej.job)) is not None
-    }
 
 
 def _membership(partitions: Sequence[PartitionView]) -> Mapping[str, frozenset[str]]:
@@ -151,46 +125,6 @@ def job_capacity(
 def first_partition(job: JobView) -> str:
     """A pending job may list several partitions ("batch,shared"); the first is its choice."""
     return job.partition.split(",")[0]
-
-
-def offered_sizes(ej: ElasticJob) -> tuple[int, ...]:
-    """The sizes the policy may choose for the job, ascending: its spec's sizes, plus its
-    current size when running, less the sizes a shrink cannot reach.
-
-    A shrink (``actuate.diff.shrink_layout``) cancels whole companions (newest first) and
-    then trims the parent's own nodes, keeping at least the batch host, so a size that
-    would leave the parent with no node of its own while companions remain (2 own + a
-    4-node companion cannot become 3) cannot be reached; the guards would block that
-    shrink.  Offering it to the policy would let the plan count on nodes it cannot free
-    (pending jobs it "starts" with them stay pending), so it is not a candidate.
-    """
-    running = ej.running_companions
-    return _offered_sizes(
-        ej.spec,
-        ej.effective_nodes,
-        ej.job.node_count,
-        tuple(c.node_count for c in running) if running else (),
-    )
-
-
-# Asked for every elastic job every cycle, from a few small numbers that rarely change
-# (~10 us a job with the set, the sort and a shrink layout per size): computed once each.
-@functools.lru_cache(maxsize=4096)
-def _offered_sizes(
-    spec: ElasticSpec, current: int, own: int, companion_nodes: tuple[int, ...]
-) -> tuple[int, ...]:
-    sizes = set(spec.allowed_sizes)
-    if current > 0:
-        # The current size is always a choice, so "no change" stays feasible whatever
-        # the step; it may lie off the grid after an earlier hard resize.
-        sizes.add(current)
-        if companion_nodes:
-            sizes = {
-                s
-                for s in sizes
-                if s >= current or shrink_split(current, own, companion_nodes, s)[1] >= 1
-            }
-    return tuple(sorted(sizes))
 
 
 def elastic_demand(

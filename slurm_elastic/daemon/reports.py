@@ -17,6 +17,8 @@ DEFAULT_MAX_PER_JOB = 512
 
 
 class ReportStore:
+    """The latest progress reports of each job, bounded and thread-safe."""
+
     def __init__(self, max_per_job: int = DEFAULT_MAX_PER_JOB) -> None:
         if max_per_job < 1:
             raise ValueError(f"max_per_job must be >= 1, got {max_per_job}")

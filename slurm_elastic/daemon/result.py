@@ -13,8 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_elastic.actuate.executor import ActionRecord
-from slurm_elastic.actuate.state import Classification, ElasticJob
-from slurm_elastic.types import ActionKind, Explanation, JobView, Plan
+from slurm_elastic.cluster_state import Classification, ElasticJob
+from slurm_elastic.types import (
+    ActionKind,
+    ActionOutcome,
+    CycleErrorKind,
+    Explanation,
+    JobView,
+    Plan,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,7 @@ class CycleResult:
     history_calls: int  # accounting reads this cycle: sacct + sacctmgr (QOS); 0 on most
     snapshot_age_s: float | None
     mode: str
+    error_kind: CycleErrorKind | None = None  # the head of ``error``, for the metric's label
     plan: Plan | None = None
     actions: tuple[ActionRecord, ...] = ()
     rows_from: RowInputs | None = None
@@ -101,7 +109,7 @@ class CycleResult:
 
     @property
     def applied(self) -> tuple[ActionRecord, ...]:
-        return tuple(r for r in self.actions if r.outcome == "applied")
+        return tuple(r for r in self.actions if r.outcome is ActionOutcome.APPLIED)
 
     def to_json(self) -> dict[str, Any]:
         plan = self.plan
@@ -186,13 +194,15 @@ def _row(
 def _record_reason(rec: ActionRecord) -> str:
     a = rec.action
     change = f"{a.kind.value} {a.from_nodes}->{a.to_nodes}"
-    if rec.outcome == "blocked":
+    outcome = rec.outcome
+    if outcome is ActionOutcome.BLOCKED:
         return f"blocked: {rec.detail}"
-    if rec.outcome == "shadow":
+    if outcome is ActionOutcome.SHADOW:
         return f"shadow: would {change}"
-    if rec.outcome == "deferred":
+    if outcome is ActionOutcome.DEFERRED:
         return f"deferred: {change} (max resizes per cycle)"
-    if rec.outcome == "waiting" or (a.kind is ActionKind.GROW and rec.outcome == "applied"):
+    grow_started = a.kind is ActionKind.GROW and outcome is ActionOutcome.APPLIED
+    if outcome is ActionOutcome.WAITING or grow_started:
         return rec.detail  # "shrinking: awaiting ack", "grow: companion 123 pending"
     return f"{change} {rec.outcome}: {rec.detail}"
 

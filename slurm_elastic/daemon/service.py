@@ -31,13 +31,12 @@ from typing import Any
 
 import structlog
 
+from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.config import Config, flat_items, load_config, load_main
 from slurm_elastic.daemon.api import ApiContext, ApiServer
 from slurm_elastic.daemon.controller import Controller, CycleResult
 from slurm_elastic.daemon.exitcodes import ExitCode
-from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal
-from slurm_elastic.daemon.log import configure_logging
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.status import (
@@ -49,6 +48,7 @@ from slurm_elastic.daemon.status import (
     write_atomic,
 )
 from slurm_elastic.errors import ConfigError, StateError
+from slurm_elastic.logs import configure_logging
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.terminal import safe_text
 from slurm_elastic.types import ClusterSnapshot, ProgressReport
@@ -192,6 +192,8 @@ def changed_keys(old: Config, new: Config) -> list[str]:
 
 @dataclass
 class _LoopState:
+    """What the loop keeps between cycles for the status document and systemd."""
+
     count: int = 0
     last_ok_at: float | None = None
     last_error: str | None = None
@@ -202,6 +204,8 @@ class _LoopState:
 
 
 class Service:
+    """The daemon: the control loop, the HTTP API, SIGHUP reloads, systemd notification."""
+
     def __init__(
         self,
         config: Config,
@@ -360,7 +364,7 @@ class Service:
             self._log_applied(result)
         elif result is not None:
             state.last_error = result.error
-            error_kind = (result.error or "unknown").split(":", 1)[0]
+            error_kind = result.error_kind
         info = CycleInfo(
             count=state.count,
             ok=ok,

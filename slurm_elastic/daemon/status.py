@@ -35,6 +35,8 @@ VERSION = 1
 
 @dataclass(frozen=True, slots=True)
 class CycleInfo:
+    """When the last cycle ran and how it ended (the status document's ``cycle``)."""
+
     count: int  # cycles run since the daemon started, failed ones included
     ok: bool
     started_at: float
@@ -50,6 +52,8 @@ class CycleInfo:
 
 @dataclass(frozen=True, slots=True)
 class DaemonInfo:
+    """Who this daemon is: pid, start time, mode, policy, config files."""
+
     pid: int
     started_at: float
     mode: str

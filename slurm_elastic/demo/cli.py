@@ -49,8 +49,8 @@ def demo(quick: bool, instance: int, slurm: str, out: Path, time_limit_s: float 
     Ctrl-C stops it cleanly: the daemon is stopped, the demo's jobs are cancelled, and
     the cluster stays up (make cluster-down stops it).
     """
-    from slurm_elastic.daemon.log import configure_logging
     from slurm_elastic.demo.session import Demo, DemoOptions
+    from slurm_elastic.logs import configure_logging
 
     # The demo prints its own lines; the daemon logs to DIR/daemon.log.  Only errors of the
     # in-process Slurm reads and of the simulator's controller reach the terminal.

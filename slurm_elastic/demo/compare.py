@@ -26,6 +26,8 @@ CHECKPOINT_S = 1.0  # the example's checkpoint is a few kB
 
 @dataclass(frozen=True, slots=True)
 class MixJob:
+    """One job of the demo's mix as the simulator replays it, with its measured rates."""
+
     name: str
     submit_s: float  # seconds after the first submission
     min_nodes: int
@@ -55,7 +57,6 @@ def simulate_mix(
         # The demo's own guards and interval, with the policy under study.
         policy = config.policy.model_copy(update={"name": settings.policy})
         d.controller.reconfigure(config.model_copy(update={"policy": policy}))
-        d.interval_s = config.interval_s
         return d
 
     results: dict[str, dict[str, Any]] = {}

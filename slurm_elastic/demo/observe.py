@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from slurm_elastic.actuate.companion import companion_parent
+from slurm_elastic.marker import companion_parent
 from slurm_elastic.types import ClusterSnapshot, JobState, JobView
 
 START, START_AT_SIZE, SHRINK, GROW, END = "start", "start_at_size", "shrink", "grow", "end"
@@ -22,6 +22,8 @@ START, START_AT_SIZE, SHRINK, GROW, END = "start", "start_at_size", "shrink", "g
 
 @dataclass(frozen=True, slots=True)
 class Event:
+    """One change the demo saw a job go through (start, pin, shrink, grow, end)."""
+
     t: float  # POSIX time of the observation that showed it
     job_id: int
     kind: str  # START | START_AT_SIZE | SHRINK | GROW | END
@@ -32,6 +34,8 @@ class Event:
 
 @dataclass(slots=True)
 class JobTrack:
+    """What the demo has seen of one job so far, poll by poll."""
+
     job_id: int
     name: str
     elastic: bool

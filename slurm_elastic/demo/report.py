@@ -261,10 +261,9 @@ def _num(value: float | None) -> str:
 def plot_timeline(summary: dict[str, Any], tracks: Mapping[int, JobTrack], path: Path) -> None:
     """Node allocation per job over time: one lane per job (bar height = nodes), plus the
     stacked total, with the start-at-size, shrink and grow moments marked."""
-    import matplotlib
+    from slurm_elastic.sim.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     t0 = summary["started_at"]
     end = t0 + summary["duration_s"]

@@ -34,6 +34,8 @@ Echo = Callable[[str], None]
 
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
+    """Where and how long the demo runs, on which cluster instance and Slurm version."""
+
     out: Path
     instance: int = 0
     slurm: str = harness.DEFAULT_SLURM
@@ -70,6 +72,8 @@ class RunRecord:
 
 
 class Demo:
+    """One demo run: the daemon and the workload on the local cluster, observed to the end."""
+
     def __init__(self, opts: DemoOptions, echo: Echo, *, tty: bool | None = None) -> None:
         self.opts = opts
         self.echo = echo
@@ -327,7 +331,7 @@ class Demo:
 
 
 def _companion_of(comment: str) -> int | None:
-    from slurm_elastic.actuate.companion import companion_parent
+    from slurm_elastic.marker import companion_parent
 
     return companion_parent(comment)
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 @dataclass(frozen=True, slots=True)
 class DemoJob:
+    """One job of the demo's workload: when it arrives, its range, what it runs."""
+
     name: str
     arrive_s: float  # seconds after the demo's start
     min_nodes: int

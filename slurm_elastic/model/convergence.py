@@ -68,7 +68,7 @@ practice, not from data:
 * ``THRESHOLD = 0.01``: over those 5 epochs, less than 1% of the gain made so far (0.2% per
   epoch): a gain nobody keeps a job running for.  A first version measured convergence
   differently (remaining improvement <= 5% of the improvement to the fitted asymptote);
-  README "Progress models" keeps its figures.
+  docs/benchmarks.md "Progress models" keeps its figures.
 
 The uncertainty band is the profile of the chosen family's fit over its shape parameter
 (90% one-parameter interval), its ends capped at ``BAND_CAP * k_last`` to stay finite.
@@ -103,17 +103,20 @@ _SUB_FRAC = np.linspace(0.0, 1.0, 33)
 _SEARCH = np.geomspace(1.0, 2.0**40, 121)  # where the criterion is searched, x (k_first + w)
 
 Array = NDArray[np.float64]
+Bools = NDArray[np.bool_]
+# A family's basis also takes the fit's own k_first/k_last as scalars (they broadcast).
+Bound = Array | np.float64
 
 
-def _x_optimus(k: Array, s: Array, k_first: Array, k_last: Array) -> Array:
+def _x_optimus(k: Array, s: Array, k_first: Bound, k_last: Bound) -> Array:
     return 1.0 / (k + s)
 
 
-def _x_power(k: Array, s: Array, k_first: Array, k_last: Array) -> Array:
+def _x_power(k: Array, s: Array, k_first: Bound, k_last: Bound) -> Array:
     return (k / k_last + _POWER_OFFSET) ** (-s)
 
 
-def _x_exp(k: Array, s: Array, k_first: Array, k_last: Array) -> Array:
+def _x_exp(k: Array, s: Array, k_first: Bound, k_last: Bound) -> Array:
     return np.exp(-(k - k_first) / s)
 
 
@@ -124,7 +127,7 @@ class Family:
     ``k_last``."""
 
     name: str
-    x: Callable[[Array, Array, Array, Array], Array]
+    x: Callable[[Array, Array, Bound, Bound], Array]
     unit: Array
     relative: bool
 
@@ -290,7 +293,7 @@ def _solve_grid(x: Array, y: Array, w: Array) -> tuple[Array, Array, Array]:
     return a, b, np.maximum(np.take_along_axis(S, pick, 0)[0], 0.0)
 
 
-def _masked_median(x: Array, mask: Array) -> Array:
+def _masked_median(x: Array, mask: Bools) -> Array:
     """Row medians of ``x`` over ``mask`` (J, N) -> (J,); NaN for a row with nothing in it.
 
     Equal to ``np.nanmedian(np.where(mask, x, nan), axis=1)`` (NaN entries are ignored) at
@@ -468,11 +471,11 @@ def _fit_chunk(part: Sequence[Prepared], recency: float, name: str) -> list[Conv
     k_first = np.empty(J)
     for j, (_, kk, ll, _) in enumerate(part):
         n = kk.size
-        scale = max(float(np.abs(ll).max()), 1e-300)  # O(1) values keep sums precise
-        y_scale[j] = scale
+        peak = max(float(np.abs(ll).max()), 1e-300)  # O(1) values keep sums precise
+        y_scale[j] = peak
         K[j, :n] = kk
         K[j, n:] = kk[-1]  # padding (weight 0) inside the range keeps every basis finite
-        L[j, :n] = ll / scale
+        L[j, :n] = ll / peak
         W[j, :n] = np.exp(recency * (kk - kk[-1]) / (kk[-1] - kk[0]))
         mask[j, :n] = True
         k_first[j] = kk[0]
@@ -769,7 +772,7 @@ def predict_convergence(
         target_l = float(fit.transform.to_loss(target))
     ks = _target_closed(fit, a, c, b2, target_l)[:, 0] if target_l is not None else None
     # Reachable: the fitted curve gets there (a falling curve approaches b2, never passes).
-    reachable = ks is None or fit.b2 < target_l or bool(np.isfinite(ks[0]))
+    reachable = ks is None or target_l is None or fit.b2 < target_l or bool(np.isfinite(ks[0]))
     if ks is None or not reachable:
         target_l = None
         ks = _plateau_k(fit, a, c, b2, window, threshold)

@@ -113,7 +113,7 @@ class HistoryIndex:
     def _keys(h: JobHistory) -> list[tuple[str, ...]]:
         if not h.state.is_finished:
             return []
-        keys = []
+        keys: list[tuple[str, ...]] = []
         if h.name and h.work_dir:
             keys.append(("name+dir", h.user, h.name, h.work_dir))
         if h.name:

@@ -38,8 +38,8 @@ moved the reference with the job would chase its own resizes).  An earlier objec
 counted the work left after the horizon in horizon units (``C = H (2 - f H / W)``): a
 long job's completion then hardly depended on its size or on whether it waited, so long
 jobs were grown last and left pending first, although they carry most of the mean JCT on
-real traces (``scripts/analyze_sim.py``; README "Measured results").  Two tie-breaks far
-below any real difference (``PolicyOptions.change_penalty``): a change of size costs
+real traces (``scripts/analyze_sim.py``; docs/benchmarks.md, "Simulated policies").  Two
+tie-breaks far below any real difference (``PolicyOptions.change_penalty``): a change of size costs
 ``penalty * H``, and among equal pending jobs the older wins.
 
 Payback: a larger candidate whose value is not higher than that of a smaller candidate
@@ -76,11 +76,14 @@ from slurm_elastic.types import AllocationProblem, ElasticDemand
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 _EPS = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One constraint row of the allocation problem: a capacity or a FIFO reservation."""
+
     name: str
     kind: str  # CAPACITY or RESERVATION
     rhs: float
@@ -120,6 +123,8 @@ class JobModel:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Compiled:
+    """An ``AllocationProblem`` compiled once into flat arrays that every solver reads."""
+
     problem: AllocationProblem
     options: PolicyOptions
     jobs: tuple[JobModel, ...]  # in the problem's order
@@ -192,16 +197,6 @@ def _validate(problem: AllocationProblem) -> None:
 # --------------------------------------------------------------------------- values
 
 
-def _legal_sizes(d: ElasticDemand) -> list[int]:
-    if d.frozen:
-        return [d.current_nodes]
-    if d.is_running:
-        if d.current_nodes in d.allowed_sizes:  # on the grid (ascending, distinct): as is
-            return list(d.allowed_sizes)
-        return sorted(set(d.allowed_sizes) | {d.current_nodes})
-    return [0, *d.allowed_sizes]
-
-
 def _static_size(d: ElasticDemand) -> int:
     """What the job asked for: requested_nodes (snapped down to the grid), else its max."""
     if d.frozen or d.is_running:
@@ -223,9 +218,8 @@ def _throughput(d: ElasticDemand, sizes: list[int]) -> list[float]:
     if sizes[0] == 0 and nodes == sizes[1:]:
         return [0.0, *(float(e.throughput) for e in est)]
     by_nodes = {e.nodes: e.throughput for e in est}
-    got = [by_nodes.get(s) if s > 0 else 0.0 for s in sizes]
-    if None not in got:
-        return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, got, strict=True)]
+    if all(s <= 0 or s in by_nodes for s in sizes):
+        return [float(by_nodes[s]) if s > 0 else 0.0 for s in sizes]
     xs = sorted(by_nodes)
     thr = np.interp(np.array(sizes, dtype=float), xs, [by_nodes[x] for x in xs])
     return [float(x) if s > 0 else 0.0 for s, x in zip(sizes, thr, strict=True)]
@@ -271,7 +265,7 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     per_job: list[tuple[float, bool, float, float, float]] = []
     fifo: list[tuple[float, int]] = []
     for d in demands:
-        legal = _legal_sizes(d)
+        legal = d.candidate_sizes()
         all_sizes += legal
         all_thr += _throughput(d, legal)
         all_local += range(len(legal))

@@ -2,7 +2,7 @@
 other job keeps its size, and a frozen job is never moved.
 
 Used where a test or a drill must drive the daemon's real cycle (guard rails, executor,
-journal) to a chosen size without the policy's judgement, e.g. ``agent.drill`` and the
+journal) to a chosen size without the policy's judgement, e.g. ``daemon.drill`` and the
 daemon's live tests.  Like every policy it only decides; the guard rails still apply.
 """
 

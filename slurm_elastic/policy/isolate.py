@@ -17,11 +17,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from slurm_elastic.errors import SolverError
-
-
-class SolverTimeout(SolverError):
-    """The isolated solve did not answer before its deadline and was killed."""
+from slurm_elastic.errors import SolverError, SolverTimeout
 
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:

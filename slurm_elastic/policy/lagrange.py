@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slurm_elastic.policy.compiled import FloatArray, IntArray
+from slurm_elastic.policy.compiled import BoolArray, FloatArray, IntArray
 
 _TOL = 1e-9
 
@@ -158,12 +158,12 @@ def _line_search(model: FlatModel, lam: FloatArray, row: int, iters: int = 60) -
     # search: a padding slot holds -inf in ``base`` and 0 in ``a``, so it stays -inf and is
     # never picked, and each point gets the same scores and argmax as ``_segment_argmax``.
     cells = model.n_jobs * model.width
-    base_grid = np.full(cells, -np.inf)
-    base_grid[model.slot] = base
-    base_grid = base_grid.reshape(1, model.n_jobs, model.width)
-    a_grid = np.zeros(cells)
-    a_grid[model.slot] = a_row
-    a_grid = a_grid.reshape(1, model.n_jobs, model.width)
+    base_flat = np.full(cells, -np.inf)
+    base_flat[model.slot] = base
+    base_grid = base_flat.reshape(1, model.n_jobs, model.width)
+    a_flat = np.zeros(cells)
+    a_flat[model.slot] = a_row
+    a_grid = a_flat.reshape(1, model.n_jobs, model.width)
     rows = np.arange(model.n_jobs)[None, :]
     b_row = model.b[row]
     per_batch = max(1, _BATCH_CELLS // max(cells, 1))
@@ -341,7 +341,7 @@ def incumbent(model: FlatModel, lam: FloatArray) -> IntArray:
         pick[model.job[moves[:n]]] = moves[:n]
 
 
-def fix(model: FlatModel, lam: FloatArray, keep: IntArray) -> tuple[FloatArray, float]:
+def fix(model: FlatModel, lam: FloatArray, keep: IntArray) -> tuple[BoolArray, float]:
     """Candidates that may still beat ``keep`` (boolean mask), and the bound ``L(lam)``."""
     r = reduced(model, lam)
     best = np.maximum.reduceat(r, model.start[:-1])

@@ -29,7 +29,7 @@ what is left.
 
 pulp was the named modelling layer.  Building its per-variable Python objects alone
 takes about 1 s at 10,000 jobs, and pulp + HiGHS on the full model about 1 s at 1,000
-jobs (``scripts/bench_policies.py`` measures both; figures in the README), against a
+jobs (``scripts/bench_policies.py`` measures both; figures in docs/benchmarks.md), against a
 0.2 s budget, so ``pulp_model.py`` keeps the same model in pulp for cross-checks only.
 Everything is deterministic for a given model, so the same problem gives the same plan
 (unless the time limit cuts the search short).
@@ -57,12 +57,16 @@ from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
 
 @dataclass(frozen=True, slots=True)
 class MipInput:
+    """The MIP's flat model after the admission floor, with each candidate's local index."""
+
     model: FlatModel
     local: IntArray  # candidate index within its job, per flat candidate
 
 
 @dataclass(frozen=True, slots=True)
 class MipResult:
+    """What a MIP solve found: a choice (or none), its proven gap and HiGHS's message."""
+
     choice: list[int] | None  # candidate index per job
     optimal: bool
     gap: float

@@ -1,16 +1,20 @@
 """The same allocation MIP written with pulp (the user's named modelling layer).
 
 Not on the decision path: ``scripts/bench_policies.py`` times building this model at
-1,000 and 10,000 jobs, which is what ruled pulp out (figures in the README), and the
+1,000 and 10,000 jobs, which is what ruled pulp out (figures in docs/benchmarks.md), and the
 tests solve it on small instances to check that both formulations agree.  It holds the
 full model (no Lagrangian fixing), so it is also an independent check of ``mip``.
 """
 
 from __future__ import annotations
 
-import pulp
-
+from slurm_elastic.errors import MissingExtra
 from slurm_elastic.policy.compiled import Compiled
+
+try:
+    import pulp
+except ModuleNotFoundError:
+    raise MissingExtra("the pulp cross-check", "pulp", "test") from None
 
 
 def build_pulp(compiled: Compiled) -> tuple[pulp.LpProblem, list[list[pulp.LpVariable]]]:

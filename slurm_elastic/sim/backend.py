@@ -15,9 +15,8 @@ import functools
 from operator import getitem
 from typing import NamedTuple
 
-from slurm_elastic.actuate.companion import companion_parent
 from slurm_elastic.errors import SlurmRejected
-from slurm_elastic.marker import format_marker
+from slurm_elastic.marker import companion_parent, format_marker
 from slurm_elastic.sim.engine import Cluster, SimJob
 from slurm_elastic.types import (
     Allocation,

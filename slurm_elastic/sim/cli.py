@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from slurm_elastic.errors import SlurmElasticError
+from slurm_elastic.policy.registry import POLICIES
 
 if TYPE_CHECKING:  # the heavy modules load only when the command runs
     from rich.console import Console
@@ -40,7 +41,7 @@ def _when(text: str) -> float:
 def _quiet_logs() -> None:
     # Thousands of control cycles would print thousands of cycle.done (and per-cycle
     # fallback) lines; the simulator logs errors only and counts fallbacks in runs.json.
-    from slurm_elastic.daemon.log import configure_logging
+    from slurm_elastic.logs import configure_logging
 
     configure_logging("error")
 
@@ -53,7 +54,7 @@ def _quiet_logs() -> None:
     metavar="START END",
     help="Replay this cluster's accounting between START and END (epoch or ISO).",
 )
-@click.option("--policies", default="static,greedy,dp,mip", show_default=True)
+@click.option("--policies", default=",".join(POLICIES), show_default=True)
 @click.option("--nodes", type=click.IntRange(min=1), help="Simulated nodes (default: per trace).")
 @click.option(
     "--partitions",
@@ -174,17 +175,18 @@ def _run(
         nodes = sum(p.nodes for p in parts)
     elif nodes is None:
         nodes = study.default_nodes(trace, cfg, traces_dir)
-    cadences = {
-        "interval_s": interval_s,
-        "refresh_s": refresh_s,
-        "report_every_s": report_every_s,
-    }
+    unset = SimSettings()  # a cadence not given keeps the simulator's default
+    settings = SimSettings(
+        interval_s=unset.interval_s if interval_s is None else interval_s,
+        refresh_s=unset.refresh_s if refresh_s is None else refresh_s,
+        report_every_s=unset.report_every_s if report_every_s is None else report_every_s,
+    )
     st = study.Study(
         trace=trace,
         trace_path=source,
         traces_dir=traces_dir,
         workload_cfg=cfg,
-        settings=SimSettings(**{k: v for k, v in cadences.items() if v is not None}),
+        settings=settings,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         partitions=parts,

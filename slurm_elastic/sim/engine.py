@@ -36,12 +36,16 @@ EV_END, EV_ARRIVE, EV_ACK, EV_CYCLE = 0, 1, 2, 3
 
 @dataclass(frozen=True, slots=True)
 class PartitionSpec:
+    """One simulated partition: its name and node count."""
+
     name: str
     nodes: int
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
+    """The simulated cluster: its partitions (the first is the default) and GPUs per node."""
+
     partitions: tuple[PartitionSpec, ...]
     gpus_per_node: int = 1
 
@@ -65,6 +69,8 @@ class Period:
 
 @dataclass(slots=True)
 class SimJob:
+    """One job in the simulated cluster (a trace job or a companion), with its history."""
+
     job_id: int
     spec: JobSpec | None  # None for companion jobs
     name: str
@@ -107,6 +113,8 @@ class Driver(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Sample:
+    """Busy nodes and queued trace jobs at one moment (the utilisation timeline)."""
+
     time: float
     busy_nodes: int
     queued: int

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
+from slurm_elastic.errors import MissingExtra
 from slurm_elastic.sim.metrics import timeline
 from slurm_elastic.sim.runner import Outcome
 
 PLOTS = ("jct_cdf.png", "utilization.png", "queue.png")
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
-    import matplotlib
+def pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` drawing to files; ``MissingExtra`` without the ``plot`` extra."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise MissingExtra("plotting", "matplotlib", "plot") from None
 
     matplotlib.use("Agg")  # files only: no display on a head node
     import matplotlib.pyplot as plt
@@ -38,7 +44,7 @@ def _binned(hours: np.ndarray, values: np.ndarray, width_h: float) -> tuple[np.n
 
 
 def write_plots(outcomes: Mapping[str, Outcome], out_dir: Path, *, title: str) -> list[Path]:
-    plt = _pyplot()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / name for name in PLOTS]
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from slurm_elastic.policy.registry import DEFAULT_FALLBACK, POLICIES
 from slurm_elastic.sim.backend import SimBackend
 from slurm_elastic.sim.engine import (
     EV_ACK,
@@ -41,11 +42,13 @@ if TYPE_CHECKING:
 #: plausible POSIX time; results are reported relative to the first submission.
 ORIGIN = 1_700_000_000.0
 
-POLICIES = ("static", "greedy", "dp", "mip")
+__all__ = ["POLICIES", "ControllerDriver", "Outcome", "SimSettings", "simulate"]
 
 
 @dataclass(frozen=True, slots=True)
 class SimSettings:
+    """Which policy to simulate and the simulator's cadences."""
+
     policy: str = "mip"
     # Sim-time cadences.  The daemon cycles every 10 s on a live cluster; replaying months
     # of trace, the simulator runs the same cycle on a 60 s grid, only when something
@@ -60,6 +63,8 @@ class SimSettings:
 
 @dataclass(slots=True)
 class Outcome:
+    """What one simulation produced: finished jobs, samples and run statistics."""
+
     policy: str
     jobs: list[SimJob]  # every finished trace job (companions excluded)
     all_jobs: list[SimJob]
@@ -211,7 +216,11 @@ def report_for(job: SimJob, cluster: Cluster, now: float, *, total_steps: bool) 
 
 
 def _in_process_allocate(
-    problem: AllocationProblem, policy: str, options: PolicyOptions | None = None
+    problem: AllocationProblem,
+    policy: str,
+    options: PolicyOptions | None = None,
+    *,
+    fallback: str = DEFAULT_FALLBACK,
 ) -> Plan:
     """``policy.allocate`` with ``options`` (default: the daemon's), the MIP solved in this
     process.
@@ -225,7 +234,12 @@ def _in_process_allocate(
     from slurm_elastic.policy import allocate
     from slurm_elastic.policy.options import PolicyOptions
 
-    return allocate(problem, policy, options=replace(options or PolicyOptions(), isolate=False))
+    return allocate(
+        problem,
+        policy,
+        fallback=fallback,
+        options=replace(options or PolicyOptions(), isolate=False),
+    )
 
 
 class ControllerDriver:
@@ -242,9 +256,9 @@ class ControllerDriver:
         settings: SimSettings,
         options: PolicyOptions | None = None,
     ) -> None:
+        from slurm_elastic.actuate.instructions import InstructionBoard
         from slurm_elastic.config import Config
         from slurm_elastic.daemon.controller import Controller
-        from slurm_elastic.daemon.instructions import InstructionBoard
         from slurm_elastic.daemon.journal import Journal
         from slurm_elastic.daemon.reports import ReportStore
 
@@ -266,7 +280,9 @@ class ControllerDriver:
             reports=self.reports,
             journal=Journal(":memory:"),
             agents=self.board,
-            allocate=lambda problem, policy: _in_process_allocate(problem, policy, options),
+            allocate=lambda problem, policy: _in_process_allocate(
+                problem, policy, options, fallback=self.controller.config.policy.fallback
+            ),
         )
         self._held: dict[int, str] = {}  # job id -> instruction id being checkpointed for
         self._reported: dict[int, tuple[float, int]] = {}  # job id -> (time, world) last sent
@@ -320,7 +336,8 @@ class ControllerDriver:
             self.cluster.hold_for_checkpoint(job_id, job.spec.checkpoint_s)
 
     def acknowledge(self, job_id: int, now: float) -> None:
-        from slurm_elastic.daemon.instructions import Ack, AckStatus
+        from slurm_elastic.actuate.instructions import Ack
+        from slurm_elastic.protocol import AckStatus
 
         instruction_id = self._held.get(job_id)
         job = self.cluster.jobs.get(job_id)

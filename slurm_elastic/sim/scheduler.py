@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
+    """A pending job as the backfill scheduler sees it."""
+
     job_id: int
     nodes: int
     runtime_s: float  # expected run time once started
@@ -25,6 +27,8 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True)
 class Holding:
+    """Nodes a running job holds, and when they are expected back."""
+
     nodes: int
     end: float  # expected release time; inf when unknown
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.policy.registry import POLICIES, unknown_policy
 from slurm_elastic.sim.engine import ClusterSpec, PartitionSpec
 from slurm_elastic.sim.metrics import summarize
 from slurm_elastic.sim.runner import (
-    POLICIES,
     ControllerDriver,
     Outcome,
     SimSettings,
@@ -36,6 +36,8 @@ MAX_DEFAULT_GPUS = 1 << 14
 
 @dataclass(frozen=True, slots=True)
 class Study:
+    """One trace on one simulated cluster with one workload configuration."""
+
     trace: Trace
     trace_path: str
     traces_dir: Path
@@ -79,9 +81,7 @@ def parse_policies(text: str) -> tuple[str, ...]:
     names = tuple(p.strip() for p in text.split(",") if p.strip())
     bad = [p for p in names if p not in POLICIES]
     if bad or not names:
-        raise ConfigError(
-            f"unknown policy {', '.join(bad) or '(none)'}; choose from {', '.join(POLICIES)}"
-        )
+        raise ConfigError(unknown_policy(", ".join(bad) or "(none)"))
     return names
 
 

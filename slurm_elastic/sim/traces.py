@@ -50,6 +50,8 @@ class TraceJob:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
+    """A cluster trace read from a file: its name, format and jobs."""
+
     name: str
     format: str
     jobs: tuple[TraceJob, ...]

@@ -42,6 +42,8 @@ from slurm_elastic.sim.traces import Trace, TraceJob
 
 @dataclass(frozen=True, slots=True)
 class WorkloadConfig:
+    """How trace jobs become simulated training jobs (elastic share, ranges, costs)."""
+
     gpus_per_node: int = 1
     elastic_fraction: float = 1.0
     min_fraction: float = 0.5
@@ -98,6 +100,8 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
+    """The simulated jobs of a trace, and the trace jobs that can never fit."""
+
     jobs: tuple[JobSpec, ...]
     rejected: tuple[str, ...]  # trace ids that can never fit their partition
 

@@ -273,7 +273,9 @@ def tres_count(value: Any, name: str, where: str) -> int:
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas outside parentheses (``gpu:2(IDX:0,2)`` stays whole)."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1

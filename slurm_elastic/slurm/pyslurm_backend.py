@@ -315,7 +315,7 @@ def partition_view(raw: Mapping[str, Any]) -> PartitionView:
     else:
         seconds = cv.opt_int(max_time, f"{where}: max_time")  # seconds, not minutes
         too_long = seconds is None or seconds >= cv.UNLIMITED_MINUTES * 60
-        max_time_s = None if too_long else float(seconds)
+        max_time_s = None if seconds is None or too_long else float(seconds)
     return PartitionView(
         name=name,
         nodes=cv.nodes(raw.get("nodes"), f"{where}: nodes"),

@@ -54,6 +54,8 @@ _PREFIX = re.compile(r"^(?:\w+: )?(?:error: |fatal: )?", re.IGNORECASE)
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
+    """One Slurm command's argv, exit status, output and wall time."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str

@@ -1,9 +1,9 @@
 """Instructions from the daemon to jobs, and the jobs' acknowledgements.
 
-The controller posts an ``Instruction`` (today only ``shrink``) for a job; the job's
-agent fetches it through the HTTP API (``GET /v1/jobs/{id}/instruction``), checkpoints,
-stops the workers on the nodes that will go, and acknowledges (``POST .../ack``) with
-status ``ready`` (safe to shrink now) or ``failed``.  The board is the only place where
+The executor posts an ``Instruction`` (a ``protocol`` message; today only ``shrink``) for a
+job; the job's agent fetches it through the HTTP API (``GET /v1/jobs/{id}/instruction``),
+checkpoints, stops the workers on the nodes that will go, and acknowledges (``POST .../ack``)
+with status ``ready`` (safe to shrink now) or ``failed``.  The board is the only place where
 the API thread and the control loop meet, so every method takes the lock.
 
 An instruction stays visible until the controller clears it (after the shrink, on
@@ -13,44 +13,16 @@ has already answered.
 
 from __future__ import annotations
 
-import enum
 import threading
 from dataclasses import dataclass
-from typing import Any
 
-
-class InstructionKind(enum.StrEnum):
-    SHRINK = "shrink"
-
-
-class AckStatus(enum.StrEnum):
-    READY = "ready"  # checkpoint written, workers on removed nodes stopped
-    FAILED = "failed"  # the job cannot shrink gracefully now
-
-
-@dataclass(frozen=True, slots=True)
-class Instruction:
-    id: str
-    job_id: int
-    kind: InstructionKind
-    target_nodes: int
-    keep_nodes: tuple[str, ...]
-    deadline: float  # the daemon gives up waiting for an ack at this time
-    issued_at: float
-
-    def to_json(self) -> dict[str, Any]:
-        """The wire form of ``GET /v1/jobs/{id}/instruction`` (docs/CONTRACTS.md)."""
-        return {
-            "id": self.id,
-            "kind": str(self.kind),
-            "target_nodes": self.target_nodes,
-            "keep_nodes": list(self.keep_nodes),
-            "deadline": self.deadline,
-        }
+from slurm_elastic.protocol import AckStatus, Instruction
 
 
 @dataclass(frozen=True, slots=True)
 class Ack:
+    """An acknowledgement as the daemon received it (its wire form: ``protocol.AckBody``)."""
+
     instruction_id: str
     job_id: int
     status: AckStatus
@@ -67,13 +39,13 @@ class InstructionBoard:
         self._open: dict[int, Instruction] = {}
         self._acks: dict[str, Ack] = {}
 
-    def post(self, instruction: Instruction) -> None:
-        """Open ``instruction``, replacing (and forgetting) any earlier one for the job."""
+    def post(self, job_id: int, instruction: Instruction) -> None:
+        """Open ``instruction`` for ``job_id``, replacing (and forgetting) any earlier one."""
         with self._lock:
-            old = self._open.get(instruction.job_id)
+            old = self._open.get(job_id)
             if old is not None:
                 self._acks.pop(old.id, None)
-            self._open[instruction.job_id] = instruction
+            self._open[job_id] = instruction
 
     def pending_for(self, job_id: int) -> Instruction | None:
         with self._lock:

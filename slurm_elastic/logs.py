@@ -1,4 +1,4 @@
-"""structlog set-up for the daemon and the CLI.
+"""structlog set-up for every process: the daemon, the CLI and the job-side launcher.
 
 JSON lines when stderr is not a TTY (journald, files, log shippers), a readable console
 rendering on a TTY.  Log values carry user-written text (job names, comments, Slurm's

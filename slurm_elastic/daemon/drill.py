@@ -25,10 +25,10 @@ from pathlib import Path
 
 import structlog
 
+from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.api import ApiContext, ApiServer
 from slurm_elastic.daemon.controller import Controller, CycleResult
-from slurm_elastic.daemon.instructions import InstructionBoard
 from slurm_elastic.daemon.journal import Journal, JournalEntry
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
@@ -42,7 +42,7 @@ from slurm_elastic.types import (
     ProgressReport,
 )
 
-log = structlog.get_logger("slurm_elastic.agent")
+log = structlog.get_logger("slurm_elastic.drill")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,301 @@
+"""What decide, estimate and actuate know about each job, derived from one snapshot (pure).
+
+The neutral ground of the daemon's layers: the problem builder (decide), the estimator and
+the executor (actuate) all read the cluster through it, and it imports none of them.
+
+``classify`` sorts every job of a snapshot into exactly one class:
+
+* an elastic parent (valid marker, not het, not a companion, managed partition) with
+  its active companion jobs folded in — the policy sees the parent's *effective* size
+  (its own nodes plus its running companions' nodes);
+* a companion (``slurm-elastic:companion-of=<PARENT>``) — linked to its parent, or an
+  orphan when the parent is gone or no longer running;
+* anything else, with the reason it is not elastic ("not elastic", "malformed marker:
+  ...", "comment not trusted, ...", "heterogeneous job", ...).  Those jobs are never
+  touched.
+
+Beside it: when a companion job is an orphan (``orphan_reason``; the companion token's
+grammar, ``companion_parent``, is ``marker``'s), the layout of a shrink (``shrink_layout``:
+which companions go, how many of the parent's own nodes stay), the sizes a job may be
+offered (``offered_sizes``), and the pending jobs Slurm will not start whatever the free
+nodes (``not_eligible``: the problem builder leaves them out, the controller freezes them).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from slurm_elastic.errors import MarkerError, OutOfReach
+from slurm_elastic.marker import companion_parent, untrusted
+from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
+
+# job -> its spec, None (no marker), or raises MarkerError (malformed marker; OutOfReach
+# when its minimum is more than its partitions can ever give).
+SpecResolver = Callable[[JobView], ElasticSpec | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticJob:
+    job: JobView
+    spec: ElasticSpec
+    companions: tuple[JobView, ...] = ()  # active companions, oldest first
+    # Derived from the fields above once, at construction (the object is immutable): a
+    # cycle reads them several times per job, and they were a visible share of its cost.
+    _running: tuple[JobView, ...] = field(init=False, repr=False, compare=False)
+    _pending: tuple[JobView, ...] = field(init=False, repr=False, compare=False)
+    _effective: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Built for every elastic job every cycle, and most have no companion.
+        running: tuple[JobView, ...] = ()
+        pending: tuple[JobView, ...] = ()
+        grown = 0
+        if self.companions:
+            running = tuple(c for c in self.companions if c.state is JobState.RUNNING)
+            pending = tuple(c for c in self.companions if c.state is JobState.PENDING)
+            grown = sum(c.node_count for c in running)
+        effective = self.job.node_count + grown if self.job.is_running else 0
+        object.__setattr__(self, "_running", running)
+        object.__setattr__(self, "_pending", pending)
+        object.__setattr__(self, "_effective", effective)
+
+    @property
+    def running_companions(self) -> tuple[JobView, ...]:
+        return self._running
+
+    @property
+    def pending_companions(self) -> tuple[JobView, ...]:
+        return self._pending
+
+    @property
+    def effective_nodes(self) -> int:
+        """Nodes the job trains on now: 0 while pending, else its own plus running companions."""
+        return self._effective
+
+    @property
+    def pending_companion_nodes(self) -> int:
+        return sum(c.node_count for c in self.pending_companions)
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    elastic: Mapping[int, ElasticJob]
+    companions: Mapping[int, int]  # companion job id -> parent id (every active companion)
+    orphans: tuple[tuple[JobView, str], ...]  # companion, why it is an orphan
+    not_elastic: Mapping[int, str]  # job id -> reason (companions included)
+    jobs: Mapping[int, JobView] = field(default_factory=dict)
+
+
+def classify(
+    snapshot: ClusterSnapshot,
+    resolve_spec: SpecResolver,
+    partition_allowed: Callable[[str], bool] = lambda _p: True,
+) -> Classification:
+    """Sort the snapshot's active jobs into the classes of the module doc (pure)."""
+    active = {j.job_id: j for j in snapshot.jobs if j.state.is_active}
+    elastic_specs: dict[int, ElasticSpec] = {}
+    not_elastic: dict[int, str] = {}
+    companions_of: dict[int, list[JobView]] = {}
+    companion_parent_of: dict[int, int] = {}
+    for job in active.values():
+        parent_id = companion_parent(job.comment)
+        if parent_id is not None:
+            companion_parent_of[job.job_id] = parent_id
+            companions_of.setdefault(parent_id, []).append(job)
+            not_elastic[job.job_id] = f"companion of {parent_id}"
+            continue
+        reason, spec = _elastic_or_reason(job, resolve_spec, partition_allowed)
+        if spec is None:
+            not_elastic[job.job_id] = reason
+        else:
+            elastic_specs[job.job_id] = spec
+
+    elastic: dict[int, ElasticJob] = {}
+    orphans: list[tuple[JobView, str]] = []
+    for job_id, spec in elastic_specs.items():
+        parent = active[job_id]
+        mine = companions_of.get(job_id)
+        # Another user's job naming this parent is not ours to count (or to cancel).
+        kept = (
+            tuple(sorted((c for c in mine if c.user == parent.user), key=lambda c: c.job_id))
+            if mine
+            else ()
+        )
+        elastic[job_id] = ElasticJob(job=parent, spec=spec, companions=kept)
+    for comp_id in sorted(companion_parent_of):
+        why = orphan_reason(active[comp_id], active)
+        if why is not None:
+            orphans.append((active[comp_id], why))
+    return Classification(
+        elastic=elastic,
+        companions=companion_parent_of,
+        orphans=tuple(orphans),
+        not_elastic=not_elastic,
+        jobs=active,
+    )
+
+
+def _elastic_or_reason(
+    job: JobView, resolve_spec: SpecResolver, partition_allowed: Callable[[str], bool]
+) -> tuple[str, ElasticSpec | None]:
+    why = untrusted(job.comment)
+    if why is not None:
+        return f"comment not trusted, job left alone: {why}", None
+    try:
+        spec = resolve_spec(job)
+    except OutOfReach as exc:
+        return f"out of reach: {exc}", None
+    except MarkerError as exc:
+        return f"malformed marker: {exc}", None
+    if spec is None:
+        return "not elastic", None
+    if job.is_het:
+        return "heterogeneous job (not resized)", None
+    if not partition_allowed(job.partition):
+        return f"partition {job.partition} not managed", None
+    return "", spec
+
+
+# --------------------------------------------------------------------------- companions
+
+
+def orphan_reason(companion: JobView, active: Mapping[int, JobView]) -> str | None:
+    """Why an active ``companion`` should be cancelled, or None while its parent runs.
+
+    ``active`` maps job ids to the active jobs of the same snapshot.  A job naming a
+    parent owned by someone else is not a companion of ours: None, never cancelled.
+    """
+    parent_id = companion_parent(companion.comment)
+    if parent_id is None or companion.state is JobState.COMPLETING:
+        return None  # not a companion, or already ending
+    parent = active.get(parent_id)
+    if parent is None:
+        return f"orphan: parent {parent_id} has ended"
+    if parent.user != companion.user:
+        return None
+    if parent.state is not JobState.RUNNING:
+        return f"orphan: parent {parent_id} is {parent.state.value.lower()}"
+    return None
+
+
+# --------------------------------------------------------------------------- shrink layout
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkLayout:
+    cancel_companions: tuple[int, ...]  # companion job ids to cancel, newest first
+    parent_nodes: int  # the parent's own node count afterwards
+    keep_nodes: tuple[str, ...]  # every node the job keeps (parent first, then companions)
+
+
+def shrink_layout(ej: ElasticJob, target: int) -> ShrinkLayout:
+    """Drop whole companions first (newest first), then trim the parent's tail.
+
+    Companions go first because cancelling a job frees exactly its nodes, while the
+    parent's ``NumNodes=N`` keeps its first N nodes, the batch host among them.
+    """
+    running = ej.running_companions
+    n_kept, parent_nodes = shrink_split(
+        ej.effective_nodes, ej.job.node_count, tuple(c.node_count for c in running), target
+    )
+    kept = running[:n_kept]
+    cancel = tuple(c.job_id for c in reversed(running[n_kept:]))
+    keep = (*ej.job.nodes[:parent_nodes], *(n for c in kept for n in c.nodes))
+    return ShrinkLayout(cancel, parent_nodes, tuple(keep))
+
+
+def shrink_split(
+    effective: int, own: int, companion_nodes: tuple[int, ...], target: int
+) -> tuple[int, int]:
+    """``shrink_layout`` in numbers: (how many running companions, oldest first, stay;
+    the parent's own node count afterwards) for a job of ``effective`` nodes, ``own`` of
+    them its own, whose running companions hold ``companion_nodes``."""
+    kept = len(companion_nodes)
+    total = effective
+    while kept and total - companion_nodes[kept - 1] >= target:
+        kept -= 1
+        total -= companion_nodes[kept]
+    return kept, min(own, target - sum(companion_nodes[:kept]))
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+def offered_sizes(ej: ElasticJob) -> tuple[int, ...]:
+    """The sizes the policy may choose for the job, ascending: its spec's sizes, plus its
+    current size when running, less the sizes a shrink cannot reach.
+
+    Three size sets, each with one home: ``ElasticSpec.allowed_sizes`` is the grid the
+    user's marker promises; this is that grid as the job's state allows it now (the
+    problem's ``ElasticDemand.allowed_sizes``); ``ElasticDemand.candidate_sizes`` are the
+    values the solver picks from (0 added for a pending job, the current size alone for
+    a frozen one).
+
+    A shrink (``shrink_layout``) cancels whole companions (newest first) and then trims
+    the parent's own nodes, keeping at least the batch host, so a size that would leave
+    the parent with no node of its own while companions remain (2 own + a 4-node
+    companion cannot become 3) cannot be reached; the guards would block that shrink.
+    Offering it to the policy would let the plan count on nodes it cannot free (pending
+    jobs it "starts" with them stay pending), so it is not a candidate.
+    """
+    running = ej.running_companions
+    return _offered_sizes(
+        ej.spec,
+        ej.effective_nodes,
+        ej.job.node_count,
+        tuple(c.node_count for c in running) if running else (),
+    )
+
+
+# Asked for every elastic job every cycle, from a few small numbers that rarely change
+# (~10 us a job with the set, the sort and a shrink layout per size): computed once each.
+@functools.lru_cache(maxsize=4096)
+def _offered_sizes(
+    spec: ElasticSpec, current: int, own: int, companion_nodes: tuple[int, ...]
+) -> tuple[int, ...]:
+    sizes = set(spec.allowed_sizes)
+    if current > 0:
+        # The current size is always a choice, so "no change" stays feasible whatever
+        # the step; it may lie off the grid after an earlier hard resize.
+        sizes.add(current)
+        if companion_nodes:
+            sizes = {
+                s
+                for s in sizes
+                if s >= current or shrink_split(current, own, companion_nodes, s)[1] >= 1
+            }
+    return tuple(sorted(sizes))
+
+
+# --------------------------------------------------------------------------- eligibility
+
+# squeue's state_reason for pending jobs that cannot start now, as Slurm 22.05 spells it
+# (tests/fixtures/slurm/22.05/squeue-held-dependency.json), with the REASON shown.  Limits
+# (QOS*/Assoc*Limit) are not here: a smaller size may be what lets such a job start.
+NOT_ELIGIBLE_REASONS: Mapping[str, str] = {
+    "JobHeldUser": "held",  # sbatch --hold, scontrol uhold (priority 0)
+    "JobHeldAdmin": "held",  # scontrol hold by an operator (priority 0)
+    "JobHoldMaxRequeue": "held",  # requeued too often, held by Slurm
+    "Dependency": "dependency",
+    "DependencyNeverSatisfied": "dependency never satisfied",
+    "BeginTime": "begin time",  # --begin in the future, or just requeued
+    "Reservation": "reservation not started",
+}
+
+
+def not_eligible_reason(job: JobView) -> str | None:
+    """Why Slurm will not start this pending job now whatever the free nodes, or None."""
+    if job.state not in (JobState.PENDING, JobState.REQUEUED):
+        return None
+    return NOT_ELIGIBLE_REASONS.get(job.state_reason)
+
+
+def not_eligible(classification: Classification) -> dict[int, str]:
+    """Elastic jobs that get no capacity this cycle, with the reason."""
+    return {
+        job_id: why
+        for job_id, ej in classification.elastic.items()
+        if (why := not_eligible_reason(ej.job)) is not None
+    }
