@@ -236,9 +236,9 @@ def test_a_number_is_loaded_iff_finite_and_in_bounds(key: str, value: float) -> 
 @pytest.mark.parametrize("end", ["min", "max"])
 def test_a_config_at_its_bounds_runs_cycles(end: str) -> None:
     """No accepted value makes the cycle fail: every number at its lowest, then its highest."""
+    from slurm_elastic.actuate.journal import Journal
     from slurm_elastic.daemon.controller import Controller
     from slurm_elastic.daemon.instructions import InstructionBoard
-    from slurm_elastic.daemon.journal import Journal
     from slurm_elastic.daemon.reports import ReportStore
     from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot
 

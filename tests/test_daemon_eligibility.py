@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from slurm_elastic.actuate.journal import Journal
 from slurm_elastic.actuate.state import classify
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Allocate, Controller
 from slurm_elastic.daemon.instructions import InstructionBoard
-from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.problem import build_problem, not_eligible, not_eligible_reason
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.marker import resolve_spec

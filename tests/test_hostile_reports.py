@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurm_elastic.actuate.journal import Journal
 from slurm_elastic.actuate.state import ElasticJob
 from slurm_elastic.config import Config
 from slurm_elastic.daemon import api, auth
@@ -28,7 +29,6 @@ from slurm_elastic.daemon.api import ReportRejected, parse_report
 from slurm_elastic.daemon.controller import Controller
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.instructions import InstructionBoard
-from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import GrowCheck, JobModel
 from slurm_elastic.types import ActionKind, ElasticSpec

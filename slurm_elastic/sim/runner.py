@@ -242,10 +242,10 @@ class ControllerDriver:
         settings: SimSettings,
         options: PolicyOptions | None = None,
     ) -> None:
+        from slurm_elastic.actuate.journal import Journal
         from slurm_elastic.config import Config
         from slurm_elastic.daemon.controller import Controller
         from slurm_elastic.daemon.instructions import InstructionBoard
-        from slurm_elastic.daemon.journal import Journal
         from slurm_elastic.daemon.reports import ReportStore
 
         config = Config.model_validate(
