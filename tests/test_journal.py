@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from slurm_elastic.actuate.journal import JOURNAL_FILE, ActionStatus, Journal
+from slurm_elastic.actuate.journal import JOURNAL_FILE, ActionStatus, Journal, JournalStore
 from slurm_elastic.errors import StateError
+from slurm_elastic.sim.journal import MemoryJournal
 from slurm_elastic.types import Action, ActionKind, ElasticSpec
 
 GROW = Action(ActionKind.GROW, 1, 1, 2, "test", (("companion_nodes", "1"),))
@@ -105,6 +107,108 @@ def test_a_journal_written_by_7a9a5ae_reads_the_same(tmp_path: Path) -> None:
     assert sorted(journal.reconfigured_jobs()) == want["reconfigured_jobs"]
     assert journal.record_intent(GROW, 300.0) == 12
     journal.close()
+
+
+def _answers(store: JournalStore, rng: random.Random) -> dict[str, object]:
+    """Every query of the store, some with arguments drawn from ``rng``."""
+    jobs = rng.sample(range(1, 25), 5)
+    return {
+        "all": store.all_actions(),
+        "open": store.open_actions(),
+        "get": [store.get(i) for i in rng.sample(range(0, 80), 5)],
+        "for": [store.actions_for(j) for j in jobs],
+        "resized": store.last_resize_at(),
+        "resized_some": store.last_resize_at(jobs),
+        "grow_failures": [store.grow_failures(j, rng.choice((1, 3, 100))) for j in jobs],
+        "shrunk": store.shrunk_jobs(),
+        "reconfigured": store.reconfigured_jobs(),
+        "links": store.companions(active_only=False),
+        "active": store.companions(),
+        "specs": store.known_specs(),
+    }
+
+
+def _write(store: JournalStore, rng: random.Random, step: int) -> object:
+    """One write drawn from ``rng``; returns what the store returned."""
+    now = float(step)
+    op = rng.random()
+    if op < 0.3:
+        kind = rng.choice(list(ActionKind))
+        extra = rng.choice(
+            (
+                (),
+                (("companion_nodes", "1"),),
+                (("parent_nodes", "2"), ("parent_from", "4"), ("keep_nodes", "a,b")),
+                (("parent_nodes", "3"),),
+                [("n", 2)],  # not string pairs: stored and read back as ("n", "2")
+            )
+        )
+        action = Action(kind, rng.randrange(1, 20), 4, 2, "test", extra)  # type: ignore[arg-type]
+        return store.record_intent(
+            action,
+            now,
+            status=rng.choice((ActionStatus.INTENT, ActionStatus.WAITING, ActionStatus.APPLIED)),
+            instruction_id=rng.choice((None, f"i{step}")),
+            deadline=rng.choice((None, now + 60.0)),
+        )
+    if op < 0.6:
+        return store.mark(
+            rng.randrange(1, step + 2),  # now and then an id never written
+            rng.choice(list(ActionStatus)),
+            now - rng.random() * 50.0,
+            detail=rng.choice(("", "why")),
+            companion_id=rng.choice((None, step)),
+        )
+    if op < 0.7:
+        comp = rng.randrange(100, 130)  # linked twice now and then: the first link stays
+        return store.link_companion(rng.randrange(1, 20), comp, 1, rng.choice((None, 1)), now)
+    if op < 0.8:
+        return store.end_companion(rng.randrange(100, 130), now)
+    if op < 0.87:
+        spec = ElasticSpec(
+            1, rng.randrange(1, 9), 1, rng.choice((None, 4)), rng.choice((None, 30.0))
+        )
+        return store.remember_specs({rng.randrange(1, 20): spec}, now)
+    if op < 0.95:
+        return store.forget_specs(rng.sample(range(1, 20), 3))
+    return store.prune(now - 40.0)
+
+
+def test_the_two_stores_answer_every_query_the_same(tmp_path: Path) -> None:
+    """The simulator's MemoryJournal and the daemon's SQLite Journal, given the same writes
+    (every kind, status and query; ids never written; links twice; prunes), return the
+    same from every write and every query; the file, opened again, the same too."""
+    rng = random.Random(3)
+    sqlite_store = Journal.in_state_dir(tmp_path)
+    memory = MemoryJournal()
+    seen: dict[str, None] = {}
+    for step in range(600):
+        state = rng.getstate()
+        written = _write(sqlite_store, rng, step)
+        rng.setstate(state)
+        assert _write(memory, rng, step) == written
+        if rng.random() < 0.3:
+            continue  # several writes between reads, too
+        state = rng.getstate()
+        answers = _answers(sqlite_store, rng)
+        rng.setstate(state)
+        assert _answers(memory, rng) == answers
+        seen.update(
+            dict.fromkeys(
+                k
+                for k in ("open", "resized", "shrunk", "reconfigured", "active", "specs")
+                if answers[k]
+            )
+        )
+        if any(count for count, _, _ in answers["grow_failures"]):  # type: ignore[attr-defined]
+            seen["failed"] = None
+    # The scenario reached every answer non-empty at some read.
+    assert set(seen) == {"open", "resized", "shrunk", "reconfigured", "active", "specs", "failed"}
+    sqlite_store.close()
+    state = rng.getstate()
+    again = _answers(Journal.in_state_dir(tmp_path), rng)
+    rng.setstate(state)
+    assert again == _answers(memory, rng)
 
 
 # --------------------------------------------------------------------------- faults of the file

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 from slurm_elastic.actuate.companion import companion_comment
-from slurm_elastic.actuate.journal import ActionStatus, Journal
+from slurm_elastic.actuate.journal import ActionStatus, Journal, JournalStore
 from slurm_elastic.actuate.reconcile import reconcile
+from slurm_elastic.sim.journal import MemoryJournal
 from slurm_elastic.types import Action, ActionKind
 from tests.test_daemon_controller_data import RecordingBackend, job, pending, snapshot
 from tests.test_journal import GROW
 
 
-def test_grow_interrupted_after_sbatch_adopts_the_companion() -> None:
-    journal = Journal()
+@pytest.fixture(params=["sqlite", "memory"])
+def new_store(request: pytest.FixtureRequest) -> Callable[[], JournalStore]:
+    """Each scenario runs on the daemon's store and on the simulator's."""
+    return Journal if request.param == "sqlite" else MemoryJournal
+
+
+def test_grow_interrupted_after_sbatch_adopts_the_companion(
+    new_store: Callable[[], JournalStore],
+) -> None:
+    journal = new_store()
     aid = journal.record_intent(GROW, 10.0)
     comp = pending(9, comment=companion_comment(1))
     backend = RecordingBackend(snapshot([job(1, nodes=("n1",)), comp]))
@@ -22,10 +35,12 @@ def test_grow_interrupted_after_sbatch_adopts_the_companion() -> None:
     assert journal.get(aid).status is ActionStatus.APPLIED  # type: ignore[union-attr]
 
 
-def test_grow_interrupted_never_adopts_another_users_job() -> None:
+def test_grow_interrupted_never_adopts_another_users_job(
+    new_store: Callable[[], JournalStore],
+) -> None:
     """se-bob's job naming se-alice's job as its parent, older than the real companion,
     is neither adopted nor cancelled; the real companion (hers) is."""
-    journal = Journal()
+    journal = new_store()
     aid = journal.record_intent(GROW, 10.0)
     parent = job(1, nodes=("n1",), user="se-alice")
     fake = pending(8, comment=companion_comment(1), user="se-bob")
@@ -35,7 +50,7 @@ def test_grow_interrupted_never_adopts_another_users_job() -> None:
     assert report.adopted == [9] and report.completed == [aid]
     assert [c.companion_id for c in journal.companions()] == [9]
     assert backend.actions() == []
-    alone = Journal()
+    alone = new_store()
     aid = alone.record_intent(GROW, 10.0)
     backend = RecordingBackend(snapshot([parent, fake]))
     report = reconcile(alone, backend, backend.snap)  # type: ignore[arg-type]
@@ -43,16 +58,20 @@ def test_grow_interrupted_never_adopts_another_users_job() -> None:
     assert alone.companions() == () and backend.actions() == []
 
 
-def test_grow_interrupted_before_sbatch_is_rolled_back() -> None:
-    journal = Journal()
+def test_grow_interrupted_before_sbatch_is_rolled_back(
+    new_store: Callable[[], JournalStore],
+) -> None:
+    journal = new_store()
     aid = journal.record_intent(GROW, 10.0)
     backend = RecordingBackend(snapshot([job(1, nodes=("n1",))]))
     report = reconcile(journal, backend, backend.snap)  # type: ignore[arg-type]
     assert report.rolled_back == [aid] and backend.actions() == []
 
 
-def test_reconcile_cancels_orphans_once_and_only_in_enforce() -> None:
-    journal = Journal()
+def test_reconcile_cancels_orphans_once_and_only_in_enforce(
+    new_store: Callable[[], JournalStore],
+) -> None:
+    journal = new_store()
     journal.link_companion(1, 9, 1, None, 5.0)
     orphan = job(9, nodes=("n2",), comment=companion_comment(1))
     alive = job(11, nodes=("n3",), comment=companion_comment(10))
@@ -67,8 +86,10 @@ def test_reconcile_cancels_orphans_once_and_only_in_enforce() -> None:
     assert kinds == [(ActionKind.CANCEL_COMPANION, ActionStatus.APPLIED)]
 
 
-def test_reconcile_closes_pins_and_shrinks_by_what_slurm_shows() -> None:
-    journal = Journal()
+def test_reconcile_closes_pins_and_shrinks_by_what_slurm_shows(
+    new_store: Callable[[], JournalStore],
+) -> None:
+    journal = new_store()
     pinned = journal.record_intent(Action(ActionKind.START_AT_SIZE, 2, 0, 3), 1.0)
     unpinned = journal.record_intent(Action(ActionKind.START_AT_SIZE, 3, 0, 2), 1.0)
     shrunk = journal.record_intent(
@@ -102,8 +123,10 @@ def test_reconcile_closes_pins_and_shrinks_by_what_slurm_shows() -> None:
     assert again.completed == again.rolled_back == again.cancelled == []
 
 
-def test_shrink_dropping_a_companion_is_done_only_when_the_companion_is_gone() -> None:
-    journal = Journal()
+def test_shrink_dropping_a_companion_is_done_only_when_the_companion_is_gone(
+    new_store: Callable[[], JournalStore],
+) -> None:
+    journal = new_store()
     extra = (("parent_nodes", "2"), ("cancel_companions", "9"), ("keep_nodes", "n1,n2"))
     aid = journal.record_intent(
         Action(ActionKind.SHRINK, 1, 3, 2, extra=extra), 1.0, status=ActionStatus.WAITING

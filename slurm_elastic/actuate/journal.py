@@ -4,9 +4,13 @@ Storage only.  What the executor does with the rows (apply, advance a shrink) is
 ``actuate.executor``; what a restart does with the rows still open (close each against
 Slurm, cancel orphan companions) is in ``actuate.reconcile``.
 
-``Journal`` keeps the rows in a SQLite file in the state directory (``journal.sqlite``;
-``:memory:`` for tests, tools and the simulator).  Plain SQL: every read is a query,
-nothing is kept in memory between calls, so what a call returns is what the file holds.
+``JournalStore`` is what they need from it.  Two stores keep it:
+
+* ``Journal``: a SQLite file in the state directory (``journal.sqlite``), the daemon's.
+  Plain SQL: every read is a query, nothing is kept in memory between calls, so what a
+  call returns is what the file holds.
+* ``slurm_elastic.sim.journal.MemoryJournal``: the simulator's, in dicts, with the same
+  answers (``tests/test_journal.py`` runs one scenario on both).
 
 Each action row moves through::
 

@@ -30,6 +30,7 @@ from slurm_elastic.sim.engine import (
     Sample,
     SimJob,
 )
+from slurm_elastic.sim.journal import MemoryJournal
 from slurm_elastic.sim.workload import Workload
 from slurm_elastic.types import AllocationProblem, JobState, Plan, ProgressReport, SolverStatus
 
@@ -242,7 +243,6 @@ class ControllerDriver:
         settings: SimSettings,
         options: PolicyOptions | None = None,
     ) -> None:
-        from slurm_elastic.actuate.journal import Journal
         from slurm_elastic.config import Config
         from slurm_elastic.daemon.controller import Controller
         from slurm_elastic.daemon.instructions import InstructionBoard
@@ -264,7 +264,7 @@ class ControllerDriver:
             backend,
             config,
             reports=self.reports,
-            journal=Journal(":memory:"),
+            journal=MemoryJournal(),
             agents=self.board,
             allocate=lambda problem, policy: _in_process_allocate(problem, policy, options),
         )
