@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -342,7 +342,8 @@ class Journal:
                     db.execute("ROLLBACK")
                 raise
 
-    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """The rows a query returns, as SQLite typed them (checked where they are decoded)."""
         with self._access() as db:
             return db.execute(sql, args).fetchall()
 
@@ -426,7 +427,7 @@ class Journal:
                 chunk = ids[start : start + _MAX_PARAMS]
                 marks = ",".join("?" * len(chunk))
                 rows += self._rows(f"{query} AND job_id IN ({marks}) GROUP BY job_id", chunk)
-        return {int(job): float(at) for job, at in rows}  # type: ignore[call-overload,arg-type]
+        return {int(job): float(at) for job, at in rows}
 
     def grow_failures(self, job_id: int, limit: int = 100) -> tuple[int, float | None, str]:
         rows = self._rows(
@@ -434,7 +435,7 @@ class Journal:
             " AND status IN ('applied','failed') ORDER BY id DESC LIMIT ?",
             (job_id, limit),
         )
-        return failed_in_a_row([(str(s), float(at), str(d)) for s, at, d in rows])  # type: ignore[arg-type]
+        return failed_in_a_row([(str(s), float(at), str(d)) for s, at, d in rows])
 
     def shrunk_jobs(self) -> set[int]:
         rows = self._select("WHERE kind='shrink' AND status='applied'")
@@ -445,7 +446,7 @@ class Journal:
             "SELECT DISTINCT job_id FROM actions"
             " WHERE kind='reconfigure' AND status IN ('applied','failed')"
         )
-        return {int(r[0]) for r in rows}  # type: ignore[call-overload]
+        return {int(r[0]) for r in rows}
 
     def _select(self, where: str, args: Sequence[object] = ()) -> tuple[JournalEntry, ...]:
         rows = self._rows(f"SELECT {_COLUMNS} FROM actions {where}", args)
@@ -492,7 +493,7 @@ class Journal:
             "SELECT companion_id, parent_id, nodes, action_id, linked_at, ended_at"
             f" FROM companions {where} ORDER BY companion_id"
         )
-        return tuple(CompanionLink(*row) for row in rows)  # type: ignore[arg-type]
+        return tuple(CompanionLink(*row) for row in rows)
 
     # ------------------------------------------------------------------ specs
 
@@ -521,7 +522,7 @@ class Journal:
         rows = self._rows(
             "SELECT job_id, min_nodes, max_nodes, step, gpus_per_node, resize_cost_s FROM specs"
         )
-        return {int(r[0]): ElasticSpec(*r[1:]) for r in rows}  # type: ignore[call-overload,arg-type]
+        return {int(r[0]): ElasticSpec(*r[1:]) for r in rows}
 
     def forget_specs(self, job_ids: Iterable[int]) -> None:
         ids = [(job_id,) for job_id in job_ids]
@@ -541,12 +542,10 @@ def encode_extra(extra: Iterable[Sequence[object]]) -> str:
     return json.dumps([list(p) for p in extra])
 
 
-def decode_action(
-    job_id: object, kind: object, frm: object, to: object, reason: object, extra: object
-) -> Action:
+def decode_action(job_id: Any, kind: Any, frm: Any, to: Any, reason: Any, extra: Any) -> Action:
     """An action as its row's columns read back: ints, the kind by value, string pairs."""
     pairs = tuple((str(k), str(v)) for k, v in json.loads(str(extra)))
-    return Action(ActionKind(kind), int(job_id), int(frm), int(to), str(reason), pairs)  # type: ignore[call-overload]
+    return Action(ActionKind(str(kind)), int(job_id), int(frm), int(to), str(reason), pairs)
 
 
 def failed_in_a_row(
@@ -574,20 +573,20 @@ def cut_own_allocation(shrink: Action) -> bool:
     return int(extra.get("parent_nodes", shrink.to_nodes)) < before
 
 
-def _entry(row: tuple[object, ...]) -> JournalEntry:
+def _entry(row: tuple[Any, ...]) -> JournalEntry:
     (aid, job_id, kind, frm, to, status, created, updated, reason, detail, extra, iid, dl, comp) = (
         row
     )
     return JournalEntry(
-        id=int(aid),  # type: ignore[call-overload]
+        id=int(aid),
         action=decode_action(job_id, kind, frm, to, reason, extra),
-        status=ActionStatus(status),
-        created_at=float(created),  # type: ignore[arg-type]
-        updated_at=float(updated),  # type: ignore[arg-type]
+        status=ActionStatus(str(status)),
+        created_at=float(created),
+        updated_at=float(updated),
         detail=str(detail),
         instruction_id=None if iid is None else str(iid),
-        deadline=None if dl is None else float(dl),  # type: ignore[arg-type]
-        companion_id=None if comp is None else int(comp),  # type: ignore[call-overload]
+        deadline=None if dl is None else float(dl),
+        companion_id=None if comp is None else int(comp),
     )
 
 
