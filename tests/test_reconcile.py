@@ -140,3 +140,19 @@ def test_shrink_dropping_a_companion_is_done_only_when_the_companion_is_gone(
     )
     backend.snap = snapshot([parent])
     assert reconcile(journal, backend, backend.snap).completed == [aid]  # type: ignore[arg-type]
+
+
+def test_reconfigure_and_companion_cancel_rows_say_why_they_were_rolled_back(
+    new_store: Callable[[], JournalStore],
+) -> None:
+    """A reconfigure row is for a job that has ended: rolled back as unconfirmed (the next
+    cycle repeats it), not as "job has ended"; a cancel whose companion still runs too."""
+    journal = new_store()
+    reconf = journal.record_intent(Action(ActionKind.RECONFIGURE, 7, 0, 0, "leak"), 1.0)
+    cancel = journal.record_intent(Action(ActionKind.CANCEL_COMPANION, 9, 1, 0), 1.0)
+    backend = RecordingBackend(snapshot([job(1, nodes=("n1",)), job(9, nodes=("n2",))]))
+    report = reconcile(journal, backend, backend.snap)  # type: ignore[arg-type]
+    assert report.rolled_back == [reconf, cancel]
+    details = {e.id: e.detail for e in journal.all_actions()}
+    assert details[reconf] == "reconciled: reconfigure not confirmed before restart"
+    assert details[cancel] == "reconciled: companion still active"
