@@ -63,9 +63,9 @@ def shadow_controller(state_dir: str, allocate: Allocate | None = None) -> Contr
     in memory): every step of a cycle but applying.  ``allocate``: the policy (default
     the configured one)."""
     from slurm_elastic.actuate.instructions import InstructionBoard
+    from slurm_elastic.actuate.journal import Journal
     from slurm_elastic.config import Config
     from slurm_elastic.daemon.controller import Controller
-    from slurm_elastic.daemon.journal import Journal
     from slurm_elastic.daemon.reports import ReportStore
     from slurm_elastic.slurm.cli import CliBackend
 

@@ -237,8 +237,8 @@ def test_a_number_is_loaded_iff_finite_and_in_bounds(key: str, value: float) -> 
 def test_a_config_at_its_bounds_runs_cycles(end: str) -> None:
     """No accepted value makes the cycle fail: every number at its lowest, then its highest."""
     from slurm_elastic.actuate.instructions import InstructionBoard
+    from slurm_elastic.actuate.journal import Journal
     from slurm_elastic.daemon.controller import Controller
-    from slurm_elastic.daemon.journal import Journal
     from slurm_elastic.daemon.reports import ReportStore
     from tests.fakes import RecordingBackend
     from tests.test_daemon_controller_data import job, pending, snapshot

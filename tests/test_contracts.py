@@ -7,7 +7,7 @@ import json
 
 from prometheus_client import generate_latest
 
-from slurm_elastic.daemon.journal import ActionStatus
+from slurm_elastic.actuate.journal import ActionStatus
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.types import ActionOutcome, CycleErrorKind
 from tests.test_daemon_controller import make

@@ -11,9 +11,9 @@ import pytest
 
 from slurm_elastic.actuate.companion import companion_comment
 from slurm_elastic.actuate.instructions import Ack, InstructionBoard
+from slurm_elastic.actuate.journal import ActionStatus, Journal
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Controller, keep_current_plan
-from slurm_elastic.daemon.journal import ActionStatus, Journal
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.errors import SlurmRejected, SolverError
 from slurm_elastic.protocol import AckStatus

@@ -14,10 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.actuate.journal import Journal
 from slurm_elastic.cluster_state import classify, not_eligible, not_eligible_reason
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Allocate, Controller
-from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.problem import build_problem
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.marker import resolve_spec

@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.actuate.journal import ActionStatus, Journal
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.api import ApiContext, ApiServer
 from slurm_elastic.daemon.controller import Controller, CycleResult
-from slurm_elastic.daemon.journal import ActionStatus, Journal
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.protocol import get_json, post_authenticated

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.actuate.journal import ActionStatus, Journal
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Controller
-from slurm_elastic.daemon.journal import ActionStatus, Journal
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.slurm.cli import leaks_nodes_after_shrink
 from slurm_elastic.types import Action, ActionKind, JobView

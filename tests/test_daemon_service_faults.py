@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_elastic.actuate.journal import JOURNAL_FILE
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.commands import _journal_copy, daemon
 from slurm_elastic.daemon.exitcodes import ExitCode
-from slurm_elastic.daemon.journal import JOURNAL_FILE
 from slurm_elastic.daemon.service import Notifier, Service
 from slurm_elastic.errors import StateError
 from tests.fakes import RecordingBackend

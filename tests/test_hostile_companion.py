@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.actuate.companion import companion_comment
-from slurm_elastic.daemon.journal import Journal
+from slurm_elastic.actuate.journal import Journal
+from slurm_elastic.actuate.reconcile import reconcile
 from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.slurm.owner import login_umask
 from slurm_elastic.types import Action, ActionKind
@@ -123,7 +124,7 @@ def test_recovery_after_a_kill_mid_grow_never_adopts_another_users_job(
     grow = Action(ActionKind.GROW, parent, 1, 2, "test", (("companion_nodes", "1"),))
     intent = journal.record_intent(grow, time.time())
     backend = CliBackend()
-    report = journal.reconcile(backend, backend.read_cluster(), act=True)
+    report = reconcile(journal, backend, backend.read_cluster(), act=True)
     assert report.adopted == [] and report.rolled_back == [intent] and report.cancelled == []
     assert journal.companions(active_only=False) == ()
     assert fake in clean_queue.active_job_ids()

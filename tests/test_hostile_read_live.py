@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.actuate.journal import Journal
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Controller
-from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.types import JobHistory, JobState

@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 
 from slurm_elastic import protocol
 from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.actuate.journal import Journal
 from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.api import parse_report
 from slurm_elastic.daemon.controller import Controller
 from slurm_elastic.daemon.estimate import Estimator
-from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.errors import ReportRejected
 from slurm_elastic.model.outlook import GrowCheck, JobModel

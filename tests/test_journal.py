@@ -1,9 +1,12 @@
-"""The action journal: durable intents, and start-up reconciliation against a snapshot."""
+"""The action journal: durable rows, the same answers from both stores, faults of the file."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -13,12 +16,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from slurm_elastic.actuate.companion import companion_comment
-from slurm_elastic.daemon.journal import JOURNAL_FILE, ActionStatus, Journal
+from slurm_elastic.actuate.journal import JOURNAL_FILE, ActionStatus, Journal, JournalStore
 from slurm_elastic.errors import StateError
+from slurm_elastic.sim.journal import MemoryJournal
 from slurm_elastic.types import Action, ActionKind, ElasticSpec
-from tests.fakes import RecordingBackend
-from tests.test_daemon_controller_data import job, pending, snapshot
 
 GROW = Action(ActionKind.GROW, 1, 1, 2, "test", (("companion_nodes", "1"),))
 
@@ -33,98 +34,6 @@ def test_intent_survives_a_crash(tmp_path: Path) -> None:
     again.mark(action_id, ActionStatus.APPLIED, 11.0, companion_id=77)
     assert Journal.in_state_dir(tmp_path).open_actions() == ()
     assert again.get(action_id).companion_id == 77  # type: ignore[union-attr]
-
-
-def test_grow_interrupted_after_sbatch_adopts_the_companion() -> None:
-    journal = Journal()
-    aid = journal.record_intent(GROW, 10.0)
-    comp = pending(9, comment=companion_comment(1))
-    backend = RecordingBackend(snapshot([job(1, nodes=("n1",)), comp]))
-    report = journal.reconcile(backend, backend.snap)  # type: ignore[arg-type]
-    assert report.completed == [aid] and report.adopted == [9]
-    assert backend.actions() == []  # nothing repeated, nothing cancelled
-    assert journal.companions()[0].companion_id == 9
-    assert journal.get(aid).status is ActionStatus.APPLIED  # type: ignore[union-attr]
-
-
-def test_grow_interrupted_never_adopts_another_users_job() -> None:
-    """se-bob's job naming se-alice's job as its parent, older than the real companion,
-    is neither adopted nor cancelled; the real companion (hers) is."""
-    journal = Journal()
-    aid = journal.record_intent(GROW, 10.0)
-    parent = job(1, nodes=("n1",), user="se-alice")
-    fake = pending(8, comment=companion_comment(1), user="se-bob")
-    real = pending(9, comment=companion_comment(1), user="se-alice")
-    backend = RecordingBackend(snapshot([parent, fake, real]))
-    report = journal.reconcile(backend, backend.snap)  # type: ignore[arg-type]
-    assert report.adopted == [9] and report.completed == [aid]
-    assert [c.companion_id for c in journal.companions()] == [9]
-    assert backend.actions() == []
-    alone = Journal()
-    aid = alone.record_intent(GROW, 10.0)
-    backend = RecordingBackend(snapshot([parent, fake]))
-    report = alone.reconcile(backend, backend.snap)  # type: ignore[arg-type]
-    assert report.adopted == [] and report.rolled_back == [aid]
-    assert alone.companions() == () and backend.actions() == []
-
-
-def test_grow_interrupted_before_sbatch_is_rolled_back() -> None:
-    journal = Journal()
-    aid = journal.record_intent(GROW, 10.0)
-    backend = RecordingBackend(snapshot([job(1, nodes=("n1",))]))
-    report = journal.reconcile(backend, backend.snap)  # type: ignore[arg-type]
-    assert report.rolled_back == [aid] and backend.actions() == []
-
-
-def test_reconcile_cancels_orphans_once_and_only_in_enforce() -> None:
-    journal = Journal()
-    journal.link_companion(1, 9, 1, None, 5.0)
-    orphan = job(9, nodes=("n2",), comment=companion_comment(1))
-    alive = job(11, nodes=("n3",), comment=companion_comment(10))
-    parent = job(10, nodes=("n1",))
-    backend = RecordingBackend(snapshot([orphan, alive, parent]))
-    shadow = journal.reconcile(backend, backend.snap, act=False)  # type: ignore[arg-type]
-    assert shadow.cancelled == [] and backend.actions() == []
-    report = journal.reconcile(backend, backend.snap)  # type: ignore[arg-type]
-    assert report.cancelled == [9] and backend.actions() == [("cancel", 9)]
-    assert [c.companion_id for c in journal.companions()] == []
-    kinds = [(e.kind, e.status) for e in journal.all_actions()]
-    assert kinds == [(ActionKind.CANCEL_COMPANION, ActionStatus.APPLIED)]
-
-
-def test_reconcile_closes_pins_and_shrinks_by_what_slurm_shows() -> None:
-    journal = Journal()
-    pinned = journal.record_intent(Action(ActionKind.START_AT_SIZE, 2, 0, 3), 1.0)
-    unpinned = journal.record_intent(Action(ActionKind.START_AT_SIZE, 3, 0, 2), 1.0)
-    shrunk = journal.record_intent(
-        Action(ActionKind.SHRINK, 4, 3, 2, extra=(("parent_nodes", "2"),)),
-        1.0,
-        status=ActionStatus.WAITING,
-        instruction_id="i-1",
-        deadline=60.0,
-    )
-    waiting = journal.record_intent(
-        Action(ActionKind.SHRINK, 5, 2, 1, extra=(("parent_nodes", "1"),)),
-        1.0,
-        status=ActionStatus.WAITING,
-    )
-    gone = journal.record_intent(Action(ActionKind.START_AT_SIZE, 6, 0, 1), 1.0)
-    snap = snapshot(
-        [
-            pending(2, lo=3, hi=3),
-            pending(3, lo=1, hi=4),
-            job(4, nodes=("n1", "n2")),
-            job(5, nodes=("n3", "n4")),
-        ]
-    )
-    backend = RecordingBackend(snap)
-    report = journal.reconcile(backend, snap)  # type: ignore[arg-type]
-    assert sorted(report.completed) == [pinned, shrunk]
-    assert sorted(report.rolled_back) == [unpinned, waiting, gone]
-    assert journal.open_actions() == () and backend.actions() == []
-    # Reconciling again repeats nothing.
-    again = journal.reconcile(backend, snap)  # type: ignore[arg-type]
-    assert again.completed == again.rolled_back == again.cancelled == []
 
 
 def test_last_resize_and_specs_persist(tmp_path: Path) -> None:
@@ -155,78 +64,151 @@ def test_prune_keeps_open_rows_and_recent_history() -> None:
     assert [c.companion_id for c in journal.companions(active_only=False)] == [10]
 
 
-def test_shrink_dropping_a_companion_is_done_only_when_the_companion_is_gone() -> None:
-    journal = Journal()
-    extra = (("parent_nodes", "2"), ("cancel_companions", "9"), ("keep_nodes", "n1,n2"))
-    aid = journal.record_intent(
-        Action(ActionKind.SHRINK, 1, 3, 2, extra=extra), 1.0, status=ActionStatus.WAITING
-    )
-    parent = job(1, nodes=("n1", "n2"))
-    comp = job(9, nodes=("n3",), comment=companion_comment(1))
-    backend = RecordingBackend(snapshot([parent, comp]))
-    assert journal.reconcile(backend, backend.snap).rolled_back == [aid]  # type: ignore[arg-type]
-    aid = journal.record_intent(
-        Action(ActionKind.SHRINK, 1, 3, 2, extra=extra), 2.0, status=ActionStatus.WAITING
-    )
-    backend.snap = snapshot([parent])
-    assert journal.reconcile(backend, backend.snap).completed == [aid]  # type: ignore[arg-type]
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "journal"
 
 
-def test_what_is_read_every_cycle_follows_every_write(tmp_path: Path) -> None:
-    """last_resize_at, open_actions and known_specs are answered from memory between
-    writes: after any sequence of writes they must equal what the tables say (a fresh
-    journal on the same file reads them)."""
-    rng = random.Random(3)
+def test_a_journal_written_by_7a9a5ae_reads_the_same(tmp_path: Path) -> None:
+    """A state directory of a daemon at main 7a9a5ae (the journal before it was plain
+    SQLite in actuate/) opens, reads what that version read from it, and takes new rows
+    after its last id."""
+    shutil.copy(FIXTURE / "journal-7a9a5ae.sqlite", tmp_path / JOURNAL_FILE)
+    want = json.loads((FIXTURE / "journal-7a9a5ae.json").read_text())
     journal = Journal.in_state_dir(tmp_path)
-    # Read once first: from here on the answers come from memory.
-    assert journal.last_resize_at() == {} and journal.open_actions() == ()
-    assert journal.known_specs() == {}
-    kinds = (ActionKind.SHRINK, ActionKind.GROW, ActionKind.START_AT_SIZE)
-    ids: list[int] = []
-    for step in range(300):
-        now = float(step)
-        op = rng.random()
-        if op < 0.3 or not ids:
-            # The last extra is not plain strings: it reads back as strings in a tuple.
-            extra = rng.choice(((), (("parent_nodes", "2"), ("keep_nodes", "a,b")), [("n", 2)]))
-            action = Action(rng.choice(kinds), rng.randrange(1, 20), 4, 2, "test", extra)  # type: ignore[arg-type]
-            status = rng.choice((ActionStatus.INTENT, ActionStatus.WAITING, ActionStatus.APPLIED))
-            ids.append(
-                journal.record_intent(
-                    action,
-                    now,
-                    status=status,
-                    instruction_id=rng.choice((None, f"i{step}")),
-                    deadline=rng.choice((None, now + 60.0)),
-                )
+    got = [
+        {
+            "id": e.id,
+            "kind": str(e.action.kind),
+            "job_id": e.action.job_id,
+            "from_nodes": e.action.from_nodes,
+            "to_nodes": e.action.to_nodes,
+            "reason": e.action.reason,
+            "extra": [list(p) for p in e.action.extra],
+            "status": str(e.status),
+            "created_at": e.created_at,
+            "updated_at": e.updated_at,
+            "detail": e.detail,
+            "instruction_id": e.instruction_id,
+            "deadline": e.deadline,
+            "companion_id": e.companion_id,
+        }
+        for e in journal.all_actions()
+    ]
+    assert got == want["all_actions"] and len(got) == 11
+    assert [e.id for e in journal.open_actions()] == want["open_actions"] == [2, 6, 8]
+    assert journal.last_resize_at() == {int(k): v for k, v in want["last_resize_at"].items()}
+    assert journal.known_specs() == {
+        int(k): ElasticSpec(*v) for k, v in want["known_specs"].items()
+    }
+    links = [list(dataclasses.astuple(c)) for c in journal.companions(active_only=False)]
+    assert links == want["companions"]
+    assert [c.companion_id for c in journal.companions()] == want["active_companions"]
+    assert list(journal.grow_failures(20)) == want["grow_failures_20"]
+    assert sorted(journal.shrunk_jobs()) == want["shrunk_jobs"] == [30]
+    assert sorted(journal.reconfigured_jobs()) == want["reconfigured_jobs"]
+    assert journal.record_intent(GROW, 300.0) == 12
+    journal.close()
+
+
+def _answers(store: JournalStore, rng: random.Random) -> dict[str, object]:
+    """Every query of the store, some with arguments drawn from ``rng``."""
+    jobs = rng.sample(range(1, 25), 5)
+    return {
+        "all": store.all_actions(),
+        "open": store.open_actions(),
+        "get": [store.get(i) for i in rng.sample(range(0, 80), 5)],
+        "for": [store.actions_for(j) for j in jobs],
+        "resized": store.last_resize_at(),
+        "resized_some": store.last_resize_at(jobs),
+        "grow_failures": [store.grow_failures(j, rng.choice((1, 3, 100))) for j in jobs],
+        "shrunk": store.shrunk_jobs(),
+        "reconfigured": store.reconfigured_jobs(),
+        "links": store.companions(active_only=False),
+        "active": store.companions(),
+        "specs": store.known_specs(),
+    }
+
+
+def _write(store: JournalStore, rng: random.Random, step: int) -> object:
+    """One write drawn from ``rng``; returns what the store returned."""
+    now = float(step)
+    op = rng.random()
+    if op < 0.3:
+        kind = rng.choice(list(ActionKind))
+        extra = rng.choice(
+            (
+                (),
+                (("companion_nodes", "1"),),
+                (("parent_nodes", "2"), ("parent_from", "4"), ("keep_nodes", "a,b")),
+                (("parent_nodes", "3"),),
+                [("n", 2)],  # not string pairs: stored and read back as ("n", "2")
             )
-        elif op < 0.7:
-            status = rng.choice(list(ActionStatus))
-            journal.mark(
-                rng.choice(ids),
-                status,
-                now - rng.random() * 50.0,
-                detail=rng.choice(("", "why")),
-                companion_id=rng.choice((None, step)),
-            )
-        elif op < 0.8:
-            job = rng.randrange(1, 20)
-            journal.remember_specs({job: ElasticSpec(1, rng.randrange(1, 9))}, now)
-        elif op < 0.9:
-            journal.forget_specs(rng.sample(range(1, 20), 3))
-        else:
-            journal.prune(now - 40.0)
+        )
+        action = Action(kind, rng.randrange(1, 20), 4, 2, "test", extra)  # type: ignore[arg-type]
+        return store.record_intent(
+            action,
+            now,
+            status=rng.choice((ActionStatus.INTENT, ActionStatus.WAITING, ActionStatus.APPLIED)),
+            instruction_id=rng.choice((None, f"i{step}")),
+            deadline=rng.choice((None, now + 60.0)),
+        )
+    if op < 0.6:
+        return store.mark(
+            rng.randrange(1, step + 2),  # now and then an id never written
+            rng.choice(list(ActionStatus)),
+            now - rng.random() * 50.0,
+            detail=rng.choice(("", "why")),
+            companion_id=rng.choice((None, step)),
+        )
+    if op < 0.7:
+        comp = rng.randrange(100, 130)  # linked twice now and then: the first link stays
+        return store.link_companion(rng.randrange(1, 20), comp, 1, rng.choice((None, 1)), now)
+    if op < 0.8:
+        return store.end_companion(rng.randrange(100, 130), now)
+    if op < 0.87:
+        spec = ElasticSpec(
+            1, rng.randrange(1, 9), 1, rng.choice((None, 4)), rng.choice((None, 30.0))
+        )
+        return store.remember_specs({rng.randrange(1, 20): spec}, now)
+    if op < 0.95:
+        return store.forget_specs(rng.sample(range(1, 20), 3))
+    return store.prune(now - 40.0)
+
+
+def test_the_two_stores_answer_every_query_the_same(tmp_path: Path) -> None:
+    """The simulator's MemoryJournal and the daemon's SQLite Journal, given the same writes
+    (every kind, status and query; ids never written; links twice; prunes), return the
+    same from every write and every query; the file, opened again, the same too."""
+    rng = random.Random(3)
+    sqlite_store = Journal.in_state_dir(tmp_path)
+    memory = MemoryJournal()
+    seen: dict[str, None] = {}
+    for step in range(600):
+        state = rng.getstate()
+        written = _write(sqlite_store, rng, step)
+        rng.setstate(state)
+        assert _write(memory, rng, step) == written
         if rng.random() < 0.3:
             continue  # several writes between reads, too
-        fresh = Journal.in_state_dir(tmp_path)
-        assert journal.last_resize_at() == fresh.last_resize_at()
-        some = rng.sample(range(1, 25), 5)
-        assert journal.last_resize_at(some) == {
-            j: t for j, t in fresh.last_resize_at().items() if j in some
-        }
-        assert journal.open_actions() == fresh.open_actions()
-        assert journal.known_specs() == fresh.known_specs()
-        fresh.close()
+        state = rng.getstate()
+        answers = _answers(sqlite_store, rng)
+        rng.setstate(state)
+        assert _answers(memory, rng) == answers
+        seen.update(
+            dict.fromkeys(
+                k
+                for k in ("open", "resized", "shrunk", "reconfigured", "active", "specs")
+                if answers[k]
+            )
+        )
+        if any(count for count, _, _ in answers["grow_failures"]):  # type: ignore[attr-defined]
+            seen["failed"] = None
+    # The scenario reached every answer non-empty at some read.
+    assert set(seen) == {"open", "resized", "shrunk", "reconfigured", "active", "specs", "failed"}
+    sqlite_store.close()
+    state = rng.getstate()
+    again = _answers(Journal.in_state_dir(tmp_path), rng)
+    rng.setstate(state)
+    assert again == _answers(memory, rng)
 
 
 # --------------------------------------------------------------------------- faults of the file
@@ -236,7 +218,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Five intents, then the process dies without closing the journal (as a kill -9 would).
 _WRITE_AND_DIE = """
 import os, signal, sys
-from slurm_elastic.daemon.journal import Journal
+from slurm_elastic.actuate.journal import Journal
 from slurm_elastic.types import Action, ActionKind
 journal = Journal.in_state_dir(sys.argv[1])
 for job in range(1, 6):

@@ -3,7 +3,7 @@
 Every action is written to the journal *before* Slurm is called, then marked applied or
 failed.  The backend retries its idempotent calls (pin, shrink, cancel) on transient
 errors; ``sbatch`` is not retried, because a timed-out submission may still have created
-the job — the journal's reconcile adopts it instead.
+the job — reconciliation (``Executor.reconcile``, ``actuate.reconcile``) adopts it instead.
 
 Graceful shrink, one small state machine per job (driven by ``start_shrink`` then
 ``advance_shrinks`` once per cycle)::
@@ -39,8 +39,9 @@ from slurm_elastic.actuate.companion import (
 )
 from slurm_elastic.actuate.guards import GuardKnobs
 from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.actuate.journal import ActionStatus, CompanionLink, JournalEntry, JournalStore
+from slurm_elastic.actuate.reconcile import ReconcileReport, reconcile
 from slurm_elastic.cluster_state import Classification, ElasticJob
-from slurm_elastic.daemon.journal import ActionStatus, CompanionLink, Journal, JournalEntry
 from slurm_elastic.errors import SlurmError
 from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 from slurm_elastic.slurm.backend import SlurmBackend
@@ -93,7 +94,7 @@ class Executor:
     def __init__(
         self,
         backend: SlurmBackend,
-        journal: Journal,
+        journal: JournalStore,
         board: InstructionBoard,
         knobs: GuardKnobs,
         *,
@@ -107,6 +108,17 @@ class Executor:
         self.agent_command = agent_command
         self._new_id = new_id
         self._started: dict[int, float] = {}  # linked companion -> when it was seen started
+
+    # ------------------------------------------------------------------ crash recovery
+
+    def reconcile(self, snapshot: ClusterSnapshot) -> ReconcileReport:
+        """Close the journal's open actions against ``snapshot`` and cancel orphan
+        companions (``actuate.reconcile``); Slurm is touched only in enforce mode.
+
+        Raises:
+            StateError: the journal cannot be written.
+        """
+        return reconcile(self.journal, self.backend, snapshot, act=self.knobs.enforce)
 
     # ------------------------------------------------------------------ new actions
 

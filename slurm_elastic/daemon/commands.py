@@ -357,7 +357,7 @@ def _journal_copy(state_dir: Path) -> Iterator[Any]:
     """A private copy of the daemon's journal: a dry run sees its cooldowns, changes nothing."""
     import sqlite3
 
-    from slurm_elastic.daemon.journal import Journal
+    from slurm_elastic.actuate.journal import Journal
     from slurm_elastic.errors import StateError
 
     source = state_dir / "journal.sqlite"

@@ -45,10 +45,10 @@ from slurm_elastic.actuate.guards import (
     limit_resizes,
 )
 from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.actuate.journal import JournalStore
 from slurm_elastic.cluster_state import Classification, classify, not_eligible
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
-from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.problem import build_problem, job_capacity
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
@@ -97,7 +97,7 @@ class Controller:
         config: Config,
         *,
         reports: ReportStore,
-        journal: Journal,
+        journal: JournalStore,
         agents: InstructionBoard,
         allocate: Allocate | None = None,
     ) -> None:
@@ -186,7 +186,7 @@ class Controller:
             return self._failed(now, started, stale, why, age, snapshot.slurm_calls)
         done_here: frozenset[int] = frozenset()
         if not self._reconciled:
-            report = self.journal.reconcile(self.backend, snapshot, act=self.knobs.enforce)
+            report = self.executor.reconcile(snapshot)
             # Bounded: closed rows older than the accounting look-back serve nothing.
             self.journal.prune(now - self.config.slurm.sacct_lookback_s)
             done_here = frozenset(report.cancelled)  # this snapshot predates their cancel

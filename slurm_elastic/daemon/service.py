@@ -32,11 +32,11 @@ from typing import Any
 import structlog
 
 from slurm_elastic.actuate.instructions import InstructionBoard
+from slurm_elastic.actuate.journal import Journal
 from slurm_elastic.config import Config, flat_items, load_config, load_main
 from slurm_elastic.daemon.api import ApiContext, ApiServer
 from slurm_elastic.daemon.controller import Controller, CycleResult
 from slurm_elastic.daemon.exitcodes import ExitCode
-from slurm_elastic.daemon.journal import Journal
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.status import (

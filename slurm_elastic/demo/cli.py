@@ -74,7 +74,7 @@ def demo(quick: bool, instance: int, slurm: str, out: Path, time_limit_s: float 
 
 
 def _finish(runner: Any, record: Any, opts: Any) -> dict[str, Any]:
-    from slurm_elastic.daemon.journal import Journal
+    from slurm_elastic.actuate.journal import Journal
     from slurm_elastic.demo import harness
     from slurm_elastic.demo.report import add_simulation, build_summary, plot_timeline
     from slurm_elastic.demo.session import history_states

@@ -31,6 +31,7 @@ from slurm_elastic.sim.engine import (
     Sample,
     SimJob,
 )
+from slurm_elastic.sim.journal import MemoryJournal
 from slurm_elastic.sim.workload import Workload
 from slurm_elastic.types import AllocationProblem, JobState, Plan, ProgressReport, SolverStatus
 
@@ -259,7 +260,6 @@ class ControllerDriver:
         from slurm_elastic.actuate.instructions import InstructionBoard
         from slurm_elastic.config import Config
         from slurm_elastic.daemon.controller import Controller
-        from slurm_elastic.daemon.journal import Journal
         from slurm_elastic.daemon.reports import ReportStore
 
         config = Config.model_validate(
@@ -278,7 +278,7 @@ class ControllerDriver:
             backend,
             config,
             reports=self.reports,
-            journal=Journal(":memory:"),
+            journal=MemoryJournal(),
             agents=self.board,
             allocate=lambda problem, policy: _in_process_allocate(
                 problem, policy, options, fallback=self.controller.config.policy.fallback

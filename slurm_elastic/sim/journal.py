@@ -1,0 +1,222 @@
+"""The simulator's journal store: the journal's rows in dicts, nothing on disk.
+
+The simulator runs the daemon's controller for tens of thousands of cycles; there the
+daemon's SQLite journal (``actuate.journal.Journal``), a few queries a cycle, is a quarter
+of the run.  ``MemoryJournal`` keeps the same rows, answers every ``JournalStore`` query
+the same (``tests/test_journal.py`` runs one scenario on both and compares every answer),
+and is never used by the daemon: a simulated cluster has nothing to recover after a crash.
+
+The rows are stored once, as the daemon's store reads them back (``decode_action``:
+ints, the kind by value, string pairs); three indexes beside them answer the queries
+read every cycle without a pass over every row: ids of open rows, ids per job, and ids
+of links not ended.  They change only in ``_put_row``, ``_put_link`` and ``prune``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from slurm_elastic.actuate.journal import (
+    ActionStatus,
+    CompanionLink,
+    JournalEntry,
+    cut_own_allocation,
+    decode_action,
+    encode_extra,
+    failed_in_a_row,
+)
+from slurm_elastic.types import Action, ActionKind, ElasticSpec
+
+_RESIZES = (ActionKind.SHRINK, ActionKind.GROW)
+
+
+class MemoryJournal:
+    """A ``JournalStore`` in memory, for one simulation (one thread).  Raises nothing of
+    its own: there is no file to fail."""
+
+    def __init__(self) -> None:
+        self._rows: dict[int, JournalEntry] = {}  # by id; ids only grow: in id order
+        self._last_id = 0  # never reused, like SQLite's AUTOINCREMENT
+        self._open: set[int] = set()  # ids of rows intent or waiting
+        self._by_job: dict[int, list[int]] = {}  # job id -> its rows' ids, in id order
+        self._links: dict[int, CompanionLink] = {}  # by companion id
+        self._active: set[int] = set()  # companion ids of links not ended
+        self._specs: dict[int, ElasticSpec] = {}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _put_row(self, entry: JournalEntry) -> None:
+        """Store a new or changed row, and keep the indexes in step with it."""
+        if entry.id not in self._rows:
+            self._by_job.setdefault(entry.job_id, []).append(entry.id)
+        self._rows[entry.id] = entry
+        if entry.status.is_open:
+            self._open.add(entry.id)
+        else:
+            self._open.discard(entry.id)
+
+    def _put_link(self, link: CompanionLink) -> None:
+        self._links[link.companion_id] = link
+        if link.ended_at is None:
+            self._active.add(link.companion_id)
+        else:
+            self._active.discard(link.companion_id)
+
+    # ------------------------------------------------------------------ actions
+
+    def record_intent(
+        self,
+        action: Action,
+        now: float,
+        *,
+        status: ActionStatus = ActionStatus.INTENT,
+        instruction_id: str | None = None,
+        deadline: float | None = None,
+    ) -> int:
+        self._last_id += 1
+        # Stored as the SQLite store reads it back (e.g. a list extra as string pairs).
+        stored = decode_action(
+            action.job_id,
+            str(action.kind),
+            action.from_nodes,
+            action.to_nodes,
+            action.reason,
+            encode_extra(action.extra),
+        )
+        self._put_row(
+            JournalEntry(
+                id=self._last_id,
+                action=stored,
+                status=ActionStatus(status),
+                created_at=float(now),
+                updated_at=float(now),
+                instruction_id=None if instruction_id is None else str(instruction_id),
+                deadline=None if deadline is None else float(deadline),
+            )
+        )
+        return self._last_id
+
+    def mark(
+        self,
+        action_id: int,
+        status: ActionStatus,
+        now: float,
+        *,
+        detail: str = "",
+        companion_id: int | None = None,
+    ) -> None:
+        entry = self._rows.get(action_id)
+        if entry is None:
+            return
+        self._put_row(
+            replace(
+                entry,
+                status=ActionStatus(status),
+                updated_at=float(now),
+                detail=str(detail),
+                companion_id=entry.companion_id if companion_id is None else int(companion_id),
+            )
+        )
+
+    def get(self, action_id: int) -> JournalEntry | None:
+        return self._rows.get(action_id)
+
+    def open_actions(self) -> tuple[JournalEntry, ...]:
+        return tuple(self._rows[i] for i in sorted(self._open))
+
+    def actions_for(self, job_id: int) -> tuple[JournalEntry, ...]:
+        return tuple(self._rows[i] for i in self._by_job.get(job_id, ()))
+
+    def all_actions(self) -> tuple[JournalEntry, ...]:
+        return tuple(self._rows.values())
+
+    def last_resize_at(self, job_ids: Iterable[int] | None = None) -> dict[int, float]:
+        jobs = self._by_job if job_ids is None else job_ids
+        found: dict[int, float] = {}
+        for job_id in jobs:
+            ends = [
+                e.updated_at
+                for e in map(self._rows.__getitem__, self._by_job.get(job_id, ()))
+                if e.kind in _RESIZES and not e.status.is_open
+            ]
+            if ends:
+                found[job_id] = max(ends)
+        return found
+
+    def grow_failures(self, job_id: int, limit: int = 100) -> tuple[int, float | None, str]:
+        grows = [
+            (str(e.status), e.updated_at, e.detail)
+            for e in reversed(self.actions_for(job_id))
+            if e.kind is ActionKind.GROW and e.status in (ActionStatus.APPLIED, ActionStatus.FAILED)
+        ]
+        return failed_in_a_row(grows[:limit])
+
+    def shrunk_jobs(self) -> set[int]:
+        return {
+            e.job_id
+            for e in self._rows.values()
+            if e.kind is ActionKind.SHRINK
+            and e.status is ActionStatus.APPLIED
+            and cut_own_allocation(e.action)
+        }
+
+    def reconfigured_jobs(self) -> set[int]:
+        return {
+            e.job_id
+            for e in self._rows.values()
+            if e.kind is ActionKind.RECONFIGURE
+            and e.status in (ActionStatus.APPLIED, ActionStatus.FAILED)
+        }
+
+    def prune(self, before: float) -> int:
+        rows = [i for i, e in self._rows.items() if not e.status.is_open and e.updated_at < before]
+        for i in rows:
+            self._by_job[self._rows.pop(i).job_id].remove(i)
+        links = [
+            c
+            for c, link in self._links.items()
+            if link.ended_at is not None and link.ended_at < before
+        ]
+        for c in links:
+            del self._links[c]
+        return len(rows) + len(links)
+
+    # ------------------------------------------------------------------ companions
+
+    def link_companion(
+        self, parent_id: int, companion_id: int, nodes: int, action_id: int | None, now: float
+    ) -> None:
+        if companion_id not in self._links:
+            self._put_link(
+                CompanionLink(
+                    int(companion_id),
+                    int(parent_id),
+                    int(nodes),
+                    None if action_id is None else int(action_id),
+                    float(now),
+                )
+            )
+
+    def end_companion(self, companion_id: int, now: float) -> None:
+        link = self._links.get(companion_id)
+        if link is not None and link.ended_at is None:
+            self._put_link(replace(link, ended_at=float(now)))
+
+    def companions(self, *, active_only: bool = True) -> tuple[CompanionLink, ...]:
+        ids = self._active if active_only else self._links
+        return tuple(self._links[c] for c in sorted(ids))
+
+    # ------------------------------------------------------------------ specs
+
+    def remember_specs(self, specs: Mapping[int, ElasticSpec], now: float) -> None:
+        for job_id, spec in specs.items():
+            self._specs.setdefault(job_id, spec)
+
+    def known_specs(self) -> dict[int, ElasticSpec]:
+        return dict(self._specs)
+
+    def forget_specs(self, job_ids: Iterable[int]) -> None:
+        for job_id in job_ids:
+            self._specs.pop(job_id, None)
