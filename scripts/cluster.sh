@@ -176,8 +176,15 @@ need_root() {
     fi
 }
 ORIG_PATH=$PATH # what `env` hands on: the caller's PATH, not this script's additions
-export PATH="/usr/sbin:/sbin:$PATH"
-# A root's clients first: cluster.sh's own sacctmgr/scontrol/sinfo must be that version's.
+without_root_bins() { # PATH: without any version's client wrappers (a shell that ran `env`)
+    local path=":$1:" v
+    for v in "${VERSIONS[@]}"; do path=${path//:$ROOTS_DIR\/$v.bin:/:}; done
+    path=${path#:}
+    printf '%s' "${path%:}"
+}
+export PATH="/usr/sbin:/sbin:$(without_root_bins "$PATH")"
+# A root's clients first: cluster.sh's own sacctmgr/scontrol/sinfo must be that version's
+# (and 22.05's the host's, even when the caller's PATH has another root's wrappers).
 if [[ -n $BIN_DIR ]]; then export PATH="$BIN_DIR:$PATH"; fi
 
 # A daemon of this version: from the host, or chrooted into the version's root.
@@ -204,10 +211,36 @@ pidfile_pid() { # pidfile
     printf '%s' "$pid"
 }
 
+# A pid file is believed only while its pid runs the daemon the file is named for
+# (slurmd-n1.pid: slurmd; slurmctld.pid: slurmctld, or Debian 13's slurmctld-wlm) and that
+# process is older than the file.  A machine that stopped without `down` (killed, or a new
+# machine booted from a copy of this disk, as CI does) leaves pid files behind whose pids
+# the next boot hands to other processes: trusting them skipped starting the daemon (CI:
+# "24.11: cluster did not come up", no slurmd started) and would let `down` signal an
+# unrelated process.
 pid_alive() { # pidfile
-    local pid
+    local pid name comm started
     pid=$(pidfile_pid "$1")
-    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
+    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+    name=${1##*/}
+    name=${name%.pid}
+    name=${name%%-*}
+    read -r comm 2>/dev/null <"/proc/$pid/comm" || return 1
+    [[ $comm == "$name" || $comm == "$name"-* ]] || return 1
+    started=$(process_start_epoch "$pid") || return 1
+    # Slurm and munged write the file after they fork, so the genuine process is older;
+    # 2 s of slack for the clock's ticks and the file time's whole seconds.
+    ((started <= $(stat -c %Y "$1") + 2))
+}
+
+process_start_epoch() { # pid: when the process started, in seconds since the epoch
+    local stat fields btime
+    stat=$(<"/proc/$1/stat") || return 1
+    # Field 22 (starttime, clock ticks after boot); the fields after the ")" that closes
+    # the command name (which may hold spaces) start at field 3.
+    read -ra fields <<<"${stat##*) }"
+    btime=$(awk '/^btime /{print $2}' /proc/stat) || return 1
+    echo $((btime + fields[19] / $(getconf CLK_TCK)))
 }
 
 wait_for() { # seconds command...: poll until the command succeeds
@@ -242,7 +275,7 @@ stop_pidfiles() { # pidfile...
     for f in "$@"; do
         [[ -f $f ]] || continue
         pid=$(pidfile_pid "$f")
-        if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+        if pid_alive "$f"; then
             kill -TERM "$pid" 2>/dev/null || true
             pids+=("$pid")
         fi
@@ -718,10 +751,8 @@ cmd_down() {
 # this version's client wrappers first and loses any other root's (so switching versions
 # in one shell works); the values are expanded here, so a program may parse the lines.
 cmd_env() {
-    local path=":$ORIG_PATH:" v
-    for v in "${VERSIONS[@]}"; do path=${path//:$ROOTS_DIR\/$v.bin:/:}; done
-    path=${path#:}
-    path=${path%:}
+    local path
+    path=$(without_root_bins "$ORIG_PATH")
     [[ -n $BIN_DIR ]] && path=$BIN_DIR:$path
     printf 'export SLURM_CONF=%q\n' "$CONF"
     printf 'export PATH=%q\n' "$path"

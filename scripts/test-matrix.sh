@@ -45,8 +45,10 @@ run_leg() { # name version pytest-args...  (IN_ROOT=1: pytest runs inside the ve
     log=$(mktemp)
     echo "=== leg $name: Slurm $version, instance $INSTANCE: pytest $*"
     if ! bash scripts/cluster.sh up --slurm "$version" --instance "$INSTANCE" \
-        --nodes "${SLURM_ELASTIC_TEST_NODES:-4}"; then
-        summary+=("$name: cluster did not come up")
+        --nodes "${SLURM_ELASTIC_TEST_NODES:-4}" 2>&1 | tee "$log"; then
+        # The reason goes into the summary too: CI shows only the end of the output.
+        summary+=("$name: cluster did not come up: $(grep -m 1 '^cluster.sh: ' "$log")")
+        rm -f "$log"
         total_failed=$((total_failed + 1))
         rc=1
         return

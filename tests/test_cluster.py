@@ -152,3 +152,43 @@ def test_failed_daemon_is_named_with_its_log(
     assert f"cluster.sh: {daemon} " in proc.stderr
     assert "Address already in use" in proc.stderr
     assert elapsed < 15, "a dead daemon must fail the bring-up without waiting the full timeout"
+
+
+def run_dir(version: str, instance: int) -> Path:
+    """cluster.sh's RUN_DIR: the pid files of one instance (version_settings, instance_paths)."""
+    roots = Path(os.environ.get("SLURM_ELASTIC_ROOTS", "/var/lib/slurm-elastic/roots"))
+    prefix = Path("/") if version == "22.05" else roots / version
+    return prefix / "run" / "slurm-cluster" / f"i{instance}"
+
+
+def test_a_stale_pid_file_is_not_believed(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """A pid file left by a machine that stopped without `down` names a pid that another
+    process may hold now: `status` must not call the daemon up, `down` must not signal it.
+    The same file, written after that process started, is believed (the check can fail)."""
+    pidfile = run_dir(slurm_cluster.version, 7) / "slurmctld.pid"
+    if "slurmctld              DOWN" not in cluster_sh("status", "--instance", "7").stdout:
+        pytest.skip("instance 7 is in use")
+    # A process whose name is the daemon's: only the file's age tells them apart.
+    fake = tmp_path / "slurmctld"
+    fake.symlink_to("/bin/sleep")
+    proc = subprocess.Popen([str(fake), "300"])
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        time.sleep(0.1)
+        pidfile.write_text(f"{proc.pid}\n")
+        hour_ago = time.time() - 3600
+        os.utime(pidfile, (hour_ago, hour_ago))
+        status = cluster_sh("status", "--instance", "7", timeout=30)
+        assert "slurmctld              DOWN" in status.stdout, status.stdout
+        cluster_sh("down", "--instance", "7")
+        assert proc.poll() is None, "down signalled a process a stale pid file named"
+
+        pidfile.write_text(f"{proc.pid}\n")  # now newer than the process: believed
+        status = cluster_sh("status", "--instance", "7", timeout=30)
+        assert f"slurmctld              up    pid {proc.pid}" in status.stdout, status.stdout
+        cluster_sh("down", "--instance", "7")
+        assert proc.wait(timeout=15) == -15, "down stops the daemon its pid file names"
+    finally:
+        proc.kill()
+        proc.wait()
+        pidfile.unlink(missing_ok=True)
