@@ -203,6 +203,22 @@ def targets(mapping: dict[int, int]) -> Allocate:
     return allocate
 
 
+def fitting(mapping: dict[int, int], seen: list[AllocationProblem]) -> Allocate:
+    """A fixed plan as a policy would make it: the listed jobs go to the given size while
+    the sizes fit the nodes; when the frozen jobs' sizes leave too few, every job keeps
+    its own.  Keeps every problem it is given."""
+
+    def allocate(problem: AllocationProblem, policy: str) -> Plan:
+        seen.append(problem)
+        plan = fixed_plan(problem, mapping, solver="test-plan")
+        taken = sum(d.target_nodes for d in plan.decisions) + sum(r.nodes for r in problem.rigid)
+        if taken > sum(p.nodes for p in problem.pools):
+            return fixed_plan(problem, {}, solver="test-plan")
+        return plan
+
+    return allocate
+
+
 def spying(seen: list[AllocationProblem]) -> Allocate:
     """The daemon's own policy, keeping every problem it is given."""
     from slurm_elastic.daemon.controller import _policy_allocate

@@ -13,12 +13,14 @@ from slurm_elastic.actuate.companion import companion_comment
 from slurm_elastic.actuate.instructions import Ack, InstructionBoard
 from slurm_elastic.actuate.journal import ActionStatus, Journal
 from slurm_elastic.config import Config
-from slurm_elastic.daemon.controller import Controller, keep_current_plan
+from slurm_elastic.daemon.controller import Allocate, Controller, keep_current_plan
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.errors import SlurmRejected, SolverError
+from slurm_elastic.policy.fixed import fixed_plan
 from slurm_elastic.protocol import AckStatus
 from slurm_elastic.types import (
     ActionKind,
+    ActionOutcome,
     AllocationProblem,
     ClusterSnapshot,
     JobState,
@@ -26,19 +28,20 @@ from slurm_elastic.types import (
     ProgressReport,
     SolverStatus,
 )
-from tests.fakes import RecordingBackend, spying, targets
+from tests.fakes import RecordingBackend, fitting, spying, targets
 from tests.test_daemon_controller_data import job, pending, snapshot
 from tests.test_daemon_eligibility import enforcing
 
 
 def make(
     snap: ClusterSnapshot,
-    plan: dict[int, int],
+    plan: dict[int, int] | Allocate,
     mode: str = "enforce",
     agents: tuple[int, ...] = (),
     **guards: object,
 ) -> tuple[Controller, RecordingBackend, Journal, InstructionBoard]:
-    """A controller over ``snap``; ``agents``: jobs whose agent has already reported."""
+    """A controller over ``snap`` with a fixed plan (or the given allocator); ``agents``:
+    jobs whose agent has already reported."""
     backend = RecordingBackend(snap)
     config = Config.model_validate(
         {"mode": mode, "guards": {"min_dwell_s": 0, "cooldown_s": 100, **guards}}
@@ -51,7 +54,7 @@ def make(
         reports=ReportStore(),
         journal=journal,
         agents=board,
-        allocate=targets(plan),
+        allocate=plan if callable(plan) else targets(plan),
     )
     for job_id in agents:
         ctl.reports.add(ProgressReport(job_id=job_id, time=900.0, step=10, nodes=1))
@@ -145,6 +148,60 @@ def test_no_graceful_shrink_for_a_job_whose_agent_never_reported() -> None:
     assert backend.actions() == []
     reason = {r.job_id: r.reason for r in result.jobs}[8]
     assert reason == "blocked: no agent has reported (hard_shrink off)"
+
+
+def test_no_grow_into_the_nodes_of_a_shrink_that_was_blocked() -> None:
+    """The hostile-reports case: the plan takes a node from job 8 (its owner's agent has
+    not reported, so its shrink is blocked) for job 9.  The grow must not go ahead on a
+    node that is not coming: the plan is made again with job 8 held, and 9 keeps 1."""
+    snap = snapshot(
+        [
+            job(8, nodes=("n1", "n2"), hi=2, user="alice"),
+            job(9, nodes=("n3",), hi=3, user="bob"),
+            job(10, nodes=("n4",), comment=""),  # rigid
+        ]
+    )
+    seen: list[AllocationProblem] = []
+    ctl, backend, journal, board = make(snap, fitting({8: 1, 9: 2}, seen), agents=(9,))
+    result = ctl.run_once(1000.0)
+    assert backend.actions() == [] and journal.all_actions() == () and board.pending_for(8) is None
+    assert [sorted(d.job_id for d in p.elastic if d.frozen) for p in seen] == [[], [8]]
+    outcomes = [(r.action.job_id, r.action.kind, r.outcome) for r in result.actions]
+    assert outcomes == [(8, ActionKind.SHRINK, ActionOutcome.BLOCKED)]
+    reasons = {r.job_id: r.reason for r in result.jobs}
+    assert reasons[8] == "blocked: no agent has reported (hard_shrink off)"
+    assert result.plan is not None
+    assert {d.job_id: d.target_nodes for d in result.plan.decisions} == {8: 2, 9: 1}
+
+    # With the agent heard from, the same plan shrinks 8 first and grows 9 into its node.
+    ctl, backend, journal, board = make(snap, fitting({8: 1, 9: 2}, []), agents=(8, 9))
+    ctl.run_once(1000.0)
+    assert board.pending_for(8) is not None
+    assert [verb for verb, _ in backend.actions()] == ["submit"]
+
+
+def test_a_plan_that_keeps_needing_blocked_shrinks_defers_its_grows() -> None:
+    """A policy that, plan after plan, finds the grow's node in another job whose shrink
+    is blocked: after ``MAX_PLANS_PER_CYCLE`` plans the grow is deferred, never applied."""
+    snap = snapshot(
+        [job(j, nodes=(f"n{j}", f"m{j}"), hi=2) for j in (1, 2, 3)] + [job(9, nodes=("n4",))]
+    )
+
+    def stubborn(problem: AllocationProblem, policy: str) -> Plan:
+        movable = sorted(d.job_id for d in problem.elastic if not d.frozen and d.job_id != 9)
+        return fixed_plan(problem, {movable[0]: 1, 9: 2} if movable else {}, solver="test")
+
+    ctl, backend, _, _ = make(snap, stubborn, agents=(9,))
+    result = ctl.run_once(1000.0)
+    assert backend.actions() == []
+    outcomes = [(r.action.job_id, r.action.kind, r.outcome, r.detail) for r in result.actions]
+    blocked = (ActionKind.SHRINK, ActionOutcome.BLOCKED, "no agent has reported (hard_shrink off)")
+    assert outcomes == [
+        (1, *blocked),
+        (2, *blocked),
+        (3, *blocked),
+        (9, ActionKind.GROW, ActionOutcome.DEFERRED, "needs nodes from a blocked shrink"),
+    ]
 
 
 def test_cooldown_freezes_a_job_after_a_resize() -> None:

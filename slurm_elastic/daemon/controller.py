@@ -22,6 +22,8 @@ One cycle:
 4. estimate an ``Outlook`` per elastic job, build the ``AllocationProblem``, allocate;
 5. diff plan against reality, apply the guard rails, and (mode ``enforce``) apply the
    surviving actions journal-first; mode ``shadow`` records what it would have done.
+   A plan whose grows counted on a shrink that a guard blocked is made again with that
+   job held at its size (``Controller._plan``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,12 @@ __all__ = ["Controller", "CycleResult", "JobStatusRow", "keep_current_plan"]
 log = structlog.get_logger("slurm_elastic.controller")
 
 Allocate = Callable[[AllocationProblem, str], Plan]
+
+# Plans made in one cycle when guards block shrinks that a plan's grows counted on
+# (Controller._plan): the first, and at most two more with those jobs held.
+MAX_PLANS_PER_CYCLE = 3
+# Actions that take nodes (a plan may have found them in a shrink).
+_TAKES_NODES = frozenset({ActionKind.GROW, ActionKind.START_AT_SIZE})
 
 
 class Controller:
@@ -265,32 +273,15 @@ class Controller:
                 frozen[job_id] = why
 
         outlooks = self.estimator.outlooks(cls.elastic, now)
-        problem = build_problem(
-            snapshot,
-            cls,
-            outlooks,
-            frozen,
-            now=now,
-            horizon_s=self.config.policy.horizon_s,
-            time_limit_s=self.config.policy.time_limit_s,
-            waiting=waiting,
-        )
-        plan = self._decide(problem)
-
-        proposed = [
+        cleanup = [
             a
             for a in companion_cleanup(cls, now, self.config.grow.companion_pending_timeout_s)
             if a.job_id not in cancelled
         ]
-        proposed += diff(plan, cls, frozen)
-        allowed: list[Action] = []
-        for action in proposed:
-            why = self._block(action, cls, outlooks, now)
-            if why:
-                records.append(ActionRecord(action, ActionOutcome.BLOCKED, why))
-            else:
-                allowed.append(action)
-        taken, deferred = limit_resizes(allowed, self.knobs.max_resizes_per_cycle)
+        housekeeping, blocked = self._screen(cleanup, cls, outlooks, now)
+        plan, allowed, not_allowed = self._plan(snapshot, cls, outlooks, frozen, waiting, now)
+        records += blocked + not_allowed
+        taken, deferred = limit_resizes(housekeeping + allowed, self.knobs.max_resizes_per_cycle)
         records += [
             ActionRecord(a, ActionOutcome.DEFERRED, "max_resizes_per_cycle") for a in deferred
         ]
@@ -427,12 +418,77 @@ class Controller:
                 log.info("resize.observed", job_id=job_id, from_nodes=before, to_nodes=size)
         self._sizes = sizes
 
+    def _plan(
+        self,
+        snapshot: ClusterSnapshot,
+        cls: Classification,
+        outlooks: Mapping[int, Outlook],
+        frozen: Mapping[int, str],
+        waiting: Mapping[int, str],
+        now: float,
+    ) -> tuple[Plan, list[Action], list[ActionRecord]]:
+        """Decide, diff and screen through the guards: (plan, allowed, blocked or deferred).
+
+        A plan may give one job the nodes that another job's shrink frees.  When a guard
+        blocks that shrink, those nodes are not coming: the grow's companion would wait
+        pending on the other job's node, and start there the moment that job shrinks for
+        any reason.  So the plan is made again with the jobs whose shrink was blocked held
+        at their size, up to ``MAX_PLANS_PER_CYCLE`` plans; if the last one still needs a
+        blocked shrink, its grows and pins wait for the next cycle (deferred).
+        """
+        held = dict(frozen)
+        blocked_shrinks: list[ActionRecord] = []
+        for _ in range(MAX_PLANS_PER_CYCLE):
+            problem = build_problem(
+                snapshot,
+                cls,
+                outlooks,
+                held,
+                now=now,
+                horizon_s=self.config.policy.horizon_s,
+                time_limit_s=self.config.policy.time_limit_s,
+                waiting=waiting,
+            )
+            plan = self._decide(problem)
+            allowed, blocked = self._screen(diff(plan, cls, held), cls, outlooks, now)
+            needs = [r for r in blocked if r.action.kind is ActionKind.SHRINK]
+            if not needs or not any(a.kind in _TAKES_NODES for a in allowed):
+                return plan, allowed, blocked_shrinks + blocked
+            blocked_shrinks += needs
+            held.update((r.action.job_id, f"shrink blocked: {r.detail}") for r in needs)
+        others = [r for r in blocked if r.action.kind is not ActionKind.SHRINK]
+        deferred = [
+            ActionRecord(a, ActionOutcome.DEFERRED, "needs nodes from a blocked shrink")
+            for a in allowed
+            if a.kind in _TAKES_NODES
+        ]
+        kept = [a for a in allowed if a.kind not in _TAKES_NODES]
+        return plan, kept, blocked_shrinks + others + deferred
+
     def _decide(self, problem: AllocationProblem) -> Plan:
         try:
             return self._allocate(problem, self.config.policy.name)
         except SlurmElasticError as exc:
             log.warning("plan.failed", error=str(exc))
             return keep_current_plan(problem, f"allocation failed: {exc}")
+
+    def _screen(
+        self,
+        actions: list[Action],
+        cls: Classification,
+        outlooks: Mapping[int, Outlook],
+        now: float,
+    ) -> tuple[list[Action], list[ActionRecord]]:
+        """The guards' verdict on each action: (allowed, blocked records), order kept."""
+        allowed: list[Action] = []
+        blocked: list[ActionRecord] = []
+        for action in actions:
+            why = self._block(action, cls, outlooks, now)
+            if why:
+                blocked.append(ActionRecord(action, ActionOutcome.BLOCKED, why))
+            else:
+                allowed.append(action)
+        return allowed, blocked
 
     def _block(
         self, action: Action, cls: Classification, outlooks: Mapping[int, Outlook], now: float
