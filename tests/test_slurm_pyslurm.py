@@ -3,7 +3,8 @@ captured beside the CLI outputs of the same moment, and its error/retry/conf han
 stand-in pyslurm module.  The live suite (tests/test_slurm_backend_live.py) runs every
 backend test against the real cluster with the real pyslurm.
 
-Fixtures: tests/fixtures/slurm/22.05/pyslurm-moment/ (CAPTURED.md, "pyslurm").
+Fixtures: tests/fixtures/slurm/22.05/pyslurm-moment/ (CAPTURED.md, "pyslurm"), and
+tests/fixtures/slurm/24.11/pyslurm-moment/ for pyslurm 24.11's partitions.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from slurm_elastic.slurm.pyslurm_backend import (
     job_view,
     node_state,
     node_view,
+    partition_record,
     partition_view,
     signal_number,
 )
@@ -135,6 +137,19 @@ def test_partition_qos_equals_scontrol() -> None:
     scontrol = (limits / "scontrol-o-show-partition.txt").read_text(encoding="utf-8")
     assert views == parse_text.parse_scontrol_partitions(scontrol)
     assert {p.name: p.qos for p in views} == {"batch": "", "shared": "se-cluster3-part2"}
+
+
+def test_pyslurm_24_partitions_equal_scontrol() -> None:
+    """pyslurm 24.11's ``Partition`` objects (their attributes as captured, with a job
+    pending that Slurm could not schedule: the moment its deprecated ``partition().get()``
+    raises OverflowError) map to the views ``scontrol -o show partition`` gives."""
+    moment = MOMENT.parent.parent / "24.11" / "pyslurm-moment"
+    attrs = json.loads((moment / "pyslurm-partitions.json").read_text(encoding="utf-8"))
+    views = tuple(partition_view(partition_record(SimpleNamespace(**a))) for a in attrs)
+    scontrol = (moment / "scontrol-o-show-partition.txt").read_text(encoding="utf-8")
+    assert views == parse_text.parse_scontrol_partitions(scontrol)
+    shared = {p.name: p for p in views}["shared"]
+    assert (shared.max_nodes, shared.max_time_s, shared.qos) == (2, 3600.0, "se-capture-q")
 
 
 def test_one_job_equals_scontrol_show_job(utc: None) -> None:

@@ -14,11 +14,12 @@ What runs in-process (pyslurm 22.5's dictionary API, ``pyslurm.job()``/``node()`
                       (3 RPCs: pyslurm's ``node().get()`` always makes all three)
                                                                (CLI: ``sinfo --json``)
 * ``read_partitions`` one ``slurm_load_partitions`` RPC        (CLI: ``scontrol -o show partition``)
+                      (pyslurm 24.11: ``Partitions.load()``, 2 RPCs, see the method)
 * ``read_job``        one ``slurm_load_job`` RPC               (CLI: ``scontrol -o show job``)
 * ``signal``/``cancel`` one ``slurm_kill_job`` RPC             (CLI: ``scancel``)
 
-so ``read_cluster`` is 5 RPCs whatever the job count (``ClusterSnapshot.slurm_calls`` = 5;
-the CLI backend's 3 are processes).  At 5,000 jobs pyslurm's ``job().get()`` alone takes
+so ``read_cluster`` is 5 RPCs (6 on pyslurm 24.11) whatever the job count
+(``ClusterSnapshot.slurm_calls``; the CLI backend's 3 are processes).  At 5,000 jobs pyslurm's ``job().get()`` alone takes
 ~70 ms (the RPC ~25 ms, building its ~110-entry dictionaries the rest), and mapping every
 record anew another ~60 ms; so a job whose :data:`JOB_FIELDS` are unchanged since the
 previous read keeps its view (~4 us a job to compare, ~18 ms at 5,000), and the read
@@ -123,6 +124,8 @@ DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 JOB_RPCS = 1  # slurm_load_jobs
 NODE_RPCS = 3  # slurm_load_node + slurm_load_ctl_conf + slurm_load_partitions
 PARTITION_RPCS = 1  # slurm_load_partitions
+# pyslurm 24.11's Partitions.load(): slurm_load_partitions + slurm_load_ctl_conf.
+PARTITION_RPCS_24 = 2
 
 _RUNNING_LIKE = frozenset({JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
 _NO_TIME_LIMIT = frozenset({"UNLIMITED", "PARTITION_LIMIT"})
@@ -328,6 +331,22 @@ def partition_view(raw: Mapping[str, Any]) -> PartitionView:
     )
 
 
+def partition_record(partition: Any) -> dict[str, Any]:
+    """A pyslurm 24.11 ``Partition`` object as the ``partition().get()`` record that
+    :func:`partition_view` reads (the same fields, in the deprecated API's units: max_time
+    in seconds or "UNLIMITED", oversubscription as its "Shared" mode)."""
+    minutes = partition.max_time  # minutes; "UNLIMITED"; None when not set
+    return {
+        "name": partition.name,
+        "nodes": partition.nodes,
+        "flags": {"Default": partition.is_default, "Shared": partition.oversubscribe},
+        "max_time": minutes * 60 if isinstance(minutes, int) else minutes,
+        "state": partition.state,
+        "max_nodes": partition.max_nodes,
+        "qos_char": partition.qos,
+    }
+
+
 def _max_nodes(value: Any, where: str) -> int | None:
     if isinstance(value, str) and value.strip().upper() in {"UNLIMITED", "INFINITE"}:
         return None
@@ -431,6 +450,19 @@ class PyslurmBackend(CliBackend):
         return tuple(node_view(record) for record in cv.mapping(records, "pyslurm nodes").values())
 
     def read_partitions(self) -> tuple[PartitionView, ...]:
+        if not self._legacy_api:
+            # pyslurm 24.11's partition().get() hands the partition's 32-bit flags to
+            # get_partition_mode(uint16_t flags): with any flag from bit 16 on it raises
+            # OverflowError ("value too large to convert to uint16_t").  Slurm 24.11 sets
+            # one (PART_FLAG_SCHED_FAILED, bit 18) when a scheduling pass could not start
+            # a job of the partition: a pending -N4 job beside a drained node was enough
+            # (CI, 24.11.5).  Its Partitions API reads the same records without that helper.
+            loaded = self._rpc(
+                "slurm_load_partitions",
+                lambda: [partition_record(p) for p in self._pyslurm.Partitions.load().values()],
+                rpcs=PARTITION_RPCS_24,
+            )
+            return tuple(partition_view(record) for record in loaded)
         records = self._rpc(
             "slurm_load_partitions", lambda: self._pyslurm.partition().get(), rpcs=PARTITION_RPCS
         )
