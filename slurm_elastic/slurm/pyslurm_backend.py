@@ -19,11 +19,12 @@ What runs in-process (pyslurm 22.5's dictionary API, ``pyslurm.job()``/``node()`
 * ``signal``/``cancel`` one ``slurm_kill_job`` RPC             (CLI: ``scancel``)
 
 so ``read_cluster`` is 5 RPCs (6 on pyslurm 24.11) whatever the job count
-(``ClusterSnapshot.slurm_calls``; the CLI backend's 3 are processes).  At 5,000 jobs pyslurm's ``job().get()`` alone takes
-~70 ms (the RPC ~25 ms, building its ~110-entry dictionaries the rest), and mapping every
-record anew another ~60 ms; so a job whose :data:`JOB_FIELDS` are unchanged since the
-previous read keeps its view (~4 us a job to compare, ~18 ms at 5,000), and the read
-runs with Python's cyclic collector paused (``_collector_paused``).
+(``ClusterSnapshot.slurm_calls``; the CLI backend's 3 are processes).  At 5,000 jobs
+pyslurm's ``job().get()`` alone takes ~70 ms (the RPC ~25 ms, building its ~110-entry
+dictionaries the rest), and mapping every record anew another ~60 ms; so a job whose
+:data:`JOB_FIELDS` are unchanged since the previous read keeps its view (~4 us a job to
+compare, ~18 ms at 5,000), and the read runs with Python's cyclic collector paused
+(``_collector_paused``).
 ``scripts/bench_slurm_read.py --backend pyslurm`` measures it.
 
 What stays on the CLI backend (this class inherits it), and why:
