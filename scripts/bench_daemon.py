@@ -9,6 +9,11 @@ Slurm read calls a cycle made.  The first cycle (start-up reconcile and the firs
 read) is reported separately.
 
     python scripts/bench_daemon.py [--slurm V] [--instance K] [--cycles N] [--jobs 20,200]
+                                   [--backend cli|pyslurm]
+
+``--backend pyslurm``: the backend ``slurm.backend: auto`` picks where a pyslurm build for
+the running Slurm exists (22.05 on the host; 24.11 only inside its root, ``cluster.sh
+exec``).  The default, ``cli``, is the figure earlier notes quote.
 
 Last line: ``key=value`` figures per queue size N: calls_per_cycle_N, cycle_s_N, solve_s_N
 and first_cycle_s_N.  The jobs it submitted are cancelled at the end.  5,000 jobs take a
@@ -60,8 +65,8 @@ def submit(count: int, work_dir: str, first: int = 0) -> None:
         list(pool.map(one, range(first, first + count)))
 
 
-def measure(jobs: int, cycles: int, work_dir: str) -> dict[str, float]:
-    ctl = shadow_controller(work_dir)
+def measure(jobs: int, cycles: int, work_dir: str, backend: str) -> dict[str, float]:
+    ctl = shadow_controller(work_dir, backend=backend)
     first = ctl.run_once(time.time())
     if not first.ok:
         raise SystemExit(f"bench_daemon: first cycle failed: {first.error}")
@@ -112,6 +117,7 @@ def main() -> int:
         default="20,200",
         help="comma-separated queue sizes, measured in increasing order (default 20,200)",
     )
+    parser.add_argument("--backend", choices=("cli", "pyslurm"), default="cli")
     args = parser.parse_args()
     sizes = sorted({int(n) for n in args.jobs.split(",") if n.strip()})
     if not sizes or sizes[0] < 2:
@@ -126,13 +132,14 @@ def main() -> int:
             for jobs in sizes:
                 submit(jobs - submitted, work_dir, first=submitted)
                 submitted = jobs
-                rows[jobs] = measure(jobs, args.cycles, work_dir)
+                rows[jobs] = measure(jobs, args.cycles, work_dir, args.backend)
         finally:
             cancel_bench_jobs()
     figures = [f"calls_per_cycle_{n}={rows[n]['calls']:.0f}" for n in sizes]
     for key in ("cycle_s", "solve_s", "first_cycle_s"):
         figures += [f"{key}_{n}={rows[n][key]:.3f}" for n in sizes]
-    print(" ".join([*figures, f"cycles={args.cycles}", f"slurm={args.slurm}"]))
+    tail = [f"cycles={args.cycles}", f"slurm={args.slurm}", f"backend={args.backend}"]
+    print(" ".join([*figures, *tail]))
     return 0
 
 

@@ -58,19 +58,21 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def shadow_controller(state_dir: str, allocate: Allocate | None = None) -> Controller:
-    """A shadow-mode controller on the cluster this process uses (CLI backend, a journal
-    in memory): every step of a cycle but applying.  ``allocate``: the policy (default
-    the configured one)."""
+def shadow_controller(
+    state_dir: str, allocate: Allocate | None = None, backend: str = "cli"
+) -> Controller:
+    """A shadow-mode controller on the cluster this process uses (a journal in memory):
+    every step of a cycle but applying.  ``allocate``: the policy (default the configured
+    one); ``backend``: cli, or pyslurm as the daemon loads it (``slurm.backend``)."""
     from slurm_elastic.actuate.instructions import InstructionBoard
     from slurm_elastic.actuate.journal import Journal
     from slurm_elastic.config import Config
     from slurm_elastic.daemon.controller import Controller
     from slurm_elastic.daemon.reports import ReportStore
-    from slurm_elastic.slurm.cli import CliBackend
+    from slurm_elastic.slurm.select import make_backend
 
     return Controller(
-        CliBackend(),
+        make_backend(backend),
         Config.model_validate({"mode": "shadow", "state_dir": state_dir}),
         reports=ReportStore(),
         journal=Journal(),
