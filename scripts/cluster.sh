@@ -201,100 +201,9 @@ lock() {
     flock -w 600 9 || die "another cluster.sh has held $LOCK_FILE for 600 s"
 }
 
-# The pid in a pid file is its first line, as Slurm's own read_pidfile (fscanf "%lu") reads
-# it: from 24.11 a slurmctld that re-executes itself on `scontrol reconfigure` rewrites its
-# pid file in place without truncating it (update_pidfile), so a shorter new pid leaves the
-# tail of the old one behind ("395\n4").
-pidfile_pid() { # pidfile
-    local pid=
-    [[ -f $1 ]] && read -r pid <"$1" 2>/dev/null
-    printf '%s' "$pid"
-}
-
-# A pid file is believed only while its pid runs the daemon the file is named for
-# (slurmd-n1.pid: slurmd; slurmctld.pid: slurmctld, or Debian 13's slurmctld-wlm) and that
-# process is older than the file.  A machine that stopped without `down` (killed, or a new
-# machine booted from a copy of this disk, as CI does) leaves pid files behind whose pids
-# the next boot hands to other processes: trusting them skipped starting the daemon (CI:
-# "24.11: cluster did not come up", no slurmd started) and would let `down` signal an
-# unrelated process.
-pid_alive() { # pidfile
-    local pid name comm started
-    pid=$(pidfile_pid "$1")
-    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-    name=${1##*/}
-    name=${name%.pid}
-    name=${name%%-*}
-    read -r comm 2>/dev/null <"/proc/$pid/comm" || return 1
-    [[ $comm == "$name" || $comm == "$name"-* ]] || return 1
-    started=$(process_start_epoch "$pid") || return 1
-    # Slurm and munged write the file after they fork, so the genuine process is older;
-    # 2 s of slack for the clock's ticks and the file time's whole seconds.
-    ((started <= $(stat -c %Y "$1") + 2))
-}
-
-process_start_epoch() { # pid: when the process started, in seconds since the epoch
-    local stat fields btime
-    stat=$(<"/proc/$1/stat") || return 1
-    # Field 22 (starttime, clock ticks after boot); the fields after the ")" that closes
-    # the command name (which may hold spaces) start at field 3.
-    read -ra fields <<<"${stat##*) }"
-    btime=$(awk '/^btime /{print $2}' /proc/stat) || return 1
-    echo $((btime + fields[19] / $(getconf CLK_TCK)))
-}
-
-wait_for() { # seconds command...: poll until the command succeeds
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        ((SECONDS < deadline)) || return 1
-        sleep 0.2
-    done
-}
-
-# Stop the daemons in the given pid files together (a slurmd takes ~2 s to exit, so one by
-# one would make `down` of 16 nodes slow): SIGTERM all, wait up to 10 s, then SIGKILL.
-# Like wait_for, but give up at once when the daemon's process has died (no point waiting
-# the full timeout for a slurmctld that exited on a bad config or a busy port).
-wait_daemon() { # pidfile seconds command...
-    local pidfile=$1 deadline=$((SECONDS + $2))
-    shift 2
-    until "$@" >/dev/null 2>&1; do
-        if [[ -f $pidfile ]] && ! pid_alive "$pidfile"; then
-            DAEMON_DIED=1
-            return 1
-        fi
-        ((SECONDS < deadline)) || return 1
-        sleep 0.2
-    done
-}
-DAEMON_DIED=0
-
-stop_pidfiles() { # pidfile...
-    local f pid pids=()
-    for f in "$@"; do
-        [[ -f $f ]] || continue
-        pid=$(pidfile_pid "$f")
-        if pid_alive "$f"; then
-            kill -TERM "$pid" 2>/dev/null || true
-            pids+=("$pid")
-        fi
-    done
-    local deadline=$((SECONDS + 10)) alive
-    while ((${#pids[@]})); do
-        alive=()
-        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
-        pids=("${alive[@]+"${alive[@]}"}")
-        ((${#pids[@]})) || break
-        if ((SECONDS >= deadline)); then
-            echo "cluster.sh: pids ${pids[*]} ignored SIGTERM for 10 s, killing them" >&2
-            kill -KILL "${pids[@]}" 2>/dev/null || true
-            break
-        fi
-        sleep 0.1
-    done
-    rm -f "$@"
-}
+# pidfile_pid, pid_alive, pid_gone, wait_for, wait_daemon, clear_stale_pidfile, stop_pidfiles
+# shellcheck source=scripts/cluster/pidfiles.sh
+source "$TEMPLATES/pidfiles.sh"
 
 render() { # template -> stdout, substituting @KEY@ placeholders; "@ROOT@ " lines: roots only
     local ROOT_ONLY='/^@ROOT@ /d'
@@ -509,6 +418,7 @@ start_slurmdbd() {
         chmod 600 "$DBD_CONF" # slurmdbd refuses a world-readable conf (it holds a password)
     fi
     if ! pid_alive "$SHARED_RUN/slurmdbd.pid"; then
+        clear_stale_pidfile "$SHARED_RUN/slurmdbd.pid"
         # slurmdbd reads slurmdbd.conf beside $SLURM_CONF (default /etc/slurm, which in a
         # root is $DBD_CONF's directory).
         SLURM_CONF=$(dirname "$DBD_CONF")/slurm.conf in_root slurmdbd >>"$log" 2>&1 9>&- ||
@@ -581,14 +491,17 @@ nodes_ok() {
     ! grep -qvE ' (idle|mix|alloc|comp)$' <<<"$states"
 }
 
-# Wait for nodes_ok; a slurmd that has died (after a 3 s grace for it to daemonize) fails
+# Wait for nodes_ok; a slurmd that has died (after a 5 s grace for it to daemonize) fails
 # at once with its log instead of after the whole timeout.
 wait_nodes() { # seconds
-    local deadline=$((SECONDS + $1)) grace=$((SECONDS + 3)) i
+    local deadline=$((SECONDS + $1)) grace=$((SECONDS + 5)) i
     until nodes_ok >/dev/null 2>&1; do
         if ((SECONDS >= grace)); then
             for i in $(seq "$NODES"); do
-                pid_alive "$RUN_DIR/slurmd-n$i.pid" || fail_daemon "slurmd n$i (instance $INSTANCE)" \
+                # Past the grace, no file is a slurmd that died before writing one (a busy
+                # port); an empty one is still being written.
+                { [[ ! -e $RUN_DIR/slurmd-n$i.pid ]] || pid_gone "$RUN_DIR/slurmd-n$i.pid"; } &&
+                    fail_daemon "slurmd n$i (instance $INSTANCE)" \
                     "$LOG_DIR/slurmd-n$i.log" "exited during start-up"
             done
         fi
@@ -669,6 +582,7 @@ start_instance() {
     install -d "$RUN_DIR" "$LOG_DIR" "$STATE_DIR" "$SPOOL_DIR"
     log=$LOG_DIR/slurmctld.log
     if ! pid_alive "$RUN_DIR/slurmctld.pid"; then
+        clear_stale_pidfile "$RUN_DIR/slurmctld.pid"
         SLURM_CONF=$CONF in_root slurmctld -f "$CONF" >>"$log" 2>&1 9>&- ||
             fail_daemon "slurmctld (instance $INSTANCE)" "$log" "did not start"
     fi
@@ -677,6 +591,7 @@ start_instance() {
             "$(died_or "does not answer after ${WAIT_S}s (scontrol ping)")"
     for i in $(seq "$NODES"); do
         pid_alive "$RUN_DIR/slurmd-n$i.pid" && continue
+        clear_stale_pidfile "$RUN_DIR/slurmd-n$i.pid"
         install -d "$SPOOL_DIR/n$i"
         SLURM_CONF=$CONF in_root slurmd -f "$CONF" -N "n$i" >>"$LOG_DIR/slurmd-n$i.log" 2>&1 9>&- ||
             fail_daemon "slurmd n$i (instance $INSTANCE)" "$LOG_DIR/slurmd-n$i.log" "did not start"
