@@ -19,9 +19,24 @@ reference; tests/test_marker_lua.py runs both on the same inputs):
     nodes (the daemon caps again, for comments changed later or clusters without this file).
 
 Companion jobs (token slurm-elastic:companion-of=<PARENT>) are never elastic: they pass.
+
+The --elastic[=SPEC] option (etc/spank/elastic.c; Slurm hands its argument to this script
+in job_desc.spank_job_env as _SLURM_SPANK_OPTION_elastic_elastic=SPEC, "(null)" without
+one) is a way of writing the marker, not a second grammar: SPEC becomes a marker token,
+added to the comment, and that token is checked and completed like one written there.
+
+  SPEC     := [ range ] | range ":" options | options
+  range    := MIN "-" MAX                  (-> min=MIN,max=MAX)
+  options  := the marker's options         (min=1,max=4,step=2,gpus=4,cost=30)
+
+  --elastic              -> elastic                 (the range from --nodes)
+  --elastic=2-8:step=2   -> elastic:min=2,max=8,step=2
+
+A job given both --elastic and a marker in its comment is rejected (which one is meant?).
 --]]
 
 local WORD = "elastic"
+local OPTION_ENV = "_SLURM_SPANK_OPTION_elastic_elastic="
 local COMPANION_PREFIX = "slurm-elastic:companion-of="
 local KEYS = { "min", "max", "step", "gpus", "cost" }
 local LOWEST = { min = 1, max = 1, step = 1, gpus = 0, cost = 0 }
@@ -190,9 +205,62 @@ local function capacity(job_desc, part_list)
    return best
 end
 
--- The whole check for one submission: (new_comment_or_nil, new_min, new_max) or (nil, message).
-local function check(job_desc, part_list)
+-- The --elastic option's SPEC, or nil when the job was submitted without the option.  The
+-- table Slurm builds is indexed from 0: walk it with pairs.
+local function option_spec(job_desc)
+   for _, entry in pairs(job_desc.spank_job_env or {}) do
+      if type(entry) == "string" and starts_with(entry, OPTION_ENV) then
+         return string.sub(entry, #OPTION_ENV + 1)
+      end
+   end
+   return nil
+end
+
+-- The marker token --elastic=SPEC stands for, or (nil, message).
+local function option_marker(spec)
+   if spec == "(null)" or spec == "" then return WORD end
+   local colon = string.find(spec, ":", 1, true)
+   local head, options = spec, nil
+   if colon then head, options = string.sub(spec, 1, colon - 1), string.sub(spec, colon + 1) end
+   if string.find(head, "=", 1, true) then
+      -- No range: the whole SPEC is the marker's option list (a ':' in it is the marker's error).
+      return WORD .. ":" .. spec
+   end
+   local low, high = string.match(head, "^([0-9]+)%-([0-9]+)$")
+   if not low then
+      return nil, "'" .. show(head) .. "' is not a node range MIN-MAX"
+   end
+   local token = WORD .. ":min=" .. low .. ",max=" .. high
+   if options ~= nil then token = token .. "," .. options end
+   return token
+end
+
+-- How a message names the option the user gave.
+local function option_named(spec)
+   if spec == "(null)" then return "--elastic" end
+   return "--elastic=" .. show(spec, 60)
+end
+
+-- The comment the job is checked with: its own, plus the marker --elastic stands for; and
+-- the option's SPEC (nil without the option).  (nil, spec, message) when the option is bad.
+local function with_option(job_desc)
    local comment = job_desc.comment
+   local spec = option_spec(job_desc)
+   if spec == nil then return comment, nil end
+   for _, t in ipairs(tokens(comment or "")) do
+      if is_marker_token(t.text) then
+         return nil, spec, "invalid " .. option_named(spec) .. ": the comment has an elastic "
+            .. "marker too ('" .. show(t.text, 60) .. "'): give one of them"
+      end
+   end
+   local token, err = option_marker(spec)
+   if not token then return nil, spec, "invalid " .. option_named(spec) .. ": " .. err end
+   if comment == nil or comment == "" then return token, spec end
+   return comment .. " " .. token, spec
+end
+
+-- The whole check for one submission: (new_comment_or_nil, new_min, new_max) or (nil, message).
+local function check(job_desc, part_list, comment)
    if comment == nil or comment == "" then return { } end
    local toks = tokens(comment)
    local is_companion, err = companion(toks)
@@ -255,7 +323,21 @@ local function check(job_desc, part_list)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
-   local result, err = check(job_desc, part_list)
+   local comment, spec, err = with_option(job_desc)
+   local result = nil
+   if not err then
+      result, err = check(job_desc, part_list, comment)
+      if result and result.comment == nil and comment ~= job_desc.comment then
+         result.comment = comment
+      end
+      if not result and spec ~= nil then
+         -- The option's marker is the only one: name the option, not the token it made,
+         -- and give the marker's advice in the option's words.
+         local reason = string.match(err, "^invalid elastic marker '.-': (.*)$") or err
+         reason = string.gsub(reason, "min= in the marker$", "--elastic=MIN-MAX")
+         err = "invalid " .. option_named(spec) .. ": " .. reason
+      end
+   end
    if not result then
       slurm.log_user(err) -- the C function takes one string: no format expansion of '%'
       slurm.log_info("slurm-elastic: rejected job from uid %d: %s", submit_uid, err)

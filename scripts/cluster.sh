@@ -219,7 +219,7 @@ render() { # template -> stdout, substituting @KEY@ placeholders; "@ROOT@ " line
         -e "s|@DB_PASS@|$DB_PASS|g" -e "s|@DB_NAME@|$DB_NAME|g" \
         -e "s|@AUTH_INFO@|$AUTH_INFO|g" -e "s|@STORAGE_HOST@|$STORAGE_HOST|g" \
         -e "s|@CGROUP_PLUGIN@|$CGROUP_PLUGIN|g" -e "s|@MUNGE_SOCKET@|$MUNGE_SOCKET|g" \
-        -e "s|@PLUGIN_DIR@|$PLUGIN_DIR|g" -e "$ROOT_ONLY" "$1"
+        -e "s|@PLUGIN_DIR@|$PLUGIN_DIR|g" -e "s|@CONF_DIR@|$CONF_DIR|g" -e "$ROOT_ONLY" "$1"
 }
 
 # ------------------------------------------------------------------ a version's root
@@ -229,7 +229,10 @@ render() { # template -> stdout, substituting @KEY@ placeholders; "@ROOT@ " line
 # 24.11 what builds pyslurm against its libslurm (scripts/build-pyslurm.sh).
 root_packages() {
     local packages=(slurmctld slurmd slurm-client slurmdbd munge libffi8 procps)
-    [[ $SLURM == 24.11 ]] && packages+=(libslurm-dev gcc libc6-dev)
+    # libslurm-dev: the headers the --elastic plugin is built against (build_spank; the
+    # host's gcc compiles it); gcc and libc6-dev: pyslurm's build runs inside the 24.11 root.
+    packages+=(libslurm-dev)
+    [[ $SLURM == 24.11 ]] && packages+=(gcc libc6-dev)
     echo "${packages[*]}"
 }
 
@@ -461,9 +464,29 @@ stop_shared_if_unused() {
 # ------------------------------------------------------------------ one instance
 
 CONF_CHANGED=0
+# The --elastic option: etc/spank/elastic.c built once per version against its own headers
+# (a SPANK plugin loads only into the Slurm release it was built for), at a path that is the
+# same for the root's daemons and for its clients run from the host.
+spank_plugin() { echo "$P/usr/lib/slurm-elastic/spank/elastic.so"; }
+build_spank() {
+    local so out
+    so=$(spank_plugin)
+    cmp -s "$REPO/etc/spank/elastic.c" "$so.c" && [[ -f $so ]] && return 0
+    out=$(bash "$HERE/build-spank.sh" --include "$P/usr/include" --out "$so" 2>&1) ||
+        die "the --elastic plugin did not build: $out"
+    install -m 0644 "$REPO/etc/spank/elastic.c" "$so.c"
+}
+
 write_confs() { # writes the instance's conf files; sets CONF_CHANGED=1 when anything changed
     local name content
     install -d "$CONF_DIR"
+    build_spank
+    content=$(printf '# slurm-elastic: the --elastic option (scripts/build-spank.sh)\noptional %s' \
+        "$(spank_plugin)")
+    if [[ ! -f $CONF_DIR/plugstack.conf ]] || [[ $(cat "$CONF_DIR/plugstack.conf") != "$content" ]]; then
+        printf '%s\n' "$content" >"$CONF_DIR/plugstack.conf"
+        CONF_CHANGED=1
+    fi
     for name in slurm.conf gres.conf cgroup.conf; do
         content=$(render "$TEMPLATES/$name.tmpl")
         if [[ ! -f $CONF_DIR/$name ]] || [[ $(cat "$CONF_DIR/$name") != "$content" ]]; then

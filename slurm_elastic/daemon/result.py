@@ -18,6 +18,7 @@ from slurm_elastic.types import (
     ActionKind,
     ActionOutcome,
     CycleErrorKind,
+    ElasticSpec,
     Explanation,
     JobView,
     Plan,
@@ -38,6 +39,7 @@ class JobStatusRow:
     max_nodes: int | None
     target: int | None
     reason: str
+    step: int | None = None  # the marker's size grid (elastic jobs only)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class JobStatusRow:
             "nodes": self.nodes,
             "min": self.min_nodes,
             "max": self.max_nodes,
+            "step": self.step,
             "target": self.target,
             "reason": self.reason,
         }
@@ -165,17 +168,17 @@ def status_rows(
         ej = cls.elastic.get(job_id)
         if ej is None:
             reason = by_job.get(job_id) or cls.not_elastic.get(job_id, "not elastic")
-            rows.append(_row(job, job.node_count, None, None, None, reason))
+            rows.append(_row(job, job.node_count, None, None, reason))
             continue
         target = targets.get(job_id)
         reason = by_job.get(job_id) or frozen.get(job_id) or _plan_reason(ej, target)
         nodes = ej.effective_nodes if job.is_running else job.node_count
-        rows.append(_row(job, nodes, ej.spec.min_nodes, ej.spec.max_nodes, target, reason))
+        rows.append(_row(job, nodes, ej.spec, target, reason))
     return tuple(rows)
 
 
 def _row(
-    job: JobView, nodes: int, lo: int | None, hi: int | None, target: int | None, reason: str
+    job: JobView, nodes: int, spec: ElasticSpec | None, target: int | None, reason: str
 ) -> JobStatusRow:
     return JobStatusRow(
         job.job_id,
@@ -184,10 +187,11 @@ def _row(
         job.user,
         job.state.value,
         nodes,
-        lo,
-        hi,
+        None if spec is None else spec.min_nodes,
+        None if spec is None else spec.max_nodes,
         target,
         reason,
+        None if spec is None else spec.step,
     )
 
 

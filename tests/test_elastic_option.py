@@ -1,0 +1,271 @@
+"""The ``--elastic[=SPEC]`` option (etc/spank/elastic.c + etc/job_submit.lua).
+
+The plugin only makes the option exist; Slurm hands its argument to job_submit.lua in
+``spank_job_env`` (``_SLURM_SPANK_OPTION_elastic_elastic=SPEC``, ``(null)`` without one),
+which writes it as the marker it stands for.  So SPEC is sugar over the one marker grammar:
+the stand-alone tests check that a job given ``--elastic=SPEC`` comes out exactly as one
+whose comment holds the equivalent marker (``slurm_elastic.marker``'s rules and messages),
+and the live tests (every Slurm version of the matrix) run the real sbatch, salloc and
+slurmctld with the plugin that ``scripts/cluster.sh`` builds for the version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_elastic.marker import _show as shown
+from tests.slurm_cluster import SlurmCluster, wait_until
+from tests.test_marker_lua import LUA_SCRIPT, NO_VAL, _lua, python_result
+
+OPTION_ENV = "_SLURM_SPANK_OPTION_elastic_elastic="
+
+# Reads "<min>\t<max>\t<hex comment>\t<hex SPEC, or - without the option>" per line; prints
+# OK\t<hex comment>\t<min>\t<max> or ERR\t<hex message>.  spank_job_env is built the way
+# slurmctld builds it: indexed from 0, other plugins' variables around the option's.
+DRIVER = r"""
+local function hex(s)
+  return (string.gsub(s, ".", function(c) return string.format("%02x", string.byte(c)) end))
+end
+local function unhex(h)
+  return (string.gsub(h, "%x%x", function(x) return string.char(tonumber(x, 16)) end))
+end
+local user_msg
+slurm = { NO_VAL = 4294967294, SUCCESS = 0, ERROR = -1,
+          log_user = function(m) user_msg = m end, log_info = function() end }
+dofile(arg[1])
+for line in io.lines() do
+  local lo, hi, h, spec = string.match(line, "^(%d+)\t(%d+)\t(%x*)\t([%x-]*)$")
+  local job = { min_nodes = tonumber(lo), max_nodes = tonumber(hi), comment = unhex(h) }
+  if job.comment == "" then job.comment = nil end
+  if spec ~= "-" then
+    job.spank_job_env = { [0] = "OTHER_PLUGIN=1", [1] = "OPTION" .. unhex(spec), [2] = "X=y" }
+  end
+  user_msg = nil
+  if slurm_job_submit(job, {}, 0) == slurm.SUCCESS then
+    print(string.format("OK\t%s\t%d\t%d", hex(job.comment or ""), job.min_nodes, job.max_nodes))
+  else
+    print("ERR\t" .. hex(user_msg or "(no message)"))
+  end
+end
+""".replace('"OPTION"', f'"{OPTION_ENV}"')
+
+# (SPEC or None without the option, comment, --nodes min, --nodes max)
+OptionCase = tuple[str | None, str, int | None, int | None]
+
+
+def run_option(cases: list[OptionCase], tmp: Path) -> list[tuple[str, ...]]:
+    driver = tmp / "option_driver.lua"
+    driver.write_text(DRIVER)
+    lines = "".join(
+        f"{NO_VAL if lo is None else lo}\t{NO_VAL if hi is None else hi}\t"
+        f"{comment.encode().hex()}\t{'-' if spec is None else spec.encode().hex()}\n"
+        for spec, comment, lo, hi in cases
+    )
+    proc = subprocess.run(
+        [_lua(), str(driver), str(LUA_SCRIPT)],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = []
+    for line in proc.stdout.splitlines():
+        kind, *rest = line.split("\t")
+        out.append((kind, bytes.fromhex(rest[0]).decode(errors="replace"), *rest[1:]))
+    assert len(out) == len(cases)
+    return out
+
+
+def equivalent_marker(spec: str) -> str | None:
+    """The marker ``--elastic=SPEC`` stands for (the grammar in job_submit.lua's header), or
+    None when SPEC's head is neither options nor a MIN-MAX range."""
+    if spec in ("", "(null)"):
+        return "elastic"
+    head, colon, rest = spec.partition(":")
+    if "=" in head:
+        return f"elastic:{spec}"
+    match = re.fullmatch(r"([0-9]+)-([0-9]+)", head)
+    if not match:
+        return None
+    return f"elastic:min={match[1]},max={match[2]}" + (f",{rest}" if colon else "")
+
+
+def expected(case: OptionCase) -> tuple[str, ...]:
+    """What the plugin must do with ``case``: the equivalent comment's result, in the
+    option's words when it is refused."""
+    spec, comment, lo, hi = case
+    assert spec is not None
+    named = "--elastic" if spec == "(null)" else f"--elastic={shown(spec, 60)}"
+    marker = equivalent_marker(spec)
+    if marker is None:
+        head = spec.partition(":")[0]
+        return ("ERR", f"invalid {named}: '{shown(head)}' is not a node range MIN-MAX")
+    result = python_result(f"{comment} {marker}" if comment else marker, lo, hi)
+    if result[0] == "OK":
+        return result
+    reason = re.sub(r"^invalid elastic marker '.*?': ", "", result[1])
+    reason = re.sub(r"min= in the marker$", "--elastic=MIN-MAX", reason)
+    return ("ERR", f"invalid {named}: {reason}")
+
+
+EXAMPLES: list[tuple[OptionCase, tuple[str, ...]]] = [
+    (("(null)", "", 1, 3), ("OK", "elastic:min=1,max=3", "1", "3")),
+    (("1-3", "", None, None), ("OK", "elastic:min=1,max=3", "1", "3")),
+    (("2-4:step=2", "", None, None), ("OK", "elastic:min=2,max=4,step=2", "2", "4")),
+    (("step=2", "nightly", 2, 4), ("OK", "nightly elastic:min=2,max=4,step=2", "2", "4")),
+    (("2-8:gpus=4,cost=30", "", None, None),
+     ("OK", "elastic:min=2,max=8,gpus=4,cost=30", "2", "8")),
+    (("9-1", "", None, None), ("ERR", "invalid --elastic=9-1: min=9 is greater than max=1")),
+    (("max=9", "", 1, 3), ("ERR", "invalid --elastic=max=9: max=9 disagrees with --nodes=1-3")),
+    (("min=x", "", None, None),
+     ("ERR", "invalid --elastic=min=x: min must be a whole number, got 'x'")),
+    (("x-y", "", None, None), ("ERR", "invalid --elastic=x-y: 'x-y' is not a node range MIN-MAX")),
+    (("(null)", "", None, None),
+     ("ERR", "invalid --elastic: no node range: give --nodes=MIN-MAX or --elastic=MIN-MAX")),
+    (("(null)", "run 4 elastic", 1, 3),
+     ("ERR", "invalid --elastic: the comment has an elastic marker too ('elastic'): "
+             "give one of them")),
+    ((None, "", 1, 3), ("OK", "", "1", "3")),  # no option: untouched
+]  # fmt: skip
+
+
+def test_the_option_becomes_the_marker_it_stands_for(tmp_path: Path) -> None:
+    cases = [case for case, _ in EXAMPLES]
+    for (case, want), got in zip(EXAMPLES, run_option(cases, tmp_path), strict=True):
+        assert got == want, case
+        if case[0] is not None and case[0] != "x-y" and "too" not in want[1]:
+            assert got == expected(case), case
+
+
+spec_alphabet = st.sampled_from(list("0123456789-:=,minaxstepgpuscot"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(spec_alphabet, max_size=24) | st.just("(null)"),
+            st.sampled_from(["", "nightly", "run=4; x"]),
+            st.none() | st.integers(1, 12),
+            st.none() | st.integers(1, 12),
+        ),
+        min_size=1,
+    )
+)
+def test_any_spec_is_judged_like_its_marker(tmp_path_factory, cases: list[OptionCase]) -> None:
+    cases = [(s, c, lo, None if lo is None else hi) for s, c, lo, hi in cases]
+    tmp = tmp_path_factory.mktemp("option")
+    for case, got in zip(cases, run_option(cases, tmp), strict=True):
+        assert got == expected(case), case
+
+
+# ------------------------------------------------------------------ the real clusters
+
+_MAIN = "import sys; from slurm_elastic.cli import main; sys.argv[0] = 'slurm-elastic'; main()"
+
+
+def plan_rows(tmp_path: Path) -> dict[int, dict]:
+    config_file = tmp_path / "slurm-elastic.yaml"
+    config_file.write_text(f"state_dir: {tmp_path / 'state'}\napi: {{port: 0}}\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", _MAIN, "plan", "--json", "--config", str(config_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    wire = json.loads(proc.stdout)
+    assert wire["ok"] is True
+    return {row["job_id"]: row for row in wire["jobs"]}
+
+
+def submit(cluster: SlurmCluster, *args: str, cwd: Path) -> tuple[int | None, str]:
+    proc = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "-p", "shared", "-o", "/dev/null", *args],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=cwd,
+    )
+    job_id = int(proc.stdout.strip().split(";")[0]) if proc.returncode == 0 else None
+    return job_id, proc.stderr
+
+
+@pytest.mark.slurm
+def test_sbatch_help_lists_the_option(slurm_cluster: SlurmCluster) -> None:
+    out = slurm_cluster.run("sbatch", "--help").stdout
+    assert re.search(r"(?m)^\s+--elastic=\[SPEC\]\s+Let slurm-elastic resize this job", out), out
+
+
+@pytest.mark.slurm
+def test_the_option_makes_jobs_elastic_with_their_range(
+    clean_queue: SlurmCluster, tmp_path: Path
+) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --elastic=1-3\ntrue\n")
+    wrap = ("--wrap", "true")
+    submitted = {
+        "-N1-3 --elastic": submit(clean_queue, "-N1-3", "--elastic", *wrap, cwd=tmp_path),
+        "#SBATCH --elastic=1-3": submit(clean_queue, str(script), cwd=tmp_path),
+        "--elastic=2-4:step=2": submit(clean_queue, "--elastic=2-4:step=2", *wrap, cwd=tmp_path),
+        "no flag": submit(clean_queue, "-N1-2", *wrap, cwd=tmp_path),
+    }
+    ids = {name: job_id for name, (job_id, _) in submitted.items()}
+    assert all(ids.values()), submitted
+    allocation = subprocess.run(
+        ["salloc", "--no-shell", "-p", "shared", "--elastic=1-2"],
+        env=clean_queue.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    granted = re.search(r"Granted job allocation (\d+)", allocation.stderr)
+    assert allocation.returncode == 0 and granted, allocation.stderr
+    ids["salloc --elastic=1-2"] = int(granted[1])
+    wait_until(
+        lambda: set(ids.values()) <= set(clean_queue.active_job_ids()), 15, "every job listed"
+    )
+    rows = plan_rows(tmp_path)
+    ranges = {name: (rows[i]["min"], rows[i]["max"], rows[i]["step"]) for name, i in ids.items()}
+    assert ranges == {
+        "-N1-3 --elastic": (1, 3, 1),
+        "#SBATCH --elastic=1-3": (1, 3, 1),
+        "--elastic=2-4:step=2": (2, 4, 2),
+        "no flag": (None, None, None),
+        "salloc --elastic=1-2": (1, 2, 1),
+    }
+    assert rows[ids["no flag"]]["target"] is None  # listed, never planned
+    comment = clean_queue.run("squeue", "-h", "-j", str(ids["no flag"]), "-o", "%k").stdout
+    assert comment.strip() in {"", "(null)"}
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--elastic=9-1",), "invalid --elastic=9-1: min=9 is greater than max=1"),
+        (("--elastic=max=9", "-N1-3"), "invalid --elastic=max=9: max=9 disagrees with --nodes=1-3"),
+        (("--elastic=min=x",), "invalid --elastic=min=x: min must be a whole number, got 'x'"),
+    ],
+)
+def test_a_bad_spec_is_refused_at_submission(
+    clean_queue: SlurmCluster, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    job_id, stderr = submit(clean_queue, *args, "--wrap", "true", cwd=tmp_path)
+    assert job_id is None
+    assert stderr.splitlines()[0] == f"sbatch: error: {message}", stderr
+    assert clean_queue.active_job_ids() == []
