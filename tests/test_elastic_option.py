@@ -23,24 +23,16 @@ from hypothesis import strategies as st
 
 from slurm_elastic.marker import _show as shown
 from tests.slurm_cluster import SlurmCluster, wait_until
-from tests.test_marker_lua import LUA_SCRIPT, NO_VAL, _lua, python_result
+from tests.test_marker_lua import NO_VAL, PRELUDE, python_result, run_driver
 
 OPTION_ENV = "_SLURM_SPANK_OPTION_elastic_elastic="
 
 # Reads "<min>\t<max>\t<hex comment>\t<hex SPEC, or - without the option>" per line; prints
 # OK\t<hex comment>\t<min>\t<max> or ERR\t<hex message>.  spank_job_env is built the way
 # slurmctld builds it: indexed from 0, other plugins' variables around the option's.
-DRIVER = r"""
-local function hex(s)
-  return (string.gsub(s, ".", function(c) return string.format("%02x", string.byte(c)) end))
-end
-local function unhex(h)
-  return (string.gsub(h, "%x%x", function(x) return string.char(tonumber(x, 16)) end))
-end
-local user_msg
-slurm = { NO_VAL = 4294967294, SUCCESS = 0, ERROR = -1,
-          log_user = function(m) user_msg = m end, log_info = function() end }
-dofile(arg[1])
+DRIVER = (
+    PRELUDE
+    + r"""
 for line in io.lines() do
   local lo, hi, h, spec = string.match(line, "^(%d+)\t(%d+)\t(%x*)\t([%x-]*)$")
   local job = { min_nodes = tonumber(lo), max_nodes = tonumber(hi), comment = unhex(h) }
@@ -56,34 +48,19 @@ for line in io.lines() do
   end
 end
 """.replace('"OPTION"', f'"{OPTION_ENV}"')
+)
 
 # (SPEC or None without the option, comment, --nodes min, --nodes max)
 OptionCase = tuple[str | None, str, int | None, int | None]
 
 
 def run_option(cases: list[OptionCase], tmp: Path) -> list[tuple[str, ...]]:
-    driver = tmp / "option_driver.lua"
-    driver.write_text(DRIVER)
-    lines = "".join(
+    lines = [
         f"{NO_VAL if lo is None else lo}\t{NO_VAL if hi is None else hi}\t"
-        f"{comment.encode().hex()}\t{'-' if spec is None else spec.encode().hex()}\n"
+        f"{comment.encode().hex()}\t{'-' if spec is None else spec.encode().hex()}"
         for spec, comment, lo, hi in cases
-    )
-    proc = subprocess.run(
-        [_lua(), str(driver), str(LUA_SCRIPT)],
-        input=lines,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = []
-    for line in proc.stdout.splitlines():
-        kind, *rest = line.split("\t")
-        out.append((kind, bytes.fromhex(rest[0]).decode(errors="replace"), *rest[1:]))
-    assert len(out) == len(cases)
-    return out
+    ]
+    return run_driver(DRIVER, lines, tmp)
 
 
 def equivalent_marker(spec: str) -> str | None:

@@ -24,11 +24,9 @@ from tests.slurm_cluster import in_ci
 LUA_SCRIPT = Path(__file__).resolve().parent.parent / "etc" / "job_submit.lua"
 NO_VAL = 4294967294
 
-# Reads cases "<min>\t<max>\t<capacity>\t<partition>\t<hex comment>" from stdin, prints one
-# result line per case.  Capacity 0: no partition list.  Otherwise the default partition
-# "batch" has capacity + 2 nodes and MaxNodes=capacity, and "big" (not default) has 100 nodes
-# and no MaxNodes: a job naming no partition can get ``capacity`` nodes, one naming "big" 100.
-DRIVER = r"""
+# What every driver starts with: hex coding (comments may hold any byte), the ``slurm``
+# table the plugin expects, and the plugin itself (its path is the driver's argument).
+PRELUDE = r"""
 local function hex(s)
   return (string.gsub(s, ".", function(c) return string.format("%02x", string.byte(c)) end))
 end
@@ -39,7 +37,15 @@ local user_msg
 slurm = { NO_VAL = 4294967294, SUCCESS = 0, ERROR = -1,
           log_user = function(m) user_msg = m end, log_info = function() end }
 dofile(arg[1])
-local INFINITE = 4294967295
+"""
+
+# Reads cases "<min>\t<max>\t<capacity>\t<partition>\t<hex comment>" from stdin, prints one
+# result line per case.  Capacity 0: no partition list.  Otherwise the default partition
+# "batch" has capacity + 2 nodes and MaxNodes=capacity, and "big" (not default) has 100 nodes
+# and no MaxNodes: a job naming no partition can get ``capacity`` nodes, one naming "big" 100.
+DRIVER = (
+    PRELUDE
+    + r"""local INFINITE = 4294967295
 for line in io.lines() do
   local lo, hi, cap, part, h = string.match(line, "^(%d+)\t(%d+)\t(%d+)\t([%w,]*)\t(%x*)$")
   local job = { min_nodes = tonumber(lo), max_nodes = tonumber(hi), comment = unhex(h) }
@@ -59,6 +65,7 @@ for line in io.lines() do
   end
 end
 """
+)
 
 Case = tuple[str, int | None, int | None]
 # A case with the partitions the job sees: (capacity of the default partition or None for
@@ -88,17 +95,14 @@ def _lua() -> str:
     return exe
 
 
-def run_lua(cases: list[Case] | list[PartCase], tmp: Path) -> list[tuple[str, ...]]:
+def run_driver(driver_text: str, lines: list[str], tmp: Path) -> list[tuple[str, ...]]:
+    """Run the shipped plugin under ``driver_text`` on one input line per case: per case
+    ("OK", comment, min, max) or ("ERR", message), hex-decoded."""
     driver = tmp / "driver.lua"
-    driver.write_text(DRIVER)
-    lines = "".join(
-        f"{NO_VAL if lo is None else lo}\t{NO_VAL if hi is None else hi}\t"
-        f"{cap or 0}\t{part}\t{comment.encode().hex()}\n"
-        for comment, lo, hi, cap, part in map(_with_parts, cases)
-    )
+    driver.write_text(driver_text)
     proc = subprocess.run(
         [_lua(), str(driver), str(LUA_SCRIPT)],
-        input=lines,
+        input="".join(line + "\n" for line in lines),
         capture_output=True,
         text=True,
         timeout=30,
@@ -110,8 +114,17 @@ def run_lua(cases: list[Case] | list[PartCase], tmp: Path) -> list[tuple[str, ..
         kind, *rest = line.split("\t")
         decoded = bytes.fromhex(rest[0]).decode(errors="replace")
         out.append((kind, decoded, *rest[1:]))
-    assert len(out) == len(cases)
+    assert len(out) == len(lines)
     return out
+
+
+def run_lua(cases: list[Case] | list[PartCase], tmp: Path) -> list[tuple[str, ...]]:
+    lines = [
+        f"{NO_VAL if lo is None else lo}\t{NO_VAL if hi is None else hi}\t"
+        f"{cap or 0}\t{part}\t{comment.encode().hex()}"
+        for comment, lo, hi, cap, part in map(_with_parts, cases)
+    ]
+    return run_driver(DRIVER, lines, tmp)
 
 
 def python_result(
