@@ -94,8 +94,7 @@ class TrainingJob:
         script = "\n".join(
             [
                 "#!/bin/bash",
-                "#SBATCH --nodes=1-3",
-                "#SBATCH --comment=elastic:min=1,max=3",
+                "#SBATCH --elastic=1-3",  # the option (etc/spank/elastic.c), sets --nodes
                 f"#SBATCH --output={work}/job-%j.out",
                 "slurm-elastic run -- python " + " ".join(train),
                 "",

@@ -205,7 +205,7 @@ def test_batch_scripts_mark_only_elastic_jobs(tmp_path: Path) -> None:
         )
         assert script.startswith("#!/bin/bash\n")
         assert f"#SBATCH --nodes={job.nodes_option}" in script
-        assert ("--comment=elastic" in script) is job.elastic
+        assert ("#SBATCH --elastic\n" in script) is job.elastic
         assert ("slurm-elastic run -- /usr/bin/python3" in script) is job.elastic
     elastic = [j for j in FULL if j.elastic]
     assert len(elastic) >= 3 and any(not j.elastic for j in FULL)

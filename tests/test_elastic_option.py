@@ -246,3 +246,21 @@ def test_a_bad_spec_is_refused_at_submission(
     assert job_id is None
     assert stderr.splitlines()[0] == f"sbatch: error: {message}", stderr
     assert clean_queue.active_job_ids() == []
+
+
+@pytest.mark.slurm
+def test_srun_making_the_allocation_takes_the_option(clean_queue: SlurmCluster) -> None:
+    """``srun --elastic`` outside an allocation makes one, marked like ``sbatch``'s."""
+    proc = subprocess.run(
+        ["srun", "-p", "shared", "--elastic=1-2", "bash", "-c",
+         "scontrol -o show job $SLURM_JOB_ID"],
+        env=clean_queue.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"\bComment=elastic:min=1,max=2\b", proc.stdout), proc.stdout
+    refused = subprocess.run(
+        ["srun", "-p", "shared", "--elastic=9-1", "true"],
+        env=clean_queue.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "srun: error: invalid --elastic=9-1: min=9 is greater than max=1" in refused.stderr

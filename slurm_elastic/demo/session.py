@@ -241,7 +241,7 @@ class Demo:
         self._note(
             now,
             f"submitted {job.name} ({job_id}): sbatch -N{job.nodes_option}"
-            + (" --comment=elastic" if job.elastic else ""),
+            + (" --elastic" if job.elastic else ""),
         )
 
     def _read_progress(self) -> None:

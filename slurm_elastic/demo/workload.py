@@ -124,7 +124,8 @@ QUICK: tuple[DemoJob, ...] = (
 
 
 def batch_script(job: DemoJob, *, python: str, example: Path, work_dir: Path) -> str:
-    """The sbatch script a user would write: the elastic flag is ``--comment=elastic``."""
+    """The sbatch script a user would write: the elastic flag is ``--elastic`` (the SPANK
+    option, etc/spank/elastic.c; the range is the job's ``--nodes``)."""
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job.name}",
@@ -132,7 +133,7 @@ def batch_script(job: DemoJob, *, python: str, example: Path, work_dir: Path) ->
         f"#SBATCH --output={work_dir}/slurm-%j.out",
     ]
     if job.elastic:
-        lines.append("#SBATCH --comment=elastic")
+        lines.append("#SBATCH --elastic")
         train = shlex.join([python, str(example), *job.train_args])
         lines.append(f"slurm-elastic run -- {train}")
     else:
