@@ -217,7 +217,9 @@ def test_the_option_makes_jobs_elastic_with_their_range(
         lambda: set(ids.values()) <= set(clean_queue.active_job_ids()), 15, "every job listed"
     )
     rows = plan_rows(tmp_path)
-    ranges = {name: (rows[i]["min"], rows[i]["max"], rows[i]["step"]) for name, i in ids.items()}
+    ranges = {
+        name: (rows[i]["min"], rows[i]["max"], rows[i]["size_step"]) for name, i in ids.items()
+    }
     assert ranges == {
         "-N1-3 --elastic": (1, 3, 1),
         "#SBATCH --elastic=1-3": (1, 3, 1),

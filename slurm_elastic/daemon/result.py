@@ -39,7 +39,9 @@ class JobStatusRow:
     max_nodes: int | None
     target: int | None
     reason: str
-    step: int | None = None  # the marker's size grid (elastic jobs only)
+    # The marker's step: the sizes are min, min + size_step, ... (elastic jobs only).  Not
+    # "step", which the status document gives the job's last reported training step.
+    size_step: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,7 +53,7 @@ class JobStatusRow:
             "nodes": self.nodes,
             "min": self.min_nodes,
             "max": self.max_nodes,
-            "step": self.step,
+            "size_step": self.size_step,
             "target": self.target,
             "reason": self.reason,
         }

@@ -13,8 +13,9 @@ versioned (``"version": 1``); fields are only ever added.
       "plan": {"solver", "status", "objective", "solve_s", "gap", "note", "decisions"} | null,
       "plan.decisions": [ {job_id, current_nodes, target_nodes, rule, predicted_gain,
                            resize_cost, detail} ],
-      "jobs": [ {job_id, partition, name, user, state, nodes, min, max, target, reason,
-                 step, samples_per_s, reported_at} ],   # min/max null: not elastic
+      "jobs": [ {job_id, partition, name, user, state, nodes, min, max, size_step, target,
+                 reason, step, samples_per_s, reported_at} ],
+                 # min/max/size_step null: not elastic; step: the last reported training step
       "actions": [ {kind, job_id, from_nodes, to_nodes, outcome, detail, ...} ]
     }
 """
