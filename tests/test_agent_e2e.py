@@ -15,6 +15,7 @@ daemon's API and fit its convergence and throughput models.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -176,6 +177,10 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
             lambda: {r.nodes for r in drill.reports_of(job.job_id)} >= {1, 2, 3}, 30, "reports"
         )
         reports = drill.reports_of(job.job_id)
+        # What `slurm-elastic status` shows the user as SAVED: the pace of its first size (2)
+        # was measured before the shrink, so the daemon has a figure for it.
+        saved = drill.reports.saved_s(job.job_id)
+        assert saved is not None and math.isfinite(saved), [(r.nodes, r.step) for r in reports]
         wait_until(lambda: job.job_id in drill.controller.estimator.bank, 10, "the job's model")
         fit = drill.controller.estimator.bank.fit(job.job_id)
         assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]

@@ -60,6 +60,7 @@ TRAIN_ROW = {
     "reason": "target 3",
     "step": 1200,
     "samples_per_s": 850.5,
+    "saved_s": 3725.4,
 }
 
 
@@ -162,8 +163,8 @@ def test_status_plain_table_and_filters(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].split() == list(STATUS_COLUMNS)
-    assert " ".join(lines[1].split()) == "7 batch train alice R 2 1 4 3 1200 850.5 target 3"
-    assert " ".join(lines[2].split()) == "8 shared plain bob PD 1 - - - - - not elastic"
+    assert " ".join(lines[1].split()) == "7 batch train alice R 2 1 4 3 1200 850.5 +1h02m target 3"
+    assert " ".join(lines[2].split()) == "8 shared plain bob PD 1 - - - - - - not elastic"
     result = runner.invoke(
         status, ["--config", str(config_file), "--file", str(path), "-u", "bob", "--json"]
     )

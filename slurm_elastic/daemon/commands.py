@@ -76,7 +76,9 @@ STATUS_COLUMNS: tuple[str, ...] = (
     "TARGET",
 )
 # STEP/RATE: the job's latest progress report (training step, samples/s): is it reporting?
-STATUS_COLUMNS += ("STEP", "RATE", "REASON")
+# SAVED: how much sooner its resizes got it where it is than its first size would have
+# (daemon.reports.Tally; negative while it is behind, for example after giving nodes away).
+STATUS_COLUMNS += ("STEP", "RATE", "SAVED", "REASON")
 
 
 class _Error(click.ClickException):
@@ -278,8 +280,24 @@ def _status_row(job: dict[str, Any]) -> list[Any]:
         job.get("target"),
         job.get("step"),
         job.get("samples_per_s"),
+        _duration(job.get("saved_s")),
         job.get("reason") or "",
     ]
+
+
+def _duration(seconds: Any) -> str | None:
+    """A signed, readable duration (+1h05m, -42s); None (shown empty) when unknown."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return None
+    sign = "-" if seconds < 0 else "+"
+    left = round(abs(seconds))
+    hours, left = divmod(left, 3600)
+    minutes, secs = divmod(left, 60)
+    if hours:
+        return f"{sign}{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{sign}{minutes}m{secs:02d}s"
+    return f"{sign}{secs}s"
 
 
 def _parse_job_ids(values: Sequence[str]) -> list[int]:

@@ -163,20 +163,28 @@ def make_backend(config: Config, *, dry_run: bool = False) -> SlurmBackend:
 
 
 def content_of(result: CycleResult, reports: ReportStore) -> CycleContent:
-    """The cycle's wire form, each job row with its latest progress report (if any)."""
+    """The cycle's wire form, each job row with its latest progress report (if any) and the
+    time its resizes saved it so far (``reports.Tally``)."""
     wire = result.to_json()
-    jobs = tuple(with_progress(row, reports.latest(int(row["job_id"]))) for row in wire["jobs"])
+    jobs = tuple(
+        with_progress(row, reports.latest(job_id), reports.saved_s(job_id))
+        for row in wire["jobs"]
+        for job_id in (int(row["job_id"]),)
+    )
     return CycleContent(jobs=jobs, plan=wire["plan"], actions=tuple(wire["actions"]))
 
 
-def with_progress(row: dict[str, Any], report: ProgressReport | None) -> dict[str, Any]:
+def with_progress(
+    row: dict[str, Any], report: ProgressReport | None, saved_s: float | None = None
+) -> dict[str, Any]:
     if report is None:
-        return {**row, "step": None, "samples_per_s": None, "reported_at": None}
+        return {**row, "step": None, "samples_per_s": None, "reported_at": None, "saved_s": None}
     return {
         **row,
         "step": report.step,
         "samples_per_s": report.samples_per_s,
         "reported_at": report.time,
+        "saved_s": None if saved_s is None else round(saved_s, 1),
     }
 
 
