@@ -372,7 +372,8 @@ def test_status_on_the_live_cluster(live_jobs) -> None:
     assert rows[elastic][1:5] == ["shared", "cli-elastic", "root", "R"]
     assert rows[elastic][6] != "-" and rows[elastic][7] != "-"  # MIN / MAX of an elastic job
     assert rows[plain][1:5] == ["shared", "cli-plain", "root", "R"]
-    assert rows[plain][6:11] == ["-"] * 5 and " ".join(rows[plain][11:]) == "not elastic"
+    # MIN MAX TARGET STEP RATE SAVED
+    assert rows[plain][6:12] == ["-"] * 6 and " ".join(rows[plain][12:]) == "not elastic"
     assert "cycle 1 ok" in proc.stderr  # the footer goes to stderr when piped
 
     only = _cli("status", "--config", str(config_file), "-j", str(plain), "--json")
