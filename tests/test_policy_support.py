@@ -280,3 +280,20 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
         if claims > max(0, free):
             return False
     return True
+
+
+def test_the_solver_banner_never_reaches_stdout() -> None:
+    """HiGHS prints a banner from a process's first Highs(), before any option can be set;
+    the daemon's stdout (its journal under systemd) must not carry it."""
+    import subprocess
+    import sys
+
+    def stdout_of(code: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+
+    plain = "import highspy; highspy.Highs(); print('done')"
+    assert "Running HiGHS" in stdout_of(plain)  # what is being hidden, in this highspy
+    quiet = "from slurm_elastic.policy.mip import quiet_solver_banner as q; q(); q(); " + plain
+    assert stdout_of("print('before', flush=True); " + quiet) == "before\ndone\n"

@@ -49,6 +49,7 @@ from slurm_elastic.daemon.status import (
 )
 from slurm_elastic.errors import ConfigError, StateError
 from slurm_elastic.logs import configure_logging
+from slurm_elastic.policy.mip import quiet_solver_banner
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.terminal import safe_text
 from slurm_elastic.types import ClusterSnapshot, ProgressReport
@@ -253,6 +254,8 @@ class Service:
         self._cycle_now = threading.Event()
         self._wake_w: socket.socket | None = None
         self.api: ApiServer | None = None
+        # Before the API threads exist (see quiet_solver_banner): stdout carries no banner.
+        quiet_solver_banner()
         if serve_api:
             context = ApiContext(
                 reports=self.reports,

@@ -43,6 +43,9 @@ error, greedy's plan is used (status ``fallback``) and ``Plan.note`` says why.
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,6 +105,28 @@ def build_input(compiled: Compiled) -> MipInput:
     return MipInput(model, local[cols])
 
 
+@functools.cache
+def quiet_solver_banner() -> None:
+    """Make the process's first ``Highs()`` with the C-level stdout pointed at /dev/null.
+
+    HiGHS prints a two-line banner ("Running HiGHS ...") from the first ``Highs()`` of a
+    process, before any option (``output_flag``) can be set, and never again.  On the
+    daemon it landed between the JSON log lines of the journal (systemd merges stdout and
+    stderr).  Called once: by the service at start-up, before its API threads exist (a line
+    they wrote to stdout meanwhile would be lost), and before every solve (then a no-op).
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
 def _highs(
     model: FlatModel, free: IntArray, alive: IntArray, warm: IntArray, limit: float, gap: float
 ) -> tuple[highspy.Highs, IntArray]:
@@ -138,6 +163,7 @@ def _highs(
     lp.a_matrix_.index_ = index
     lp.a_matrix_.value_ = value
     lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    quiet_solver_banner()
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "off")  # measured: presolve costs more than it saves here
