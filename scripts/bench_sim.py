@@ -1,11 +1,15 @@
-"""Benchmark of the trace-driven simulator: the four policies on two real traces, and the
-wall time of simulating 10,000 jobs with the mip policy.
+"""Benchmark of the trace-driven simulator: the four policies on two real traces, the
+harm to each job against static on mixed workloads, and the wall time of simulating
+10,000 jobs with the mip policy.
 
-    python scripts/bench_sim.py [--traces DIR] [--out DIR] [--only cluster06|philly|10k]
+    python scripts/bench_sim.py [--traces DIR] [--out DIR] [--only cluster06|philly|harm|10k]
 
 Prints, per trace, the side-by-side table (the same figures as ``slurm-elastic simulate``
 with default settings) and each policy's wall time and per-cycle controller cost; then
-the acceptance ratios; the last line is ``key=value`` pairs.  The 10,000-job run tiles
+the acceptance ratios; then ``harm``: each trace with a quarter and a half of its jobs
+elastic (``WorkloadConfig.elastic_fraction`` 0.25 and 0.5), under mip and under static, and
+per class (rigid, elastic) the figures of ``slurm_elastic.sim.harm`` (``_ef25``/``_ef50``,
+each the worse of the two traces); the last line is ``key=value`` pairs.  The 10,000-job run tiles
 ``itp_elasticflow/raw/cluster06.csv`` in time (copy k shifted by k × the trace's span, so
 the offered load is the trace's own) on the cluster06 default cluster.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from dataclasses import replace
@@ -24,6 +29,7 @@ import structlog
 
 from slurm_elastic.policy.registry import POLICIES
 from slurm_elastic.sim import study
+from slurm_elastic.sim.harm import Harm, harm
 from slurm_elastic.sim.runner import SimSettings
 from slurm_elastic.sim.traces import Trace, read_trace
 from slurm_elastic.sim.workload import WorkloadConfig
@@ -98,16 +104,60 @@ def compare(name: str, st: study.Study, out: Path) -> dict[str, dict[str, float]
     return doc["policies"]
 
 
+HARM_FRACTIONS = {"ef25": 0.25, "ef50": 0.5}
+# (class, figure) -> key stem; the keys are f"{stem}_{fraction}" (issue 22's acceptance).
+HARM_KEYS = {
+    ("rigid", "late_10min_share"): "rigid_late_10min_share",
+    ("rigid", "late_1h_share"): "rigid_late_1h_share",
+    ("rigid", "worst_extra_wait_h"): "rigid_worst_extra_wait_h",
+    ("rigid", "avg_queue_over_static"): "rigid_avg_queue_over_static",
+    ("elastic", "avg_jct_over_static"): "elastic_avg_jct_over_static",
+}
+
+
+def harm_figures(traces_dir: Path, names: list[str], out: Path) -> dict[str, str]:
+    """Mixed workloads, mip against static, per class; each key the worse of the traces."""
+    worst: dict[str, float] = {}
+    rows: dict[str, dict[str, dict[str, float | int]]] = {}
+    for name in names:
+        trace = read_trace(traces_dir / TRACES[name])
+        for suffix, fraction in HARM_FRACTIONS.items():
+            cfg = WorkloadConfig(elastic_fraction=fraction)
+            st = make_study(trace, TRACES[name], traces_dir, cfg=cfg)
+            workload = st.workload()
+            t0 = time.perf_counter()
+            mip, static = (study.run_policy(st, p, workload) for p in ("mip", "static"))
+            found: dict[str, Harm | None] = {
+                cls: harm(mip, static, elastic=cls == "elastic") for cls in ("rigid", "elastic")
+            }
+            print(f"  harm {name} {suffix}: {time.perf_counter() - t0:.1f} s wall", flush=True)
+            for cls, figures in found.items():
+                rows[f"{name} {suffix} {cls}"] = figures.to_json() if figures else {}
+            for (cls, field), stem in HARM_KEYS.items():
+                figures = found[cls]
+                if figures is not None:
+                    key = f"{stem}_{suffix}"
+                    worst[key] = max(worst.get(key, -math.inf), getattr(figures, field))
+    (out / "harm.json").parent.mkdir(parents=True, exist_ok=True)
+    (out / "harm.json").write_text(json.dumps(rows, indent=2) + "\n")
+    columns = list(Harm.__dataclass_fields__)
+    print(f"\nharm against static (mip): {', '.join(columns)}")
+    for label, figures in rows.items():
+        print(f"{label:<24}" + "".join(f"{figures.get(c, '-')!s:>12}" for c in columns))
+    print()
+    return {key: f"{value:.4g}" for key, value in sorted(worst.items())}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--traces", type=Path, default=Path(__file__).resolve().parents[2] / "shared/traces"
     )
     ap.add_argument("--out", type=Path, default=Path("sim-out/bench"))
-    ap.add_argument("--only", choices=["cluster06", "philly", "10k"], action="append")
+    ap.add_argument("--only", choices=["cluster06", "philly", "harm", "10k"], action="append")
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    only = set(args.only or ["cluster06", "philly", "10k"])
+    only = set(args.only or ["cluster06", "philly", "harm", "10k"])
     figures: dict[str, str] = {}
     for name, rel in TRACES.items():
         if name not in only:
@@ -128,6 +178,8 @@ def main() -> int:
             f"{name}_mip_over_greedy_jct": f"{r2:.3f}",
             f"{name}_mip_over_greedy_queue": f"{r3:.3f}",
         }
+    if "harm" in only:
+        figures |= harm_figures(args.traces, list(TRACES), args.out)
     if "10k" in only:
         base = read_trace(args.traces / TRACES["cluster06"])
         st = make_study(tiled(base, TILED_JOBS), "cluster06 tiled", args.traces)
