@@ -266,3 +266,43 @@ def test_srun_making_the_allocation_takes_the_option(clean_queue: SlurmCluster) 
     )  # fmt: skip
     assert refused.returncode != 0
     assert "srun: error: invalid --elastic=9-1: min=9 is greater than max=1" in refused.stderr
+
+
+BUILD_SPANK = Path(__file__).resolve().parent.parent / "scripts" / "build-spank.sh"
+
+
+def build_spank(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(BUILD_SPANK), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_build_spank_installs_and_writes_the_plugstack(tmp_path: Path) -> None:
+    """The admin's command, against the host's headers (libslurm-dev, scripts/install-deps.sh)."""
+    so, plugstack = tmp_path / "lib" / "elastic.so", tmp_path / "etc" / "plugstack.conf"
+    proc = build_spank("--out", str(so), "--plugstack", str(plugstack))
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(
+        rf"build-spank: built for Slurm \d\d\.\d\d\.\d+: {re.escape(str(so))}",
+        proc.stdout.splitlines()[-1],
+    ), proc.stdout
+    assert f"PlugStackConfig={plugstack}" in proc.stdout
+    assert plugstack.read_text().splitlines()[-1] == f"optional {so}"
+    symbols = subprocess.run(["nm", "-D", str(so)], capture_output=True, text=True).stdout
+    assert {"slurm_spank_init", "plugin_name", "plugin_version"} <= {
+        line.split()[-1] for line in symbols.splitlines()
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--include", "/nonexistent"), "no /nonexistent/slurm/spank.h: install Slurm's headers"),
+        (("--out", "elastic.so"), "--out must be an absolute path"),
+        (("--bogus",), "unknown argument '--bogus'"),
+    ],
+)
+def test_build_spank_refuses_with_one_line(args: tuple[str, ...], message: str) -> None:
+    proc = build_spank(*args)
+    assert proc.returncode == 1
+    assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr, proc.stderr
