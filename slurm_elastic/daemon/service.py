@@ -167,12 +167,11 @@ def content_of(result: CycleResult, reports: ReportStore) -> CycleContent:
     """The cycle's wire form, each job row with its latest progress report (if any) and the
     time its resizes saved it so far (``reports.Tally``)."""
     wire = result.to_json()
-    jobs = tuple(
-        with_progress(row, reports.latest(job_id), reports.saved_s(job_id))
-        for row in wire["jobs"]
-        for job_id in (int(row["job_id"]),)
-    )
-    return CycleContent(jobs=jobs, plan=wire["plan"], actions=tuple(wire["actions"]))
+    jobs = []
+    for row in wire["jobs"]:
+        job_id = int(row["job_id"])
+        jobs.append(with_progress(row, reports.latest(job_id), reports.saved_s(job_id)))
+    return CycleContent(jobs=tuple(jobs), plan=wire["plan"], actions=tuple(wire["actions"]))
 
 
 def with_progress(
