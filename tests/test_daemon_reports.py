@@ -76,3 +76,19 @@ def test_forget_drops_the_tally_and_other_jobs_are_apart() -> None:
 )  # fmt: skip
 def test_durations_are_signed_and_short(seconds: object, shown: str | None) -> None:
     assert _duration(seconds) == shown
+
+
+def test_a_lying_job_moves_only_its_own_figure() -> None:
+    """Steps are the job's word: huge jumps, steps going backwards and reports out of order
+    change that job's SAVED alone, and never raise."""
+    store = ReportStore()
+    for r in (report(0, 0, 2, job_id=8), report(10, 100, 2, job_id=8)):
+        store.add(r)
+    honest = store.saved_s(8)
+    lies = [report(0, 0, 2), report(10, 10, 2), report(20, 10**15, 4), report(15, 0, 4),
+            report(30, 5, 4), report(30, 5, 0)]  # fmt: skip
+    for r in lies:
+        store.add(r)
+        value = store.saved_s(7)
+        assert value is None or value == value  # a number, never NaN
+    assert store.saved_s(8) == honest

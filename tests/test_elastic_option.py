@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_elastic.marker import _show as shown
-from tests.slurm_cluster import SlurmCluster, wait_until
+from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
 from tests.test_marker_lua import NO_VAL, PRELUDE, python_result, run_driver
 
 OPTION_ENV = "_SLURM_SPANK_OPTION_elastic_elastic="
@@ -144,6 +144,30 @@ def test_any_spec_is_judged_like_its_marker(tmp_path_factory, cases: list[Option
     tmp = tmp_path_factory.mktemp("option")
     for case, got in zip(cases, run_option(cases, tmp), strict=True):
         assert got == expected(case), case
+
+
+# SPECs a hostile user may pass (the option's argument is theirs, byte for byte): each is
+# refused with one bounded line, or -- a huge max -- capped like the marker's.
+HOSTILE_SPECS = [
+    "1-3\nelastic:min=1,max=4",  # a forged second line
+    "1-3\x1b[2J",  # a terminal escape
+    "min=1,max=3\x00x",  # NUL
+    "9" * 5000 + "-1",  # huge number, long text
+    "1-" + "9" * 40,  # huge max
+    "min=1,max=3," * 400,  # a long option list
+    "1-3:" + "gpus=1," * 1000,  # duplicate keys, thousands of them
+    "\u202e1-3",  # a bidi override (UTF-8 bytes)
+]
+
+
+@pytest.mark.parametrize("spec", HOSTILE_SPECS)
+def test_a_hostile_spec_gets_one_bounded_line(tmp_path: Path, spec: str) -> None:
+    (got,) = run_option([(spec, "", None, None)], tmp_path)
+    assert got[0] == "ERR", got
+    message = got[1]
+    assert "\n" not in message and "\x1b" not in message and "\x00" not in message, message
+    assert len(message) < 300, len(message)
+    assert message.startswith("invalid --elastic="), message
 
 
 # ------------------------------------------------------------------ the real clusters
@@ -306,3 +330,28 @@ def test_build_spank_refuses_with_one_line(args: tuple[str, ...], message: str) 
     proc = build_spank(*args)
     assert proc.returncode == 1
     assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.slurm
+def test_an_unprivileged_user_cannot_break_or_reach_past_the_option(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser], tmp_path: Path
+) -> None:
+    """se-bob's hostile --elastic arguments are refused with one bounded line each (a huge
+    max is capped at the cluster like the marker's), and se-alice's elastic job stays as
+    she submitted it."""
+    alice, bob = two_users
+    honest = alice.sbatch("--hold", "-p", "shared", "--elastic=1-2", "--wrap", "true")
+    nodes = len(clean_queue.nodes)
+    for spec in ("1-3\nelastic:min=1,max=4", "9" * 5000 + "-1", "min=x\x1b[2J"):
+        proc = bob.run(
+            "sbatch", "--hold", "-p", "shared", "-o", "/dev/null", f"--elastic={spec}",
+            "--wrap", "true", check=False,
+        )  # fmt: skip
+        ours = [line for line in proc.stderr.splitlines() if "invalid --elastic" in line]
+        assert proc.returncode != 0 and len(ours) == 1, proc.stderr
+        assert len(ours[0]) < 300 and "\x1b" not in ours[0]
+    capped = bob.sbatch("--hold", "-p", "shared", "--elastic=1-999999", "--wrap", "true")
+    rows = plan_rows(tmp_path)
+    assert (rows[capped]["min"], rows[capped]["max"]) == (1, nodes)
+    assert (rows[honest]["min"], rows[honest]["max"], rows[honest]["user"]) == (1, 2, alice.name)
+    assert set(clean_queue.active_job_ids()) == {honest, capped}
