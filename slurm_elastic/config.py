@@ -101,6 +101,11 @@ class PolicySection(_Section):
     # The policy whose plan is used when ``name`` fails (mip: no incumbent at the time
     # limit, or a HiGHS error); "none": every job keeps its size for that cycle.
     fallback: str = DEFAULT_FALLBACK
+    # What an elastic job holds by right; nodes above it are on loan and are given back
+    # when a pending job ahead of it in Slurm's queue needs them (``policy.capacity``).
+    # requested: the nodes Slurm gave the job itself (its companions' are on loan);
+    # minimum: its elastic minimum; off: nothing is ever reclaimed.
+    reclaim: Literal["requested", "minimum", "off"] = "requested"
 
     @field_validator("name", "fallback")
     @classmethod
@@ -119,6 +124,10 @@ class GuardsSection(_Section):
     max_resizes_per_cycle: Count = _number(2, 0, 10_000)
     payback_horizon_s: Number = _number(1800.0, 0.0, 30 * DAY)
     hard_shrink: bool = False
+    # A shrink that gives back a loan (``policy.reclaim``) is applied when its agent does
+    # not answer by ``ack_timeout_s`` or refuses, whatever ``hard_shrink`` says: a borrower
+    # is never left holding nodes that a job ahead of it in the queue waits for.
+    reclaim_hard_shrink: bool = True
     ack_timeout_s: Number = _number(60.0, 1.0, DAY)
     time_limit_margin_s: Number = _number(300.0, 0.0, 7 * DAY)
     stale_snapshot_s: Number = _number(60.0, 1.0, DAY)

@@ -109,6 +109,7 @@ class JobView:
     het_job_offset: int | None = None
     work_dir: str = ""
     dependency: str = ""
+    priority: float | None = None  # Slurm's priority (pending jobs start highest first)
 
     @property
     def is_het(self) -> bool:
@@ -335,6 +336,14 @@ class ElasticDemand:
     submit_time: float = 0.0  # FIFO tie-break
     requested_nodes: int | None = None  # what the job asked for (static policy keeps it)
     frozen: bool = False  # guard rails say: keep current size this cycle
+    # Slurm's priority: pending jobs start in descending priority, then submit order.
+    priority: float = 0.0
+    # Nodes the job holds by right; what it holds above them is on loan and is given back
+    # when a pending job ahead of it in Slurm's order needs them (``policy.capacity``).
+    # None: nothing it holds is on loan.
+    entitled_nodes: int | None = None
+    # Frozen only by dwell or cooldown: a reclaim may still take its loan.
+    loan_yields: bool = False
 
     @property
     def min_nodes(self) -> int:
@@ -348,12 +357,35 @@ class ElasticDemand:
     def is_running(self) -> bool:
         return self.current_nodes > 0
 
-    def candidate_sizes(self) -> list[int]:
-        """The sizes a policy chooses among, ascending: the current size alone when frozen;
+    @property
+    def loan(self) -> int:
+        """Nodes held above the entitlement (0 when pending or not entitled)."""
+        if self.entitled_nodes is None:
+            return 0
+        return max(0, self.current_nodes - self.entitled_nodes)
+
+    @property
+    def reclaim_floor(self) -> int:
+        """The size a reclaim shrinks the job to at most: its entitlement, or its current
+        size when its loan cannot be taken this cycle (frozen by an action in flight)."""
+        if self.frozen and not self.loan_yields:
+            return self.current_nodes
+        return self.current_nodes - self.loan
+
+    def candidate_sizes(self, reclaiming: bool = False) -> list[int]:
+        """The sizes a policy chooses among, ascending: the current size alone when frozen
+        (and, with ``reclaiming``, the allowed sizes down to its ``reclaim_floor``);
         when running, the allowed sizes with the current one (a problem built by the
         daemon has it already); when pending, 0 (stay pending) and the allowed sizes."""
         if self.frozen:
-            return [self.current_nodes]
+            if not reclaiming or self.reclaim_floor >= self.current_nodes:
+                return [self.current_nodes]
+            # Down to the entitlement, or to the grid size just below it when it is off
+            # the grid (the reclaim counts that shrink as down to the entitlement only).
+            lowest = max((s for s in self.allowed_sizes if s <= self.reclaim_floor), default=0)
+            return [s for s in self.allowed_sizes if lowest <= s < self.current_nodes] + [
+                self.current_nodes
+            ]
         if self.is_running:
             if self.current_nodes in self.allowed_sizes:  # on the grid (ascending, distinct)
                 return list(self.allowed_sizes)
@@ -370,6 +402,7 @@ class RigidDemand:
     nodes: int
     running: bool
     submit_time: float = 0.0  # FIFO position of a pending rigid job (policy reservations)
+    priority: float = 0.0  # Slurm's priority: its place in line comes first from this
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from slurm_elastic.config import Config
 from slurm_elastic.daemon.controller import Allocate, Controller, keep_current_plan
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.errors import SlurmRejected, SolverError
+from slurm_elastic.policy import PolicyOptions, allocate
 from slurm_elastic.policy.fixed import fixed_plan
 from slurm_elastic.protocol import AckStatus
 from slurm_elastic.types import (
@@ -38,13 +39,18 @@ def make(
     plan: dict[int, int] | Allocate,
     mode: str = "enforce",
     agents: tuple[int, ...] = (),
+    policy: dict[str, object] | None = None,
     **guards: object,
 ) -> tuple[Controller, RecordingBackend, Journal, InstructionBoard]:
     """A controller over ``snap`` with a fixed plan (or the given allocator); ``agents``:
-    jobs whose agent has already reported."""
+    jobs whose agent has already reported; ``policy``: the config's policy section."""
     backend = RecordingBackend(snap)
     config = Config.model_validate(
-        {"mode": mode, "guards": {"min_dwell_s": 0, "cooldown_s": 100, **guards}}
+        {
+            "mode": mode,
+            "policy": policy or {},
+            "guards": {"min_dwell_s": 0, "cooldown_s": 100, **guards},
+        }
     )
     journal = Journal()
     board = InstructionBoard()
@@ -488,3 +494,68 @@ def test_a_failed_limit_read_keeps_the_last_limits() -> None:
     result = ctl.run_once(1300.0)
     assert result.history_calls == 3  # the history read, then both limit reads failed
     assert {r.job_id: r.max_nodes for r in result.jobs} == {8: 2}
+
+
+def _borrower_and_rigid(**extra: object) -> ClusterSnapshot:
+    """Job 8 holds n1 itself and n2, n3 through companions (2 on loan); rigid job 40
+    (``-N2``, no marker) waits.  Slurm alone would start 40 on n4 and one of the loans."""
+    return snapshot(
+        [
+            job(8, nodes=("n1",), hi=3, **extra),
+            job(81, nodes=("n2",), comment="slurm-elastic:companion-of=8", **extra),
+            job(82, nodes=("n3",), comment="slurm-elastic:companion-of=8", **extra),
+            replace(pending(40, lo=2, hi=2), comment="", submit_time=10.0),
+        ]
+    )
+
+
+def _real_policy(problem: AllocationProblem, policy: str) -> Plan:
+    return allocate(problem, "mip", options=PolicyOptions(isolate=False))
+
+
+def test_a_loan_is_reclaimed_for_a_pending_rigid_job_even_without_an_agent() -> None:
+    """No agent has ever reported: the reclaim's shrink is still started (not blocked like
+    a plain shrink), waits out ``ack_timeout_s`` for a checkpoint, then is applied, since
+    ``reclaim_hard_shrink`` is on by default.  The companion on n3 goes; 8 keeps n1, n2."""
+    ctl, backend, journal, board = make(_borrower_and_rigid(), _real_policy, ack_timeout_s=30)
+    first = ctl.run_once(1000.0)
+    assert first.plan is not None
+    why = {d.job_id: d.explanation for d in first.plan.decisions}[8]
+    assert (why.rule, why.detail) == (
+        "reclaim",
+        "shrink 3->2; gives back 1 of 2 on loan to reclaim:batch:job40",
+    )
+    instruction = board.pending_for(8)
+    assert instruction is not None and instruction.target_nodes == 2
+    assert instruction.keep_nodes == ("n1", "n2")
+    ctl.run_once(1010.0)
+    assert backend.actions() == []  # the job may still checkpoint
+    ctl.run_once(1031.0)
+    assert backend.actions() == [("cancel", 82)]
+    assert [e.status for e in journal.all_actions()] == [ActionStatus.APPLIED]
+
+
+def test_a_borrower_whose_agent_refuses_is_shrunk_anyway() -> None:
+    ctl, backend, journal, board = make(_borrower_and_rigid(), _real_policy, agents=(8,))
+    ctl.run_once(1000.0)
+    instruction = board.pending_for(8)
+    assert instruction is not None
+    assert board.ack(Ack(instruction.id, 8, AckStatus.FAILED, 0, "busy", 1001.0))
+    ctl.run_once(1005.0)
+    assert backend.actions() == [("cancel", 82)]
+    assert "agent refused: busy; shrunk anyway" in (journal.all_actions()[0].detail or "")
+
+
+def test_dwell_does_not_keep_a_loan_and_reclaim_off_keeps_it() -> None:
+    """Job 8 grew 10 s ago (min dwell 300 s): a plain resize would wait, the reclaim does
+    not.  With ``policy.reclaim: off`` the rigid job waits as the docs used to promise."""
+    snap = _borrower_and_rigid(start=990.0)
+    ctl, _, _, board = make(snap, _real_policy, agents=(8,), min_dwell_s=300)
+    ctl.run_once(1000.0)
+    assert board.pending_for(8) is not None
+
+    ctl, backend, _, board = make(snap, _real_policy, agents=(8,), policy={"reclaim": "off"})
+    result = ctl.run_once(1000.0)
+    assert board.pending_for(8) is None and backend.actions() == []
+    assert result.plan is not None
+    assert {d.job_id: d.target_nodes for d in result.plan.decisions} == {8: 3}

@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 
 from slurm_elastic.policy.capacity import (
     CAPACITY,
+    RECLAIM,
     RowSpec,
     _name,
     build_rows,
     demand_class,
-    fifo_key,
     hall_sets,
+    queue_key,
 )
 from slurm_elastic.policy.compiled import Compiled, _throughput, compile_problem
 from slurm_elastic.policy.explain import build_plan
@@ -102,8 +103,11 @@ def _plain_coefficient(spec: RowSpec, d: ElasticDemand, size: int) -> float:
     if spec.kind == CAPACITY or spec.cutoff is None:
         return float(size)
     if d.is_running:
+        if spec.kind == RECLAIM:  # a shrink counts down to the entitlement only
+            return float(max(size, d.reclaim_floor) - d.current_nodes)
         return float(size - d.current_nodes)
-    if fifo_key(d.submit_time, d.job_id) < spec.cutoff:
+    key = queue_key(d.priority, d.submit_time, d.job_id)
+    if key < spec.cutoff or (spec.through and key == spec.cutoff):
         return float(size - d.min_nodes) if size > 0 else 0.0
     return float(size)
 

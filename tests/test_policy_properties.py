@@ -37,8 +37,8 @@ def _check_safe(p: AllocationProblem, policy: str) -> None:
     assert fits(p, got), f"{policy} overfills: {got}"
     for d in p.elastic:
         t = got[d.job_id]
-        if d.frozen:
-            assert t == d.current_nodes
+        if d.frozen:  # kept, or only its loan given back to a reclaim
+            assert t == d.current_nodes or (d.loan_yields and d.reclaim_floor <= t)
         elif d.is_running:
             assert t >= 1
             assert t == d.current_nodes or t in d.allowed_sizes

@@ -51,6 +51,9 @@ def elastic(
     submit: float = 0.0,
     frozen: bool = False,
     requested: int | None = None,
+    entitled: int | None = None,
+    loan_yields: bool = False,
+    priority: float = 0.0,
     **kw: float,
 ) -> ElasticDemand:
     return ElasticDemand(
@@ -63,6 +66,9 @@ def elastic(
         submit_time=submit,
         requested_nodes=requested,
         frozen=frozen,
+        priority=priority,
+        entitled_nodes=entitled,
+        loan_yields=loan_yields,
     )
 
 
@@ -147,13 +153,13 @@ def brute_force(
 
 
 def fifo_admitted(p: AllocationProblem) -> frozenset[int]:
-    """Pending jobs that fit, in FIFO order, at their smallest candidate size while every
+    """Pending jobs that fit, in Slurm's queue order, at their smallest candidate size while every
     running job is at its smallest (a frozen one at its size): the admission floor, by
     max-flow (capacity only: use without pending rigid jobs)."""
     compiled = compile_problem(p, PolicyOptions())
     sizes = {j.job_id: int(j.sizes[0]) for j in compiled.jobs}
     started: set[int] = set()
-    for j in sorted(compiled.jobs, key=lambda j: (j.demand.submit_time, j.job_id)):
+    for j in sorted(compiled.jobs, key=lambda j: _place(j.demand)):
         if j.demand.is_running or len(j.sizes) < 2:
             continue
         trial = {**sizes, j.job_id: int(j.sizes[1])}
@@ -214,6 +220,8 @@ def instances(
         cur = draw(st.sampled_from(sizes)) if running else 0
         if running and draw(st.integers(0, 5)) == 0:
             cur = hi + 1  # off the grid (e.g. the step changed): keeping it is still allowed
+        # Running jobs may hold nodes on loan above an entitlement between min and now.
+        entitled = draw(st.one_of(st.none(), st.integers(lo, cur))) if cur >= lo else None
         jobs.append(
             elastic(
                 100 + i,
@@ -224,6 +232,9 @@ def instances(
                 submit=float(draw(st.integers(0, 5))),
                 frozen=draw(st.integers(0, 4)) == 0,
                 requested=draw(st.one_of(st.none(), st.integers(1, hi + 1))),
+                entitled=entitled,
+                loan_yields=draw(st.booleans()),
+                priority=draw(st.sampled_from([0.0, 0.0, 10.0])),
                 alpha=draw(st.floats(0.2, 1.0)),
                 scale=draw(st.sampled_from([0.5, 1.0, 3.0])),
                 work=draw(st.sampled_from([50.0, 2000.0, 1e5, math.inf])),
@@ -240,6 +251,7 @@ def instances(
                 draw(st.integers(1, 4)),
                 running,
                 submit_time=float(draw(st.integers(0, 5))),
+                priority=draw(st.sampled_from([0.0, 0.0, 10.0])),
             )
         )
     p = problem(jobs, node_pools, tuple(rigid), horizon_s=draw(st.sampled_from([600.0, 3600.0])))
@@ -261,23 +273,48 @@ def _pending(d: ElasticDemand) -> ElasticDemand:
     return elastic(d.job_id, d.partition, 0, d.allowed_sizes, submit=d.submit_time)
 
 
+def _place(d: ElasticDemand | RigidDemand) -> tuple[float, float, int]:
+    """Slurm's queue order: higher priority first, then submit time, then job id."""
+    return (-d.priority, d.submit_time, d.job_id)
+
+
 def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
-    """The FIFO reservation rule written out naively (one partition, every pending rigid job)."""
+    """The reservation and reclaim rules written out naively (one partition, every pending
+    rigid job), from the ``policy.capacity`` docstring."""
     cap = sum(pool.nodes for pool in p.pools)
     rigid_running = sum(r.nodes for r in p.rigid if r.running)
     running = [d for d in p.elastic if d.current_nodes > 0]
     pending = [d for d in p.elastic if d.current_nodes == 0]
-    queue = sorted((r for r in p.rigid if not r.running), key=lambda r: (r.submit_time, r.job_id))
+    queue = sorted((r for r in p.rigid if not r.running), key=_place)
+    loans = sum(d.current_nodes - d.reclaim_floor for d in running)
     for k, r in enumerate(queue):
-        key = (r.submit_time, r.job_id)
-        older = [d for d in pending if (d.submit_time, d.job_id) < key]
-        younger = [d for d in pending if (d.submit_time, d.job_id) > key]
+        ahead = [d for d in pending if _place(d) < _place(r)]
+        behind = [d for d in pending if _place(d) > _place(r)]
         free = cap - rigid_running - sum(d.current_nodes for d in running)
-        free -= sum(d.min_nodes for d in older) + sum(q.nodes for q in queue[: k + 1])
-        claims = sum(sizes[d.job_id] - d.current_nodes for d in running)
-        claims += sum(sizes[d.job_id] - d.min_nodes for d in older if sizes[d.job_id] > 0)
-        claims += sum(sizes[d.job_id] for d in younger)
-        if claims > max(0, free):
+        free -= sum(d.min_nodes for d in ahead) + sum(q.nodes for q in queue[: k + 1])
+        reclaim = free < 0 <= free + loans
+        claims = sum(
+            (max(sizes[d.job_id], d.reclaim_floor) if reclaim else sizes[d.job_id])
+            - d.current_nodes
+            for d in running
+        )
+        claims += sum(sizes[d.job_id] - d.min_nodes for d in ahead if sizes[d.job_id] > 0)
+        claims += sum(sizes[d.job_id] for d in behind)
+        if claims > (free if reclaim else max(0, free)):
+            return False
+    for e in sorted(pending, key=_place):  # a pending elastic job that loans hold back
+        ahead = [d for d in pending if _place(d) <= _place(e)]
+        behind = [d for d in pending if _place(d) > _place(e)]
+        free = cap - rigid_running - sum(d.current_nodes for d in running)
+        free -= sum(d.min_nodes for d in ahead) + sum(
+            q.nodes for q in queue if _place(q) < _place(e)
+        )
+        if not free < 0 <= free + loans:
+            continue
+        claims = sum(max(sizes[d.job_id], d.reclaim_floor) - d.current_nodes for d in running)
+        claims += sum(sizes[d.job_id] - d.min_nodes for d in ahead if sizes[d.job_id] > 0)
+        claims += sum(sizes[d.job_id] for d in behind)
+        if claims > free:
             return False
     return True
 

@@ -177,6 +177,12 @@ def test_running_and_pending_jobs(version: str, generation: str) -> None:
     assert (pend4.node_count, pend4.min_nodes, pend4.max_nodes) == (4, 4, 4)
     assert (pend4.state_reason, pend4.comment) == ("Resources", "")  # "" in 24.11+, null before
     assert pend4.start_time is None and pend4.end_time is None  # the scheduler's guesses
+    # priority/basic (22.05's clusters) counts down from 2^32 - 2^16 by submit order;
+    # 24.11+ clusters run priority/multifactor with every weight 0: 1 for every job.
+    if version == "22.05":
+        assert (run4.priority, pend4.priority) == (4294901759, 4294901758)
+    else:
+        assert run4.priority == pend4.priority == 1
 
 
 @pytest.mark.parametrize(("version", "generation"), ALL_GENERATIONS)
@@ -225,6 +231,7 @@ def test_het_requeued_held_and_dependent_jobs(version: str) -> None:
     assert requeued.state_reason == "BeginTime"
     held = jobs[HELD23]
     assert (held.state_reason, held.min_nodes, held.max_nodes) == ("JobHeldUser", 2, 3)
+    assert held.priority == 0  # what a hold does
     dependent = jobs[DEP1]
     assert dependent.state_reason == "Dependency"
     assert dependent.dependency == f"afterok:{HET1}(unfulfilled)"
@@ -452,6 +459,9 @@ def known_differences(
         known["max_nodes"] = (job.max_nodes, None)  # text has a maximum only while pending
     if path == "squeue -O" and job.resize_time is not None:
         known["resize_time"] = (job.resize_time, None)  # -O ResizeTime prints "INVALID"
+    if path == "squeue -O" and job.priority is not None:
+        # squeue_format prints no priority: the text path orders the queue by submit time.
+        known["priority"] = (job.priority, None)
     if path == "squeue -O" and version == "22.05" and job.job_id == REQUEUE1:
         known["max_nodes"] = (None, 1)  # 22.05's JSON forgets a requeued job's maximum
     return known

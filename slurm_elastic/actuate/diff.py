@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from slurm_elastic.cluster_state import Classification, shrink_layout
+from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.types import Action, ActionKind, JobView, Plan
 
 
 def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) -> list[Action]:
-    """Actions that move every unfrozen elastic job to its planned size.
+    """Actions that move every unfrozen elastic job to its planned size, and a job frozen
+    by dwell or cooldown to the size a reclaim gives it.
 
     Order: pins of pending jobs first (they only use free nodes), then shrinks (they
     free nodes), then grows, so the per-cycle resize limit favours freeing capacity.
@@ -29,7 +31,10 @@ def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) 
     grows: list[Action] = []
     for decision in plan.decisions:
         ej = classification.elastic.get(decision.job_id)
-        if ej is None or decision.job_id in frozen:
+        if ej is None:
+            continue
+        # A frozen job moves only to give back a loan (the policy offers it nothing else).
+        if decision.job_id in frozen and decision.explanation.rule != RECLAIM:
             continue
         target = decision.target_nodes
         rule = decision.explanation.rule

@@ -14,9 +14,11 @@ Graceful shrink, one small state machine per job (driven by ``start_shrink`` the
         mode switched to shadow (SIGHUP)                 -> rolled_back (shadow never acts)
         job ended / not running / size changed under us -> rolled_back
         ack "ready"                                      -> apply
+        ack "failed", a reclaim, reclaim_hard_shrink     -> apply (the loan is due)
         ack "failed"                                     -> rolled_back (the job said no)
-        deadline passed, guards.hard_shrink              -> apply ("hard shrink")
-        deadline passed, no hard_shrink                  -> rolled_back (no agent answered)
+        deadline passed, hard_shrink (or a reclaim with
+          guards.reclaim_hard_shrink)                    -> apply ("hard shrink")
+        deadline passed, otherwise                       -> rolled_back (no agent answered)
         otherwise                                        -> keep waiting
     apply:  cancel the companions being dropped, then ``NumNodes=<parent_nodes>`` on the
             parent (Slurm keeps its first N nodes, the batch host among them) -> applied;
@@ -37,12 +39,13 @@ from slurm_elastic.actuate.companion import (
     companion_name,
     companion_script,
 )
-from slurm_elastic.actuate.guards import GuardKnobs
+from slurm_elastic.actuate.guards import GuardKnobs, forced_on_timeout
 from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.actuate.journal import ActionStatus, CompanionLink, JournalEntry, JournalStore
 from slurm_elastic.actuate.reconcile import ReconcileReport, reconcile
 from slurm_elastic.cluster_state import Classification, ElasticJob
 from slurm_elastic.errors import SlurmError
+from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
@@ -287,12 +290,14 @@ class Executor:
         ack = self.board.ack_for(entry.instruction_id or "")
         if ack is not None and ack.status is AckStatus.READY:
             return self._apply_shrink(entry, ej, now, f"agent ready at step {ack.step}")
+        forced = forced_on_timeout(action, self.knobs)
         if ack is not None:
-            return self._end_shrink(
-                entry, ActionStatus.ROLLED_BACK, f"agent refused: {ack.detail or 'failed'}", now
-            )
+            refused = f"agent refused: {ack.detail or 'failed'}"
+            if forced and action.reason == RECLAIM:
+                return self._apply_shrink(entry, ej, now, f"reclaim: {refused}; shrunk anyway")
+            return self._end_shrink(entry, ActionStatus.ROLLED_BACK, refused, now)
         if entry.deadline is not None and now >= entry.deadline:
-            if self.knobs.hard_shrink:
+            if forced:
                 return self._apply_shrink(entry, ej, now, "hard shrink: no ack before deadline")
             return self._end_shrink(
                 entry,

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurm_elastic.cluster_state import ElasticJob
+from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.types import Action, ActionKind, JobView, Outlook
 
 # Actions that restart the job's workers at a new size and so count against
@@ -38,6 +39,7 @@ class GuardKnobs:
     max_resizes_per_cycle: int = 2
     payback_horizon_s: float = 1800.0
     hard_shrink: bool = False
+    reclaim_hard_shrink: bool = True
     ack_timeout_s: float = 60.0
     time_limit_margin_s: float = 300.0
     stale_snapshot_s: float = 60.0
@@ -57,6 +59,7 @@ class GuardKnobs:
             max_resizes_per_cycle=g.max_resizes_per_cycle,
             payback_horizon_s=g.payback_horizon_s,
             hard_shrink=g.hard_shrink,
+            reclaim_hard_shrink=g.reclaim_hard_shrink,
             ack_timeout_s=g.ack_timeout_s,
             time_limit_margin_s=g.time_limit_margin_s,
             stale_snapshot_s=g.stale_snapshot_s,
@@ -85,10 +88,24 @@ def freeze_reason(
     in_flight: str | None,
 ) -> str | None:
     """Why the job must keep its current size this cycle, or None."""
+    return busy_reason(ej, in_flight) or dwell_reason(ej, knobs, now, last_resize_at)
+
+
+def busy_reason(ej: ElasticJob, in_flight: str | None) -> str | None:
+    """An action of ours on the job is under way: nothing else may change its size."""
     if in_flight:
         return in_flight
     if ej.pending_companions:
         return f"grow: companion {ej.pending_companions[0].job_id} pending"
+    return None
+
+
+def dwell_reason(
+    ej: ElasticJob, knobs: GuardKnobs, now: float, last_resize_at: float | None
+) -> str | None:
+    """The job resized too recently to resize again (cooldown, minimum dwell).  Unlike
+    ``busy_reason`` this protects the job's own progress, not an action: a reclaim may
+    still take back its loan (``ElasticDemand.loan_yields``)."""
     if not ej.job.is_running:
         return None  # pending jobs have no size to dwell at
     if last_resize_at is not None and now - last_resize_at < knobs.cooldown_s:
@@ -131,12 +148,18 @@ def block_reason(
     if not ej.job.is_running:
         return "not running"
     if action.kind is ActionKind.SHRINK:
-        if not agent_seen and not knobs.hard_shrink:
+        if not agent_seen and not forced_on_timeout(action, knobs):
             return "no agent has reported (hard_shrink off)"
         return _batch_host_reason(action, ej.job) or _time_limit_reason(
             action, ej.job, knobs, now, outlook
         )
     return _payback_reason(action, knobs, outlook)
+
+
+def forced_on_timeout(action: Action, knobs: GuardKnobs) -> bool:
+    """Whether a graceful shrink is applied anyway when its agent does not answer in time
+    or refuses: every shrink with ``hard_shrink``, a reclaim's with ``reclaim_hard_shrink``."""
+    return knobs.hard_shrink or (knobs.reclaim_hard_shrink and action.reason == RECLAIM)
 
 
 def _batch_host_reason(action: Action, job: JobView) -> str | None:

@@ -42,7 +42,8 @@ from slurm_elastic.actuate.executor import ActionRecord, Executor
 from slurm_elastic.actuate.guards import (
     GuardKnobs,
     block_reason,
-    freeze_reason,
+    busy_reason,
+    dwell_reason,
     grow_retry_reason,
     limit_resizes,
 )
@@ -259,16 +260,15 @@ class Controller:
         waiting = not_eligible(cls)
         for job_id, reason in waiting.items():
             frozen.setdefault(job_id, reason)
+        yielding: set[int] = set()  # frozen by dwell or cooldown only: a loan still yields
         for job_id, ej in cls.elastic.items():
             if job_id in frozen:
                 continue
-            why = freeze_reason(
-                ej,
-                self.knobs,
-                now,
-                last_resize_at=last_resize.get(job_id),
-                in_flight=in_flight.get(job_id),
-            )
+            why = busy_reason(ej, in_flight.get(job_id))
+            if not why:
+                why = dwell_reason(ej, self.knobs, now, last_resize.get(job_id))
+                if why:
+                    yielding.add(job_id)
             if why:
                 frozen[job_id] = why
 
@@ -279,7 +279,9 @@ class Controller:
             if a.job_id not in cancelled
         ]
         housekeeping, blocked = self._screen(cleanup, cls, outlooks, now)
-        plan, allowed, not_allowed = self._plan(snapshot, cls, outlooks, frozen, waiting, now)
+        plan, allowed, not_allowed = self._plan(
+            snapshot, cls, outlooks, frozen, waiting, now, frozenset(yielding)
+        )
         records += blocked + not_allowed
         taken, deferred = limit_resizes(housekeeping + allowed, self.knobs.max_resizes_per_cycle)
         records += [
@@ -426,6 +428,7 @@ class Controller:
         frozen: Mapping[int, str],
         waiting: Mapping[int, str],
         now: float,
+        yielding: frozenset[int] = frozenset(),
     ) -> tuple[Plan, list[Action], list[ActionRecord]]:
         """Decide, diff and screen through the guards: (plan, allowed, blocked or deferred).
 
@@ -437,6 +440,7 @@ class Controller:
         blocked shrink, its grows and pins wait for the next cycle (deferred).
         """
         held = dict(frozen)
+        yields = set(yielding)
         blocked_shrinks: list[ActionRecord] = []
         for _ in range(MAX_PLANS_PER_CYCLE):
             problem = build_problem(
@@ -448,6 +452,8 @@ class Controller:
                 horizon_s=self.config.policy.horizon_s,
                 time_limit_s=self.config.policy.time_limit_s,
                 waiting=waiting,
+                reclaim=self.config.policy.reclaim,
+                yielding=frozenset(yields),
             )
             plan = self._decide(problem)
             allowed, blocked = self._screen(diff(plan, cls, held), cls, outlooks, now)
@@ -456,6 +462,7 @@ class Controller:
                 return plan, allowed, blocked_shrinks + blocked
             blocked_shrinks += needs
             held.update((r.action.job_id, f"shrink blocked: {r.detail}") for r in needs)
+            yields.difference_update(r.action.job_id for r in needs)
         others = [r for r in blocked if r.action.kind is not ActionKind.SHRINK]
         deferred = [
             ActionRecord(a, ActionOutcome.DEFERRED, "needs nodes from a blocked shrink")

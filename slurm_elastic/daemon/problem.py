@@ -3,6 +3,11 @@
 * elastic demands: jobs with a valid elastic marker (see ``cluster_state.classify``),
   at their effective size (own nodes + running companions), frozen when a guard says so,
   offered only the sizes a shrink can reach (``cluster_state.offered_sizes``);
+* loans: with ``reclaim`` (``policy.reclaim``) ``requested``, a running job is entitled to
+  the nodes Slurm gave it itself (its own node count: its companions' nodes are on loan);
+  ``minimum``: to its elastic minimum; ``off``: no loans.
+  A job frozen only by dwell or cooldown (``yielding``) may still give its loan back;
+* Slurm's priority, on every demand, orders the queue (``policy.capacity``);
 * rigid demands: every other active job — plain jobs, het components, jobs with a
   malformed marker, orphan companions — and the *pending* companions of elastic jobs
   (they will take nodes when Slurm starts them).  Running companions of an elastic job
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 from slurm_elastic.cluster_state import (
     Classification,
@@ -127,20 +133,43 @@ def first_partition(job: JobView) -> str:
     return job.partition.split(",")[0]
 
 
+Reclaim = Literal["requested", "minimum", "off"]
+
+
+def entitlement(ej: ElasticJob, sizes: tuple[int, ...], reclaim: Reclaim) -> int | None:
+    """The nodes a running job holds by right (``reclaim`` mode), within its range and no
+    more than it holds; None when pending or when nothing is reclaimed."""
+    current = ej.effective_nodes
+    if reclaim == "off" or current == 0:
+        return None
+    own = sizes[0] if reclaim == "minimum" else ej.job.node_count
+    return min(max(own, sizes[0]), current)
+
+
 def elastic_demand(
-    ej: ElasticJob, outlook: Outlook, frozen: bool, weight: float = 1.0
+    ej: ElasticJob,
+    outlook: Outlook,
+    frozen: bool,
+    weight: float = 1.0,
+    *,
+    reclaim: Reclaim = "off",
+    loan_yields: bool = False,
 ) -> ElasticDemand:
     current = ej.effective_nodes
+    sizes = offered_sizes(ej)
     return ElasticDemand(
         job_id=ej.job.job_id,
         partition=first_partition(ej.job),
         current_nodes=current,
-        allowed_sizes=offered_sizes(ej),
+        allowed_sizes=sizes,
         outlook=outlook,
         weight=weight,
         submit_time=ej.job.submit_time or 0.0,
         requested_nodes=ej.job.node_count if ej.job.is_pending else current,
         frozen=frozen,
+        priority=ej.job.priority or 0.0,
+        entitled_nodes=entitlement(ej, sizes, reclaim),
+        loan_yields=loan_yields,
     )
 
 
@@ -162,6 +191,7 @@ def rigid_demands(
                 nodes=max(1, job.node_count),
                 running=not pending,
                 submit_time=job.submit_time or 0.0,
+                priority=job.priority or 0.0,
             )
         )
     return tuple(rigid)
@@ -177,6 +207,8 @@ def build_problem(
     horizon_s: float,
     time_limit_s: float,
     waiting: Mapping[int, str] | None = None,
+    reclaim: Reclaim = "off",
+    yielding: frozenset[int] = frozenset(),
 ) -> AllocationProblem:
     """An elastic job without an outlook (the model failed on it) is held rigid at its size.
 
@@ -192,7 +224,15 @@ def build_problem(
             continue
         outlook = outlooks.get(job_id)
         if outlook is not None:
-            elastic.append(elastic_demand(ej, outlook, job_id in frozen))
+            elastic.append(
+                elastic_demand(
+                    ej,
+                    outlook,
+                    job_id in frozen,
+                    reclaim=reclaim,
+                    loan_yields=job_id in yielding,
+                )
+            )
     return AllocationProblem(
         now=now,
         elastic=tuple(elastic),

@@ -20,24 +20,41 @@ running job actually sits is not known to the policy (the problem carries counts
 placements); the rows assume Slurm can place the plan, which is exact for disjoint
 partitions and an upper bound with shared nodes.
 
-FIFO reservations for pending rigid jobs
-----------------------------------------
-Elastic jobs must not jump Slurm's FIFO queue.  Pending jobs are ordered by
-``(submit_time, job_id)``.  A pending rigid job R is *ahead* of: every pending elastic job
-submitted after it, the part of an older pending elastic job above its minimum, and any
-growth of a running elastic job.  Those are the claims that R's nodes are protected from:
+Reservations for pending rigid jobs
+-----------------------------------
+Elastic jobs must not jump Slurm's queue.  Pending jobs are ordered as Slurm starts them:
+by descending priority, then ``(submit_time, job_id)`` (``queue_key``).  A pending rigid
+job R is *ahead* of: every pending elastic job behind it, the part of a pending elastic job
+ahead of it above its minimum, and any growth of a running elastic job.  Those are the
+claims that R's nodes are protected from:
 
-    sum_running (t_j - cur_j) + sum_older_pending (t_j - min_j) + sum_younger_pending t_j
-        <= max(0, cap(S) - rigid_running(S) - sum_running cur_j
-                  - sum_older_pending min_j - pending_rigid_up_to_R(S))
+    sum_running (t_j - cur_j) + sum_ahead_pending (t_j - min_j) + sum_behind_pending t_j
+        <= cap(S) - rigid_running(S) - sum_running cur_j
+           - sum_ahead_pending min_j - pending_rigid_up_to_R(S)            (= slack)
 
-(older pending elastic jobs count at their minimum, whether or not they start: a
-conservative reading of their place in line).  When R cannot start even so, the right
-side is 0: nothing behind R may take free nodes (strict FIFO, no backfill of elastic
-work, which has no reliable end time), although running elastic jobs may still trade
-nodes among themselves.  Shrinks are never forced to make room for R.  Consecutive
-pending rigid jobs with no pending elastic job between them give identical left sides, so
-only the last of each run is kept, and rows after the first one that is 0 are implied.
+(pending elastic jobs ahead of R count at their minimum, whether or not they start: a
+conservative reading of their place in line).  Three cases:
+
+* ``slack >= 0``: R fits beside everything running; the row keeps its nodes free.
+* ``slack < 0`` but the running elastic jobs' *loans* cover it: a job's loan is what it
+  holds above its entitlement (``ElasticDemand.entitled_nodes``: the nodes Slurm gave it
+  on its own, the companions' nodes being borrowed).  R waits only because of loans, so
+  they are reclaimed: a *reclaim* row, the same left side except that a running job's
+  shrink counts only down to its ``reclaim_floor`` (its entitlement), with the negative
+  ``slack`` as right side.  The solver picks which borrowers give back (the cheapest loss
+  of progress); no job is shrunk below its entitlement for R.
+* otherwise R cannot start even so: the right side is 0, nothing behind R may take free
+  nodes (strict priority order, no backfill of elastic work, which has no reliable end
+  time), although running elastic jobs may still trade nodes among themselves; the rows of
+  later pending rigid jobs are implied.
+
+A pending *elastic* job E that loans keep from starting at its minimum gets a reclaim row
+too (the same with E's minimum as its reservation, E itself counted as ahead: its own
+start is no claim on the row).  Where E fits anyway, or cannot fit even so, it has no row:
+the admission floor and the objective decide (``mip``).
+
+Consecutive pending rigid jobs with no pending elastic job between them and the same kind
+of row give identical left sides, so only the last of each run is kept.
 """
 
 from __future__ import annotations
@@ -53,6 +70,7 @@ from slurm_elastic.types import AllocationProblem, ElasticDemand, NodePool, Rigi
 
 CAPACITY = "capacity"
 RESERVATION = "fifo-reservation"
+RECLAIM = "reclaim"
 
 Class = frozenset[str]
 
@@ -71,8 +89,12 @@ def demand_class(partition: str) -> Class:
     return names
 
 
-def fifo_key(submit_time: float, job_id: int) -> tuple[float, int]:
-    return (submit_time, job_id)
+QueueKey = tuple[float, float, int]
+
+
+def queue_key(priority: float, submit_time: float, job_id: int) -> QueueKey:
+    """A pending job's place in Slurm's queue: higher priority first, then submit order."""
+    return (-priority, submit_time, job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +102,11 @@ class RowSpec:
     """One linear row before job coefficients are attached."""
 
     name: str
-    kind: str  # CAPACITY or RESERVATION
+    kind: str  # CAPACITY, RESERVATION or RECLAIM
     rhs: float
     classes: frozenset[Class]
-    cutoff: tuple[float, int] | None = None  # FIFO key of the reserving rigid job
+    cutoff: QueueKey | None = None  # queue key of the reserving job: jobs before it are ahead
+    through: bool = False  # the reserving job counts as ahead of itself (an elastic job)
 
 
 def _connected_subsets(members: list[int], adj: dict[int, int]) -> Iterator[int]:
@@ -186,30 +209,59 @@ def _reservations(
     classes_of: dict[int, Class],
 ) -> list[RowSpec]:
     pending_rigid = sorted(
-        (r for r in rigid_in if not r.running), key=lambda r: fifo_key(r.submit_time, r.job_id)
+        (r for r in rigid_in if not r.running),
+        key=lambda r: queue_key(r.priority, r.submit_time, r.job_id),
     )
-    if not pending_rigid:
-        return []
     elastic_in = [e for e in elastic if classes_of[e.job_id] in classes]
-    running_cur = sum(e.current_nodes for e in elastic_in if e.is_running)
+    running = [e for e in elastic_in if e.is_running]
+    loans = sum(e.current_nodes - e.reclaim_floor for e in running)
+    if not pending_rigid and not loans:
+        return []
+    running_cur = sum(e.current_nodes for e in running)
     pending = sorted(
-        (fifo_key(e.submit_time, e.job_id), e.min_nodes) for e in elastic_in if not e.is_running
+        (queue_key(e.priority, e.submit_time, e.job_id), e.min_nodes)
+        for e in elastic_in
+        if not e.is_running
     )
     keys = [k for k, _ in pending]
-    older_min = list(itertools.accumulate((m for _, m in pending), initial=0))
+    ahead_min = list(itertools.accumulate((m for _, m in pending), initial=0))
+    rigid_keys = [queue_key(r.priority, r.submit_time, r.job_id) for r in pending_rigid]
+    rigid_upto = list(itertools.accumulate((r.nodes for r in pending_rigid), initial=0))
     rows: list[RowSpec] = []
+    if loans:
+        # A pending elastic job that loans keep from starting at its minimum reclaims them
+        # too: its row counts itself as ahead (``through``), so its own start is no claim.
+        for at, (key, least) in enumerate(pending):
+            before = bisect.bisect_left(rigid_keys, key)
+            slack = float(free_of_rigid - running_cur - ahead_min[at] - rigid_upto[before] - least)
+            if slack < 0 <= slack + loans:
+                job = key[2]
+                rows.append(
+                    RowSpec(f"{RECLAIM}:{name}:job{job}", RECLAIM, slack, classes, key, True)
+                )
     reserved = 0
     for k, r in enumerate(pending_rigid):
-        key = fifo_key(r.submit_time, r.job_id)
+        key = rigid_keys[k]
         reserved += r.nodes
-        at = bisect.bisect_left(keys, key)  # pending elastic jobs older than R
-        rhs = max(0.0, float(free_of_rigid - running_cur - older_min[at] - reserved))
-        nxt = pending_rigid[k + 1] if k + 1 < len(pending_rigid) else None
-        if nxt is not None and rhs > 0:
-            nkey = fifo_key(nxt.submit_time, nxt.job_id)
-            if bisect.bisect_left(keys, nkey) == at:
-                continue  # no pending elastic job between R and the next: same left side
-        rows.append(RowSpec(f"{RESERVATION}:{name}:job{r.job_id}", RESERVATION, rhs, classes, key))
-        if rhs == 0:
+        at = bisect.bisect_left(keys, key)  # pending elastic jobs ahead of R
+        slack = float(free_of_rigid - running_cur - ahead_min[at] - reserved)
+        if slack >= 0:
+            kind, rhs = RESERVATION, slack
+        elif slack + loans >= 0:
+            kind, rhs = RECLAIM, slack
+        else:
+            kind, rhs = RESERVATION, 0.0
+        # No pending elastic job between R and the next, whose row is then of the same
+        # kind (or a reclaim, implied by the same left side with a smaller right side).
+        implied = (
+            k + 1 < len(pending_rigid)
+            and kind == RESERVATION
+            and rhs > 0
+            and bisect.bisect_left(keys, rigid_keys[k + 1]) == at
+        )
+        if implied:
+            continue
+        rows.append(RowSpec(f"{kind}:{name}:job{r.job_id}", kind, rhs, classes, key))
+        if kind == RESERVATION and rhs == 0:
             break
     return rows

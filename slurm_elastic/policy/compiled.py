@@ -64,12 +64,14 @@ import numpy.typing as npt
 from slurm_elastic.errors import SolverError
 from slurm_elastic.policy.capacity import (
     CAPACITY,
+    RECLAIM,
     RESERVATION,
     Class,
+    QueueKey,
     RowSpec,
     build_rows,
     demand_class,
-    fifo_key,
+    queue_key,
 )
 from slurm_elastic.policy.options import PolicyOptions
 from slurm_elastic.types import AllocationProblem, ElasticDemand
@@ -85,7 +87,7 @@ class Row:
     """One constraint row of the allocation problem: a capacity or a FIFO reservation."""
 
     name: str
-    kind: str  # CAPACITY or RESERVATION
+    kind: str  # CAPACITY, RESERVATION or RECLAIM
     rhs: float
 
 
@@ -110,7 +112,7 @@ class JobModel:
     coef: FloatArray  # shape (len(rows), len(sizes)): row usage per candidate
     keep: int  # index of the current size ("no change")
     static: int  # index of the size the static policy gives it
-    fifo: tuple[float, int]
+    queue: QueueKey  # its place in Slurm's queue (``capacity.queue_key``)
 
     @property
     def job_id(self) -> int:
@@ -240,10 +242,12 @@ class _Flat:
     remaining: FloatArray
     current: FloatArray  # the job's current size, per candidate
     running: npt.NDArray[np.bool_]  # per candidate
-    fifo: list[tuple[float, int]]  # per job
+    queue: list[QueueKey]  # per job
 
 
-def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
+def _values(
+    problem: AllocationProblem, options: PolicyOptions, reclaiming: frozenset[Class]
+) -> _Flat:
     """Objective value, progress and Optimus remaining time of every legal candidate.
 
     ``C(s)`` is the job's estimated completion time from now: ``c [resized] + W / f(s)``
@@ -251,6 +255,8 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     at the horizon, done at the job's best speed).  ``value = w (C(0) - C(s))`` with
     ``C(0) = H + W / f_max`` (waits the horizon out): the seconds of completion time this
     cycle's size saves, 0 for a pending job that stays pending (see the module docstring).
+    ``reclaiming``: the demand classes with a reclaim row, where a job frozen by dwell or
+    cooldown may still give back its loan (``ElasticDemand.candidate_sizes``).
     """
     demands = problem.elastic
     horizon = problem.horizon_s
@@ -263,9 +269,9 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     all_local: list[int] = []
     counts: list[int] = []
     per_job: list[tuple[float, bool, float, float, float]] = []
-    fifo: list[tuple[float, int]] = []
+    queue: list[QueueKey] = []
     for d in demands:
-        legal = d.candidate_sizes()
+        legal = d.candidate_sizes(bool(reclaiming) and demand_class(d.partition) in reclaiming)
         all_sizes += legal
         all_thr += _throughput(d, legal)
         all_local += range(len(legal))
@@ -280,7 +286,7 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
                 max(out.remaining_work, 0.0),
             )
         )
-        fifo.append(fifo_key(d.submit_time, d.job_id))
+        queue.append(queue_key(d.priority, d.submit_time, d.job_id))
     count = np.array(counts, dtype=np.int64)
     start = np.array(list(itertools.accumulate(counts, initial=0)), dtype=np.int64)
     job = np.repeat(np.arange(n), count)
@@ -313,13 +319,13 @@ def _values(problem: AllocationProblem, options: PolicyOptions) -> _Flat:
     # equally good pending jobs start the older one.
     tick = options.change_penalty * horizon
     rank = np.empty(n)
-    rank[sorted(range(n), key=fifo.__getitem__)] = np.arange(n)
+    rank[sorted(range(n), key=queue.__getitem__)] = np.arange(n)
     older = 1.0 - rank / max(n, 1)
     value = value - tick * changed + 0.5 * tick * older[job] * (~running & positive)
     progress = np.minimum(raw_work, reach)
     local = np.array(all_local, dtype=np.int64)
     width = max(counts, default=1)
-    return _Flat(start, job, local, width, sizes, value, progress, thr, tau, cur, running, fifo)
+    return _Flat(start, job, local, width, sizes, value, progress, thr, tau, cur, running, queue)
 
 
 def _undominated(flat: _Flat, protect: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
@@ -357,16 +363,21 @@ def _row_coefficients(
     if any(spec.kind != CAPACITY and spec.cutoff is not None for spec in specs):
         running, cur = flat.running[kept], flat.current[kept]
         mins = np.array([d.min_nodes for d in demands], dtype=float)[job]
-        submit = np.array([d.submit_time for d in demands], dtype=float)
-        ids = np.array([d.job_id for d in demands], dtype=np.int64)
+        floors = np.array([d.reclaim_floor for d in demands], dtype=float)[job]
+        keys = [flat.queue[j] for j in range(len(demands))]
     for i, spec in enumerate(specs):
         inside = [c in spec.classes for c in distinct]
         if spec.kind == CAPACITY or spec.cutoff is None:
             row = s
         else:
-            at, by = spec.cutoff
-            older = ((submit < at) | ((submit == at) & (ids < by)))[job]  # FIFO key < cutoff
-            row = np.where(running, s - cur, np.where(older, np.where(sizes > 0, s - mins, 0.0), s))
+            cutoff = spec.cutoff
+            through = spec.through
+            ahead = np.array([k < cutoff or (through and k == cutoff) for k in keys])[job]
+            # A reclaim counts a running job's shrink only down to its entitlement.
+            held = np.maximum(s, floors) if spec.kind == RECLAIM else s
+            row = np.where(
+                running, held - cur, np.where(ahead, np.where(sizes > 0, s - mins, 0.0), s)
+            )
         if all(inside):  # the usual single partition: every job is in the row
             member[i] = True
             coef[i] = row
@@ -387,7 +398,8 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
         dict(zip((d.job_id for d in demands), classes, strict=True)),
         options.max_component_classes,
     )
-    flat = _values(problem, options)
+    reclaiming = frozenset().union(*(spec.classes for spec in specs if spec.kind == RECLAIM))
+    flat = _values(problem, options, reclaiming)
     static = np.array([_static_size(d) for d in demands], dtype=np.int64)
     protect = (flat.sizes == flat.current) | (flat.sizes == static[flat.job])
     kept = np.flatnonzero(_undominated(flat, protect))
@@ -438,7 +450,7 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
                 coef=coef[:, a:b] if every_row else coef[in_rows, a:b],
                 keep=keeps[j],
                 static=statics[j],
-                fifo=flat.fifo[j],
+                queue=flat.queue[j],
             )
         )
     return Compiled(
@@ -457,4 +469,4 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
     )
 
 
-__all__ = ["CAPACITY", "RESERVATION", "Compiled", "JobModel", "Row", "compile_problem"]
+__all__ = ["CAPACITY", "RECLAIM", "RESERVATION", "Compiled", "JobModel", "Row", "compile_problem"]

@@ -8,7 +8,11 @@
 * ``payback``           larger sizes exist but none gains enough to pay back its cost
                         within the horizon (or progress is capped: the job finishes anyway)
 * ``capacity``          the next size does not fit: a capacity row is full
-* ``fifo-reservation``  the next size would take nodes an older pending job waits for
+* ``fifo-reservation``  the next size would take nodes a pending job ahead in Slurm's
+                        queue waits for
+* ``reclaim``           the job shrinks to give back nodes on loan (above its entitlement)
+                        to a pending job ahead of it in Slurm's queue; the detail names the
+                        row (``reclaim:<partition>:job<ID>``: the pending job)
 * ``marginal-gain``     it fits, but the policy gave the nodes to jobs that gain more
 * ``no-change``         every policy failed; current sizes are kept
 """
@@ -19,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from slurm_elastic.policy.compiled import Compiled, IntArray, JobModel
+from slurm_elastic.policy.compiled import RECLAIM, Compiled, IntArray, JobModel
 from slurm_elastic.types import Decision, Explanation, Plan, SolverStatus
 
 _EPS = 1e-9
@@ -50,9 +54,24 @@ def _rules(
     blocked = over.any(axis=0).tolist()
     first = over.argmax(axis=0).tolist() if over.shape[0] else [0] * len(jobs)
     larger = compiled.sizes[nxt].tolist()
+    # A shrink that a reclaim row counts (its usage there drops): the first such row.
+    reclaims = [r for r, row in enumerate(compiled.rows) if row.kind == RECLAIM]
+    if reclaims:
+        gives = coef[reclaims][:, at] < coef[reclaims][:, compiled.keep] - _EPS
+        gives_to: list[int | None] = [
+            next((reclaims[k] for k in np.flatnonzero(col)), None) for col in gives.T
+        ]
+    else:
+        gives_to = [None] * len(jobs)
     out: list[tuple[str, str]] = []
     for i, (job, more) in enumerate(zip(jobs, has_next.tolist(), strict=True)):
-        if job.demand.frozen:
+        cur = job.demand.current_nodes
+        given_to = gives_to[i]
+        if given_to is not None and targets[i] < cur:
+            loan = cur - job.demand.reclaim_floor
+            to = compiled.rows[given_to].name
+            out.append(("reclaim", f"gives back {cur - targets[i]} of {loan} on loan to {to}"))
+        elif job.demand.frozen and targets[i] == cur:
             out.append(("frozen", ""))
         elif solver in ("static", "no-change"):
             out.append((solver, ""))

@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import heapq
 
+from slurm_elastic.policy.capacity import QueueKey
 from slurm_elastic.policy.compiled import Compiled
-from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
+from slurm_elastic.policy.ledger import Ledger, admit_queue_minimums
 
 
 def solve_greedy(compiled: Compiled) -> list[int]:
     ledger = Ledger(compiled)
     jobs = compiled.jobs
     started = [job.demand.is_running or job.demand.frozen for job in jobs]
-    for i in admit_fifo_minimums(compiled, ledger):
+    for i in admit_queue_minimums(compiled, ledger):
         started[i] = True
 
-    heap: list[tuple[float, tuple[float, int], int]] = []
+    heap: list[tuple[float, QueueKey, int]] = []
 
     def push(i: int) -> None:
         job, k = jobs[i], ledger.choice[i]
@@ -38,9 +39,9 @@ def solve_greedy(compiled: Compiled) -> list[int]:
         drop = left(k) - left(k + 1)
         gain = job.demand.weight * drop / float(size(k + 1) - size(k))
         if gain > 0:
-            heapq.heappush(heap, (-gain, job.fifo, i))
+            heapq.heappush(heap, (-gain, job.queue, i))
 
-    # Heap keys are unique (a job is in the heap at most once, FIFO keys are distinct),
+    # Heap keys are unique (a job is in the heap at most once, queue keys are distinct),
     # so the pop order does not depend on the push order.
     for i in range(len(jobs)):
         if started[i]:

@@ -49,17 +49,17 @@ class Ledger:
         self.choice[i] = to
 
 
-def admit_fifo_minimums(compiled: Compiled, ledger: Ledger) -> list[int]:
-    """Optimus' first step: in FIFO order, every pending job whose minimum still fits is
-    moved to it in ``ledger``; returns the jobs admitted.
+def admit_queue_minimums(compiled: Compiled, ledger: Ledger) -> list[int]:
+    """Optimus' first step: in Slurm's queue order, every pending job whose minimum still
+    fits is moved to it in ``ledger``; returns the jobs admitted.
 
     Greedy starts from it; the MIP's admission floor (``PolicyOptions.fair_floor``) makes
-    the jobs it admits start.  Running and frozen jobs stay at their floor (a frozen job
-    has one candidate, so it is never moved).
+    the jobs it admits start.  Running and frozen jobs stay at their floor (only pending
+    jobs are moved).
     """
     jobs = compiled.jobs
     admitted: list[int] = []
-    for i in sorted(range(len(jobs)), key=lambda i: jobs[i].fifo):
+    for i in sorted(range(len(jobs)), key=lambda i: jobs[i].queue):
         job = jobs[i]
         if not job.demand.is_running and len(job.sizes) > 1 and ledger.fits(i, 1):
             ledger.move(i, 1)

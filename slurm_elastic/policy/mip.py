@@ -55,7 +55,7 @@ import numpy as np
 
 from slurm_elastic.policy.compiled import Compiled, IntArray
 from slurm_elastic.policy.lagrange import FlatModel, fix, solve_dual
-from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
+from slurm_elastic.policy.ledger import Ledger, admit_queue_minimums
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def fair_floor_jobs(compiled: Compiled) -> set[int]:
     frozen job's current size, a pending job's "stay pending"; the jobs it admits are
     therefore always feasible together.
     """
-    return set(admit_fifo_minimums(compiled, Ledger(compiled)))
+    return set(admit_queue_minimums(compiled, Ledger(compiled)))
 
 
 def build_input(compiled: Compiled) -> MipInput:

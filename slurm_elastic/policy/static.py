@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurm_elastic.policy.compiled import Compiled, compile_problem
-from slurm_elastic.policy.ledger import Ledger, admit_fifo_minimums
+from slurm_elastic.policy.ledger import Ledger, admit_queue_minimums
 from slurm_elastic.types import AllocationProblem
 
 
@@ -35,7 +35,7 @@ def solve_static(compiled: Compiled) -> list[int]:
     """Candidate indices (into ``compiled``'s jobs) of the static plan."""
     rigid = compile_problem(rigidified(compiled.problem), compiled.options)
     ledger = Ledger(rigid)
-    admit_fifo_minimums(rigid, ledger)  # a pending job's minimum is its whole request here
+    admit_queue_minimums(rigid, ledger)  # a pending job's minimum is its whole request here
     choice = []
     for job, r, k in zip(compiled.jobs, rigid.jobs, ledger.choice, strict=True):
         idx = job.index(int(r.sizes[k]))

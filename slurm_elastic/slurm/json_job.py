@@ -70,6 +70,7 @@ def job_view(raw: Mapping[str, Any], index: int, what: str) -> JobView:
         resize_time=cv.epoch(raw.get("resize_time"), f"{where}: resize_time"),
         time_limit_s=time_limit,
         restart_count=cv.number(raw.get("restart_cnt"), f"{where}: restart_cnt") or 0,
+        priority=cv.number(raw.get("priority"), f"{where}: priority"),
         gpus_per_node=gpus,
         het_job_id=het_job_id,
         het_job_offset=(

@@ -287,6 +287,7 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
                 resize_time=cv.timestamp_text(_null(fields.get("ResizeTime", "")), where),
                 time_limit_s=limit,
                 restart_count=cv.as_int(fields.get("Restarts", "0"), f"{where}: Restarts"),
+                priority=cv.opt_int(fields.get("Priority"), f"{where}: Priority"),
                 gpus_per_node=semantics.gpus_per_node(
                     state,
                     low,
@@ -383,7 +384,8 @@ def split_rows(text: str, separator: str, width: int, what: str) -> list[list[st
 
 def parse_squeue_text(text: str, *, separator: str) -> tuple[JobView, ...]:
     """``squeue -h -a -t all -O squeue_format(separator)`` -> JobViews (no admin comment:
-    ``-O`` has no field for it)."""
+    ``-O`` has no field for it; no priority: the captured fixtures predate that column, so
+    the policy orders this path's queue by submit time)."""
     views = []
     for number, fields in enumerate(
         split_rows(text, separator, len(SQUEUE_COLUMNS), "squeue -O"), start=1

@@ -167,7 +167,7 @@ JOB_FIELDS = (
     "tres_per_node", "tres_per_job", "nodes", "batch_host", "state_reason", "time_limit",
     "submit_time", "start_time", "end_time", "resize_time", "restart_cnt", "user_id",
     "name", "account", "partition", "qos", "comment", "admin_comment", "work_dir",
-    "dependency", "het_job_id", "het_job_offset",
+    "dependency", "het_job_id", "het_job_offset", "priority",
 )  # fmt: skip
 _job_key = operator.itemgetter(*JOB_FIELDS)
 
@@ -222,6 +222,7 @@ def _job(raw: Mapping[str, Any], job_id: int, user_name: Callable[[int], str]) -
         resize_time=cv.epoch(raw.get("resize_time"), "resize_time"),
         time_limit_s=time_limit,
         restart_count=cv.as_int(raw.get("restart_cnt"), "restart_cnt", default=0),
+        priority=cv.opt_int(raw.get("priority"), "priority"),
         gpus_per_node=_gpus_per_node(raw, node_count, allocated=running_like),
         het_job_id=het_job_id,
         het_job_offset=(
