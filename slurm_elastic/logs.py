@@ -28,6 +28,7 @@ EVENTS = (
     "cycle.done",
     "cycle.failed",
     "resize.applied",
+    "reclaim.done",
     "report.rejected",
     "ack.received",
     "config.reloaded",

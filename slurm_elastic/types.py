@@ -442,6 +442,7 @@ class Explanation:
     resize_cost: float  # progress lost to the resize
     rule: str  # stable short name: "marginal-gain", "capacity", "min", "max", "payback", ...
     detail: str = ""
+    waiting_job: int | None = None  # rule "reclaim": the pending job the loan goes back to
 
 
 @dataclass(frozen=True, slots=True)

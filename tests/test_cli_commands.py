@@ -138,8 +138,12 @@ def test_status_plain_table_and_filters(tmp_path: Path) -> None:
         "cycle": {"count": 4, "ok": True},
         "plan": None,
         "actions": [],
+        "nodes_on_loan": 1,
+        "reclaims": [
+            {"borrower": 7, "waiting_job": 9, "nodes": 1, "seconds": 12.5, "detail": "agent ready"}
+        ],
         "jobs": [
-            TRAIN_ROW,
+            {**TRAIN_ROW, "loan": 1},
             {
                 "job_id": 8,
                 "partition": "shared",
@@ -163,8 +167,11 @@ def test_status_plain_table_and_filters(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].split() == list(STATUS_COLUMNS)
-    assert " ".join(lines[1].split()) == "7 batch train alice R 2 1 4 3 1200 850.5 +1h02m target 3"
-    assert " ".join(lines[2].split()) == "8 shared plain bob PD 1 - - - - - - not elastic"
+    assert (
+        " ".join(lines[1].split()) == "7 batch train alice R 2 1 4 3 1 1200 850.5 +1h02m target 3"
+    )
+    assert " ".join(lines[2].split()) == "8 shared plain bob PD 1 - - - - - - - not elastic"
+    assert "# 1 nodes on loan; last reclaim: job 7 gave back 1 to job 9 in 12.5s" in result.output
     result = runner.invoke(
         status, ["--config", str(config_file), "--file", str(path), "-u", "bob", "--json"]
     )
@@ -372,8 +379,8 @@ def test_status_on_the_live_cluster(live_jobs) -> None:
     assert rows[elastic][1:5] == ["shared", "cli-elastic", "root", "R"]
     assert rows[elastic][6] != "-" and rows[elastic][7] != "-"  # MIN / MAX of an elastic job
     assert rows[plain][1:5] == ["shared", "cli-plain", "root", "R"]
-    # MIN MAX TARGET STEP RATE SAVED
-    assert rows[plain][6:12] == ["-"] * 6 and " ".join(rows[plain][12:]) == "not elastic"
+    # MIN MAX TARGET LOAN STEP RATE SAVED
+    assert rows[plain][6:13] == ["-"] * 7 and " ".join(rows[plain][13:]) == "not elastic"
     assert "cycle 1 ok" in proc.stderr  # the footer goes to stderr when piped
 
     only = _cli("status", "--config", str(config_file), "-j", str(plain), "--json")

@@ -528,11 +528,17 @@ def test_a_loan_is_reclaimed_for_a_pending_rigid_job_even_without_an_agent() -> 
     instruction = board.pending_for(8)
     assert instruction is not None and instruction.target_nodes == 2
     assert instruction.keep_nodes == ("n1", "n2")
-    ctl.run_once(1010.0)
+    assert first.nodes_on_loan == 2 and {r.job_id: r.loan for r in first.jobs}[8] == 2
+    assert {r.job_id: r.loan for r in first.jobs}[40] is None  # not an elastic job
+    assert ctl.run_once(1010.0).reclaims == ()
     assert backend.actions() == []  # the job may still checkpoint
-    ctl.run_once(1031.0)
+    done = ctl.run_once(1031.0)
     assert backend.actions() == [("cancel", 82)]
     assert [e.status for e in journal.all_actions()] == [ActionStatus.APPLIED]
+    (reclaim,) = done.reclaims
+    assert (reclaim.borrower, reclaim.waiting_job, reclaim.nodes) == (8, 40, 1)
+    assert (reclaim.planned_at, reclaim.seconds) == (1000.0, 31.0)
+    assert reclaim.detail == "hard shrink: no ack before deadline"
 
 
 def test_a_borrower_whose_agent_refuses_is_shrunk_anyway() -> None:

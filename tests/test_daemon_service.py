@@ -411,3 +411,39 @@ def test_systemd_status_line_is_one_escaped_line() -> None:
     line = status_line("cycle 3 failed: squeue: job \x1b]0;x\x07 \u202ename\nREADY=1")
     assert line.startswith("STATUS=cycle 3 failed: ") and "\n" not in line
     assert not any(raw in line for raw in RAW) and "\\x1b]0;x\\x07 \\u202ename READY=1" in line
+
+
+def test_loans_and_reclaims_reach_the_status_document_and_the_metrics() -> None:
+    from slurm_elastic.daemon.metrics import DaemonMetrics
+    from slurm_elastic.daemon.reports import ReportStore
+    from slurm_elastic.daemon.result import CycleResult, Reclaim
+    from slurm_elastic.daemon.service import RECENT_RECLAIMS, content_of
+
+    reclaim = Reclaim(8, 40, 1, planned_at=100.0, freed_at=104.5, detail="agent ready at step 9")
+    result = CycleResult(
+        now=104.5,
+        ok=True,
+        error=None,
+        duration_s=0.1,
+        slurm_calls=3,
+        history_calls=0,
+        snapshot_age_s=0.0,
+        mode="enforce",
+        reclaims=(reclaim,),
+        nodes_on_loan=2,
+    )
+    earlier = [{"borrower": 5, "waiting_job": 6}] * (RECENT_RECLAIMS - 1)
+    content = content_of(result, ReportStore(), [*earlier, reclaim.to_json()])
+    assert content.extra["nodes_on_loan"] == 2
+    assert content.extra["reclaims"][-1] == {
+        "borrower": 8, "waiting_job": 40, "nodes": 1, "planned_at": 100.0, "freed_at": 104.5,
+        "seconds": 4.5, "detail": "agent ready at step 9",
+    }  # fmt: skip
+    metrics = DaemonMetrics()
+    metrics.record_cycle(
+        ok=True, duration_s=0.1, finished_at=104.5, nodes_on_loan=2, reclaim_seconds=[4.5]
+    )
+    text = metrics.exposition().decode()
+    assert "slurm_elastic_nodes_on_loan 2.0" in text
+    assert "slurm_elastic_reclaims_total 1.0" in text
+    assert 'slurm_elastic_reclaim_seconds_bucket{le="5.0"} 1.0' in text

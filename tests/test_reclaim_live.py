@@ -64,6 +64,7 @@ def _reclaim_for(live_dir: Path, parent: int, waiting: int) -> float:
     ctl, board = controller(config)  # the configured policy: mip, reclaim "requested"
     first = cycle(ctl)
     assert first.plan is not None and first.plan.solver == "mip"
+    assert first.nodes_on_loan == 2 and {r.job_id: r.loan for r in first.jobs}[parent] == 2
     why = next(d.explanation for d in first.plan.decisions if d.job_id == parent)
     assert why.rule == RECLAIM, first.plan
     assert why.detail.endswith(f"on loan to reclaim:batch:job{waiting}"), why.detail
@@ -72,10 +73,13 @@ def _reclaim_for(live_dir: Path, parent: int, waiting: int) -> float:
     assert instruction is not None and instruction.target_nodes == 2
     assert jobs()[parent].is_running and len(companions_of(parent)) == 2  # not before the ack
     assert board.ack(Ack(instruction.id, parent, AckStatus.READY, 120, "checkpointed", time.time()))
-    cycle(ctl)
+    done = cycle(ctl)
     applied = time.monotonic()
     (entry,) = [e for e in ctl.journal.actions_for(parent) if e.kind is ActionKind.SHRINK]
     assert entry.action.reason == RECLAIM and "step 120" in entry.detail
+    (reclaim,) = done.reclaims  # what status and the metrics show
+    assert (reclaim.borrower, reclaim.waiting_job, reclaim.nodes) == (parent, waiting, 1)
+    assert 0 <= reclaim.seconds < 30
     return applied
 
 

@@ -58,6 +58,9 @@ def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) 
             )
         elif 0 < target < current:
             layout = shrink_layout(ej, target)
+            waiting = decision.explanation.waiting_job
+            # A reclaim names the job it frees nodes for (status, metrics, the journal).
+            reclaim = () if waiting is None else (("reclaim_for", str(waiting)),)
             shrinks.append(
                 Action(
                     ActionKind.SHRINK,
@@ -72,6 +75,7 @@ def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) 
                         ("parent_from", str(ej.job.node_count)),
                         ("cancel_companions", ",".join(map(str, layout.cancel_companions))),
                         ("keep_nodes", ",".join(layout.keep_nodes)),
+                        *reclaim,
                     ),
                 )
             )

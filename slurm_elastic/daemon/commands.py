@@ -75,6 +75,9 @@ STATUS_COLUMNS: tuple[str, ...] = (
     "MAX",
     "TARGET",
 )
+# LOAN: nodes a running elastic job holds above its entitlement (policy.reclaim), given
+# back when a job ahead of it in Slurm's queue needs them.
+STATUS_COLUMNS += ("LOAN",)
 # STEP/RATE: the job's latest progress report (training step, samples/s): is it reporting?
 # SAVED: how much sooner its resizes got it where it is than its first size would have
 # (daemon.reports.Tally; negative while it is behind, for example after giving nodes away).
@@ -278,6 +281,7 @@ def _status_row(job: dict[str, Any]) -> list[Any]:
         job.get("min"),
         job.get("max"),
         job.get("target"),
+        job.get("loan"),
         job.get("step"),
         job.get("samples_per_s"),
         _duration(job.get("saved_s")),
@@ -365,6 +369,17 @@ def _status_table(document: dict[str, Any], jobs: Sequence[dict[str, Any]], sour
         f"{time.time() - float(document.get('generated_at', 0)):.0f}s ago ({source})",
         err=not sys.stdout.isatty(),
     )
+    loaned = document.get("nodes_on_loan")
+    reclaims = document.get("reclaims") or []
+    if loaned or reclaims:
+        line = f"# {loaned or 0} nodes on loan"
+        if reclaims:
+            last = reclaims[-1]
+            line += (
+                f"; last reclaim: job {last.get('borrower')} gave back {last.get('nodes')} "
+                f"to job {last.get('waiting_job')} in {last.get('seconds')}s"
+            )
+        _say(line, err=not sys.stdout.isatty())
 
 
 # --------------------------------------------------------------------------- plan / explain

@@ -52,9 +52,9 @@ from slurm_elastic.actuate.journal import JournalStore
 from slurm_elastic.cluster_state import Classification, classify, not_eligible
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
-from slurm_elastic.daemon.problem import build_problem, job_capacity
+from slurm_elastic.daemon.problem import build_problem, job_capacity, loans
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.daemon.result import CycleResult, JobStatusRow, RowInputs
+from slurm_elastic.daemon.result import CycleResult, JobStatusRow, Reclaim, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError, StateError
 from slurm_elastic.marker import cap_spec, resolve_spec
 from slurm_elastic.model.outlook import GrowCheck
@@ -295,6 +295,7 @@ class Controller:
                     ActionRecord(action, ActionOutcome.SHADOW, "shadow mode: not applied")
                 )
 
+        on_loan = loans(cls, self.config.policy.reclaim)
         return CycleResult(
             now=now,
             ok=True,
@@ -306,11 +307,31 @@ class Controller:
             mode=self.config.mode,
             plan=plan,
             actions=tuple(records),
-            rows_from=RowInputs(cls, frozen),
+            rows_from=RowInputs(cls, frozen, on_loan),
             explanations={d.job_id: d.explanation for d in plan.decisions},
+            reclaims=tuple(r for rec in records if (r := self._reclaim_done(rec, now))),
+            nodes_on_loan=sum(on_loan.values()),
         )
 
     # ------------------------------------------------------------------ steps
+
+    def _reclaim_done(self, record: ActionRecord, now: float) -> Reclaim | None:
+        """The reclaim an applied shrink completed, timed from its journal entry."""
+        action = record.action
+        waiting = dict(action.extra).get("reclaim_for")
+        if action.kind is not ActionKind.SHRINK or record.outcome is not ActionOutcome.APPLIED:
+            return None
+        if waiting is None:
+            return None
+        entry = None if record.action_id is None else self.journal.get(record.action_id)
+        return Reclaim(
+            borrower=action.job_id,
+            waiting_job=int(waiting),
+            nodes=action.from_nodes - action.to_nodes,
+            planned_at=now if entry is None else entry.created_at,
+            freed_at=now,
+            detail=record.detail,
+        )
 
     def _refresh_history(self, now: float) -> int:
         """Incremental sacct at its own cadence; a failure costs history, not the cycle."""

@@ -15,6 +15,8 @@ PREFIX = "slurm_elastic"
 
 # Cycles normally take tens of milliseconds; a slow solver or Slurm pushes them to seconds.
 _CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# A reclaim waits one cycle plus the borrowers' checkpoint (at most guards.ack_timeout_s).
+_RECLAIM_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class DaemonMetrics:
@@ -74,6 +76,20 @@ class DaemonMetrics:
             ["reason"],
             registry=r,
         )
+        self.nodes_on_loan = Gauge(
+            f"{PREFIX}_nodes_on_loan",
+            "Nodes elastic jobs hold above their entitlement (policy.reclaim)",
+            registry=r,
+        )
+        self.reclaims = Counter(
+            f"{PREFIX}_reclaims", "Loans given back to a pending job (shrinks applied)", registry=r
+        )
+        self.reclaim_seconds = Histogram(
+            f"{PREFIX}_reclaim_seconds",
+            "From the cycle that planned a reclaim to the one that freed the nodes",
+            buckets=_RECLAIM_BUCKETS,
+            registry=r,
+        )
         self._known_states: set[str] = set()
 
     def record_cycle(
@@ -89,6 +105,8 @@ class DaemonMetrics:
         plan_objective: float | None = None,
         plan_solve_s: float | None = None,
         error_kind: str | None = None,
+        nodes_on_loan: int | None = None,
+        reclaim_seconds: Iterable[float] = (),
     ) -> None:
         self.cycles.labels(outcome="ok" if ok else "error").inc()
         self.cycle_seconds.observe(duration_s)
@@ -113,6 +131,11 @@ class DaemonMetrics:
             self.plan_objective.set(plan_objective)
         if plan_solve_s is not None:
             self.plan_solve_seconds.set(plan_solve_s)
+        if nodes_on_loan is not None:
+            self.nodes_on_loan.set(nodes_on_loan)
+        for seconds in reclaim_seconds:
+            self.reclaims.inc()
+            self.reclaim_seconds.observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -146,6 +146,18 @@ def entitlement(ej: ElasticJob, sizes: tuple[int, ...], reclaim: Reclaim) -> int
     return min(max(own, sizes[0]), current)
 
 
+def loans(cls: Classification, reclaim: Reclaim) -> dict[int, int]:
+    """Nodes on loan of each running elastic job that has any (``entitlement``)."""
+    out: dict[int, int] = {}
+    for job_id, ej in cls.elastic.items():
+        if reclaim == "off" or (reclaim == "requested" and not ej.running_companions):
+            continue  # nothing on loan (a job's own nodes are its entitlement)
+        entitled = entitlement(ej, offered_sizes(ej), reclaim)
+        if entitled is not None and ej.effective_nodes > entitled:
+            out[job_id] = ej.effective_nodes - entitled
+    return out
+
+
 def elastic_demand(
     ej: ElasticJob,
     outlook: Outlook,

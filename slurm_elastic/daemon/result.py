@@ -42,6 +42,7 @@ class JobStatusRow:
     # The marker's step: the sizes are min, min + size_step, ... (elastic jobs only).  Not
     # "step", which the status document gives the job's last reported training step.
     size_step: int | None = None
+    loan: int | None = None  # nodes held above its entitlement (running elastic jobs)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +57,7 @@ class JobStatusRow:
             "size_step": self.size_step,
             "target": self.target,
             "reason": self.reason,
+            "loan": self.loan,
         }
 
 
@@ -66,6 +68,37 @@ class RowInputs:
 
     cls: Classification
     frozen: Mapping[int, str]
+    loans: Mapping[int, int] = field(default_factory=dict)  # running elastic job -> on loan
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """A loan given back: the borrower's shrink was applied for a pending job.
+
+    ``seconds`` runs from the cycle that first planned it (the shrink's journal entry) to
+    the cycle that applied it: the checkpoint wait, and the nodes free from then on."""
+
+    borrower: int
+    waiting_job: int
+    nodes: int  # given back
+    planned_at: float
+    freed_at: float
+    detail: str
+
+    @property
+    def seconds(self) -> float:
+        return self.freed_at - self.planned_at
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "borrower": self.borrower,
+            "waiting_job": self.waiting_job,
+            "nodes": self.nodes,
+            "planned_at": self.planned_at,
+            "freed_at": self.freed_at,
+            "seconds": round(self.seconds, 3),
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +121,8 @@ class CycleResult:
     actions: tuple[ActionRecord, ...] = ()
     rows_from: RowInputs | None = None
     explanations: Mapping[int, Explanation] = field(default_factory=dict)
+    reclaims: tuple[Reclaim, ...] = ()  # loans given back this cycle
+    nodes_on_loan: int = 0  # after this cycle's plan was made (before its shrinks)
     _rows: tuple[JobStatusRow, ...] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -102,7 +137,7 @@ class CycleResult:
                 rows = ()
             else:
                 assert plan is not None  # a result with rows has its plan
-                rows = status_rows(src.cls, plan, src.frozen, self.actions)
+                rows = status_rows(src.cls, plan, src.frozen, self.actions, src.loans)
             object.__setattr__(self, "_rows", rows)
         return rows
 
@@ -151,6 +186,8 @@ class CycleResult:
             },
             "actions": [r.to_json() for r in self.actions],
             "jobs": [row.to_json() for row in self.jobs],
+            "reclaims": [r.to_json() for r in self.reclaims],
+            "nodes_on_loan": self.nodes_on_loan,
         }
 
 
@@ -159,6 +196,7 @@ def status_rows(
     plan: Plan,
     frozen: Mapping[int, str],
     records: Sequence[ActionRecord],
+    loans: Mapping[int, int] | None = None,
 ) -> tuple[JobStatusRow, ...]:
     by_job: dict[int, str] = {}
     for rec in records:
@@ -175,12 +213,18 @@ def status_rows(
         target = targets.get(job_id)
         reason = by_job.get(job_id) or frozen.get(job_id) or _plan_reason(ej, target)
         nodes = ej.effective_nodes if job.is_running else job.node_count
-        rows.append(_row(job, nodes, ej.spec, target, reason))
+        loan = (loans or {}).get(job_id, 0) if job.is_running else None
+        rows.append(_row(job, nodes, ej.spec, target, reason, loan))
     return tuple(rows)
 
 
 def _row(
-    job: JobView, nodes: int, spec: ElasticSpec | None, target: int | None, reason: str
+    job: JobView,
+    nodes: int,
+    spec: ElasticSpec | None,
+    target: int | None,
+    reason: str,
+    loan: int | None = None,
 ) -> JobStatusRow:
     return JobStatusRow(
         job.job_id,
@@ -194,6 +238,7 @@ def _row(
         target,
         reason,
         None if spec is None else spec.step,
+        loan,
     )
 
 

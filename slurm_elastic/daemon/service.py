@@ -23,8 +23,8 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,15 +163,23 @@ def make_backend(config: Config, *, dry_run: bool = False) -> SlurmBackend:
     )
 
 
-def content_of(result: CycleResult, reports: ReportStore) -> CycleContent:
+def content_of(
+    result: CycleResult, reports: ReportStore, reclaims: Sequence[dict[str, Any]] = ()
+) -> CycleContent:
     """The cycle's wire form, each job row with its latest progress report (if any) and the
-    time its resizes saved it so far (``reports.Tally``)."""
+    time its resizes saved it so far (``reports.Tally``); ``reclaims``: the latest loans
+    given back, this cycle's included."""
     wire = result.to_json()
     jobs = []
     for row in wire["jobs"]:
         job_id = int(row["job_id"])
         jobs.append(with_progress(row, reports.latest(job_id), reports.saved_s(job_id)))
-    return CycleContent(jobs=tuple(jobs), plan=wire["plan"], actions=tuple(wire["actions"]))
+    return CycleContent(
+        jobs=tuple(jobs),
+        plan=wire["plan"],
+        actions=tuple(wire["actions"]),
+        extra={"nodes_on_loan": wire["nodes_on_loan"], "reclaims": list(reclaims)},
+    )
 
 
 def with_progress(
@@ -198,6 +206,9 @@ def changed_keys(old: Config, new: Config) -> list[str]:
     return [key for key, value in flat_items(new.plain()) if before.get(key) != value]
 
 
+RECENT_RECLAIMS = 20  # loans given back that the status document lists
+
+
 @dataclass
 class _LoopState:
     """What the loop keeps between cycles for the status document and systemd."""
@@ -209,6 +220,8 @@ class _LoopState:
     ready_sent: bool = False
     content: CycleContent = field(default_factory=CycleContent)
     document: dict[str, Any] | None = None
+    # The latest loans given back, newest last, for the status document.
+    reclaims: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT_RECLAIMS))
 
 
 class Service:
@@ -370,7 +383,8 @@ class Service:
         if result is not None and result.ok:
             state.last_ok_at = finished
             state.last_error = None
-            state.content = content_of(result, self.reports)
+            state.reclaims.extend(r.to_json() for r in result.reclaims)
+            state.content = content_of(result, self.reports, state.reclaims)
             self._log_applied(result)
         elif result is not None:
             state.last_error = result.error
@@ -420,6 +434,8 @@ class Service:
             plan_objective=plan.objective if plan is not None else None,
             plan_solve_s=plan.solve_s if plan is not None else None,
             error_kind=error_kind,
+            nodes_on_loan=result.nodes_on_loan if result is not None and result.ok else None,
+            reclaim_seconds=[r.seconds for r in result.reclaims] if result is not None else (),
         )
 
     def _notify_systemd(self, info: CycleInfo) -> None:
@@ -438,6 +454,8 @@ class Service:
         self.notifier.notify(*lines)
 
     def _log_applied(self, result: CycleResult) -> None:
+        for reclaim in result.reclaims:
+            log.info("reclaim.done", **reclaim.to_json())
         for record in result.applied:
             a = record.action
             log.info(

@@ -14,10 +14,15 @@ versioned (``"version": 1``); fields are only ever added.
       "plan.decisions": [ {job_id, current_nodes, target_nodes, rule, predicted_gain,
                            resize_cost, detail} ],
       "jobs": [ {job_id, partition, name, user, state, nodes, min, max, size_step, target,
-                 reason, step, samples_per_s, reported_at, saved_s} ],
-                 # min/max/size_step null: not elastic; step: the last reported training
-                 # step; saved_s: the time resizes saved the job so far (reports.Tally)
-      "actions": [ {kind, job_id, from_nodes, to_nodes, outcome, detail, ...} ]
+                 reason, loan, step, samples_per_s, reported_at, saved_s} ],
+                 # min/max/size_step null: not elastic; loan: nodes held above the job's
+                 # entitlement (null unless a running elastic job); step: the last reported
+                 # training step; saved_s: the time resizes saved the job so far
+                 # (reports.Tally)
+      "actions": [ {kind, job_id, from_nodes, to_nodes, outcome, detail, ...} ],
+      "nodes_on_loan": 3,                      # summed over the jobs' loans
+      "reclaims": [ {borrower, waiting_job, nodes, planned_at, freed_at, seconds,
+                     detail} ]                 # the latest 20 loans given back, newest last
     }
 """
 

@@ -89,6 +89,7 @@ class Row:
     name: str
     kind: str  # CAPACITY, RESERVATION or RECLAIM
     rhs: float
+    reserver: int | None = None  # the pending job a reservation or reclaim row is for
 
 
 @dataclass(slots=True, eq=False)
@@ -387,6 +388,10 @@ def _row_coefficients(
     return coef, member
 
 
+def _reserver(spec: RowSpec) -> int | None:
+    return None if spec.cutoff is None else spec.cutoff[2]
+
+
 def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compiled:
     """Validate and compile; raises SolverError with a one-line reason on bad input."""
     _validate(problem)
@@ -413,7 +418,9 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
     top = coef[:, kstart[1:] - 1].sum(axis=1)
     rhs = np.maximum([s.rhs for s in specs], floor) if specs else np.zeros(0)
     live = np.flatnonzero(top > rhs + _EPS)
-    rows = tuple(Row(specs[i].name, specs[i].kind, float(rhs[i])) for i in live)
+    rows = tuple(
+        Row(specs[i].name, specs[i].kind, float(rhs[i]), _reserver(specs[i])) for i in live
+    )
     coef, member, rhs = coef[live], member[live], rhs[live]
     rhs.flags.writeable = False  # shared by every reader of this Compiled
 

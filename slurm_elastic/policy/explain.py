@@ -40,9 +40,10 @@ def _detail(job: JobModel, target: int) -> str:
 
 def _rules(
     compiled: Compiled, at: IntArray, targets: list[int], solver: str
-) -> list[tuple[str, str]]:
-    """Why each job is not one candidate larger (vectorised over jobs; ``at`` is the flat
-    index of each job's choice, ``targets`` its size)."""
+) -> list[tuple[str, str, int | None]]:
+    """Why each job is not one candidate larger, and for a reclaim the job it gives back to
+    (vectorised over jobs; ``at`` is the flat index of each job's choice, ``targets`` its
+    size)."""
     jobs = compiled.jobs
     start = compiled.start
     has_next = at + 1 < start[1:]
@@ -63,28 +64,30 @@ def _rules(
         ]
     else:
         gives_to = [None] * len(jobs)
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, int | None]] = []
     for i, (job, more) in enumerate(zip(jobs, has_next.tolist(), strict=True)):
         cur = job.demand.current_nodes
         given_to = gives_to[i]
         if given_to is not None and targets[i] < cur:
             loan = cur - job.demand.reclaim_floor
-            to = compiled.rows[given_to].name
-            out.append(("reclaim", f"gives back {cur - targets[i]} of {loan} on loan to {to}"))
+            row = compiled.rows[given_to]
+            why = f"gives back {cur - targets[i]} of {loan} on loan to {row.name}"
+            out.append(("reclaim", why, row.reserver))
         elif job.demand.frozen and targets[i] == cur:
-            out.append(("frozen", ""))
+            out.append(("frozen", "", None))
         elif solver in ("static", "no-change"):
-            out.append((solver, ""))
+            out.append((solver, "", None))
         elif not more:
             if targets[i] >= int(job.legal[-1]):  # legal sizes ascend
-                out.append(("max", ""))
+                out.append(("max", "", None))
             else:
-                out.append(("payback", "no larger size gains more than it costs in the horizon"))
+                why = "no larger size gains more than it costs in the horizon"
+                out.append(("payback", why, None))
         elif blocked[i]:
             row = compiled.rows[first[i]]
-            out.append((row.kind, f"{larger[i]} nodes would overfill {row.name}"))
+            out.append((row.kind, f"{larger[i]} nodes would overfill {row.name}", None))
         else:
-            out.append(("marginal-gain", f"{larger[i]} nodes fit but gain less elsewhere"))
+            out.append(("marginal-gain", f"{larger[i]} nodes fit but gain less elsewhere", None))
     return out
 
 
@@ -112,7 +115,7 @@ def build_plan(
         d = job.demand
         resized = d.is_running and target != d.current_nodes
         cost = speed[i] * min(d.outlook.resize_cost_s, horizon) if resized else 0.0
-        rule, why = rules[i]
+        rule, why, waiting = rules[i]
         what = _detail(job, target)  # never empty
         detail = f"{what}; {why}" if why else what
         decisions.append(
@@ -125,6 +128,7 @@ def build_plan(
                     resize_cost=cost,
                     rule=rule,
                     detail=detail,
+                    waiting_job=waiting,
                 ),
             )
         )
