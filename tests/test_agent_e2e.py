@@ -241,3 +241,57 @@ def test_unannounced_shrink_then_lost_step_relaunches_on_what_is_left(
     log = job.log_text()
     assert "trainer.peer_lost" in log
     assert '"attempt": 1, "nodes": ["n1"]' in log  # relaunched on the shrunk allocation
+
+
+def test_a_rigid_job_takes_back_a_loan_from_real_training_without_a_lost_step(
+    clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
+) -> None:
+    """Issue 22's acceptance with the real job side: the job starts at 2 nodes (its
+    entitlement), is grown to 3 (one node on loan), then the drill hands over to the real
+    policy and a rigid ``-N2`` job arrives.  The daemon reclaims the loan: instruction,
+    checkpoint, ack, the companion cancelled; the rigid job starts; training goes on at 2
+    and finishes with every sample once per epoch, no step lost, the unresized weights."""
+    # Three epochs (150 steps): the reclaim comes after the grow's restart, and training
+    # must still have steps left to make at 2 nodes (two epochs ended right at it once).
+    job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=3)
+    try:
+        job.wait_records(at_world(2, min_step=10), "training at 2 nodes")
+        grow = drill.resize(job.job_id, 3)
+        assert grow.outcome == "applied" and grow.companion_id, grow.detail
+        at_three = job.wait_records(at_world(3), "training at 3 nodes after the grow")
+        grown_gen = max(r["gen"] for r in at_three)
+        drill.hand_over()
+        submitted = time.monotonic()
+        rigid = int(
+            clean_queue.run(
+                "sbatch", "--parsable", "-N2", "-o", "/dev/null", "--wrap", "sleep 600"
+            ).stdout.strip()
+        )
+        wait_until(lambda: rigid in running_jobs(), 90, "the rigid job running")
+        waited = time.monotonic() - submitted
+        wait_until(lambda: bool(drill.reclaims), 10, "the reclaim recorded")
+        (reclaim,) = drill.reclaims
+        assert (reclaim.borrower, reclaim.waiting_job, reclaim.nodes) == (job.job_id, rigid, 1)
+        assert reclaim.detail.startswith("agent ready at step"), reclaim.detail
+        job.wait_records(
+            lambda recs: any(r["world"] == 2 and r["gen"] > grown_gen for r in recs),
+            "training at 2 nodes after the reclaim",
+        )
+        assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
+    finally:
+        clean_queue.run("scancel", str(job.job_id), check=False)
+
+    records = job.records()
+    worlds = [w for _, w in sorted({(r["gen"], r["world"]) for r in records})]
+    assert is_subsequence([2, 3, 2], worlds) and worlds[-1] == 2, worlds
+    assert_exactly_once(records, samples=2400, epochs=3)
+    assert set(steps_lost(records)) == {0}, steps_lost(records)
+    assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 3))
+    print(
+        f"reclaim with real training: rigid job running {waited:.1f}s after submission; "
+        f"reclaim {reclaim.seconds:.1f}s from plan to freed nodes"
+    )
+
+
+def running_jobs() -> set[int]:
+    return {j.job_id for j in CliBackend().read_jobs() if j.is_running}

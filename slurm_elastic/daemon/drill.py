@@ -5,9 +5,10 @@ batched Slurm read, classify, estimate from the jobs' progress reports, guard ra
 the executor with its journal) in a background thread every ``interval_s``, behind the
 daemon's HTTP API (MUNGE-authenticated reports and acks, the instruction board).  Only the
 *policy* is replaced: jobs named in ``targets`` go to that size, every other job keeps its
-own — the same pattern as the controller's live tests.  A graceful shrink is therefore the
-daemon's instruction -> the job's ack -> ``scontrol update NumNodes``, and a grow is the
-daemon's companion job running ``slurm-elastic run --join``.
+own — the same pattern as the controller's live tests — until ``hand_over``, after which
+the configured policy decides every job, as the deployed daemon does.  A graceful shrink
+is therefore the daemon's instruction -> the job's ack -> ``scontrol update NumNodes``,
+and a grow is the daemon's companion job running ``slurm-elastic run --join``.
 
 Useful to operators ("does my job survive a resize?"), to the end-to-end tests and to
 ``scripts/bench_resize.py``.  The daemon never touches a job that is not marked elastic,
@@ -32,8 +33,10 @@ from slurm_elastic.daemon.api import ApiContext, ApiServer
 from slurm_elastic.daemon.controller import Controller, CycleResult
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.daemon.result import Reclaim
 from slurm_elastic.daemon.service import SnapshotTap
 from slurm_elastic.errors import AgentError
+from slurm_elastic.policy import allocate
 from slurm_elastic.policy.fixed import fixed_plan
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.types import (
@@ -94,6 +97,8 @@ class ResizeDrill:
         self._tap = SnapshotTap(backend)
         self._lock = threading.Lock()
         self._targets: dict[int, int] = {}
+        self._handed_over = False
+        self.reclaims: list[Reclaim] = []  # every loan given back, in order
         self.controller = Controller(
             self._tap,
             self.config,
@@ -140,6 +145,10 @@ class ResizeDrill:
     def _allocate(self, problem: AllocationProblem, _policy: str) -> Plan:
         with self._lock:
             wanted = dict(self._targets)
+            handed_over = self._handed_over
+        if handed_over:
+            policy = self.config.policy
+            return allocate(problem, policy.name, fallback=policy.fallback)
         return fixed_plan(problem, wanted, solver="drill")
 
     def _loop(self) -> None:
@@ -147,11 +156,20 @@ class ResizeDrill:
             started = time.monotonic()
             try:
                 self.last = self.controller.run_once(self.clock())
+                self.reclaims.extend(self.last.reclaims)
             except Exception as exc:  # a drill must keep cycling, as the daemon does
                 log.exception("drill.cycle_failed", error=str(exc))
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     # ------------------------------------------------------------------ the caller
+
+    def hand_over(self) -> None:
+        """From the next cycle the configured policy (``mip``) decides every job, loans and
+        reclaims included, as the deployed daemon does; the drill's targets are dropped."""
+        with self._lock:
+            self._handed_over = True
+            self._targets.clear()
+        log.info("drill.handed_over", policy=self.config.policy.name)
 
     def resize(self, job_id: int, target: int, *, timeout_s: float = 120.0) -> DrillResult:
         """Set the job's target and wait for the daemon's resulting action to end.
