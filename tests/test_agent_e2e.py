@@ -83,6 +83,18 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
         assert torch.allclose(a[key], b[key], rtol=1e-9, atol=1e-10), key
 
 
+def assert_trained_exactly(job: TrainingJob, sizes: list[int], tmp: Path) -> None:
+    """The job went through ``sizes`` (in order, ending at the last), saw every sample once
+    per epoch, lost no step at its planned resizes, and ended with the unresized weights."""
+    records = job.records()
+    worlds = [w for _, w in sorted({(r["gen"], r["world"]) for r in records})]
+    assert is_subsequence(sizes, worlds) and worlds[-1] == sizes[-1], worlds
+    assert_exactly_once(records, samples=2400, epochs=job.epochs)
+    assert set(steps_lost(records)) == {0}, steps_lost(records)  # planned resizes lose nothing
+    final = torch.load(tmp / "final.pt")
+    assert_same_weights(final, reference_weights(tmp, job.epochs))
+
+
 class TrainingJob:
     def __init__(self, cluster: SlurmCluster, work: Path, api: str, epochs: int) -> None:
         self.cluster = cluster
@@ -187,12 +199,7 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
     finally:
         clean_queue.run("scancel", str(job.job_id), check=False)
 
-    records = job.records()
-    worlds = [w for _, w in sorted({(r["gen"], r["world"]) for r in records})]
-    assert is_subsequence([2, 1, 3], worlds) and worlds[-1] == 3, worlds
-    assert_exactly_once(records, samples=2400, epochs=3)
-    assert set(steps_lost(records)) == {0}, steps_lost(records)  # planned resizes lose nothing
-    assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 3))
+    assert_trained_exactly(job, [2, 1, 3], tmp_path)
 
     assert all(r.global_batch == 48 and r.loss is not None for r in reports)
     assert [r.step for r in reports] == sorted(r.step for r in reports)
@@ -281,12 +288,7 @@ def test_a_rigid_job_takes_back_a_loan_from_real_training_without_a_lost_step(
     finally:
         clean_queue.run("scancel", str(job.job_id), check=False)
 
-    records = job.records()
-    worlds = [w for _, w in sorted({(r["gen"], r["world"]) for r in records})]
-    assert is_subsequence([2, 3, 2], worlds) and worlds[-1] == 2, worlds
-    assert_exactly_once(records, samples=2400, epochs=3)
-    assert set(steps_lost(records)) == {0}, steps_lost(records)
-    assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 3))
+    assert_trained_exactly(job, [2, 3, 2], tmp_path)
     print(
         f"reclaim with real training: rigid job running {waited:.1f}s after submission; "
         f"reclaim {reclaim.seconds:.1f}s from plan to freed nodes"
