@@ -6,10 +6,11 @@ harm to each job against static on mixed workloads, and the wall time of simulat
 
 Prints, per trace, the side-by-side table (the same figures as ``slurm-elastic simulate``
 with default settings) and each policy's wall time and per-cycle controller cost; then
-the acceptance ratios; then ``harm``: each trace with a quarter and a half of its jobs
-elastic (``WorkloadConfig.elastic_fraction`` 0.25 and 0.5), under mip and under static, and
-per class (rigid, elastic) the figures of ``slurm_elastic.sim.harm`` (``_ef25``/``_ef50``,
-each the worse of the two traces); the last line is ``key=value`` pairs.  The 10,000-job run tiles
+the acceptance ratios; then ``harm``: each trace with a quarter, a half and all of its jobs
+elastic (``WorkloadConfig.elastic_fraction`` 0.25, 0.5 and 1.0), under mip and under static,
+and per class (rigid, elastic) the figures of ``slurm_elastic.sim.harm``
+(``_ef25``/``_ef50``/``_ef100``, each the worse of the two traces; ``_ef100`` has no rigid
+jobs); the last line is ``key=value`` pairs.  The 10,000-job run tiles
 ``itp_elasticflow/raw/cluster06.csv`` in time (copy k shifted by k × the trace's span, so
 the offered load is the trace's own) on the cluster06 default cluster.
 """
@@ -104,7 +105,7 @@ def compare(name: str, st: study.Study, out: Path) -> dict[str, dict[str, float]
     return doc["policies"]
 
 
-HARM_FRACTIONS = {"ef25": 0.25, "ef50": 0.5}
+HARM_FRACTIONS = {"ef25": 0.25, "ef50": 0.5, "ef100": 1.0}
 # (class, figure) -> key stem; the keys are f"{stem}_{fraction}" (issue 22's acceptance).
 HARM_KEYS = {
     ("rigid", "late_10min_share"): "rigid_late_10min_share",

@@ -110,6 +110,9 @@ class JobView:
     work_dir: str = ""
     dependency: str = ""
     priority: float | None = None  # Slurm's priority (pending jobs start highest first)
+    # A pending job's earliest start (its --begin time while Reason=BeginTime); None when
+    # running, ended or unknown.
+    eligible_time: float | None = None
 
     @property
     def is_het(self) -> bool:
@@ -403,6 +406,9 @@ class RigidDemand:
     running: bool
     submit_time: float = 0.0  # FIFO position of a pending rigid job (policy reservations)
     priority: float = 0.0  # Slurm's priority: its place in line comes first from this
+    # False: pending but not startable yet, with a start promised soon (a --begin time):
+    # running elastic jobs do not grow into its nodes, nothing is reclaimed for it.
+    startable: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,3 +182,39 @@ def test_grid_offered_and_candidate_sizes_each_add_one_rule() -> None:
     assert next(d for d in frozen.elastic if d.job_id == 1).candidate_sizes() == [3]
     off_grid = replace(demands[1], allowed_sizes=(2, 4, 6))  # a problem not built here
     assert off_grid.candidate_sizes() == [2, 3, 4, 6]
+
+
+def test_a_start_promised_within_the_window_reserves_its_nodes_from_growth() -> None:
+    """A plain -N2 job waiting for its --begin time: within the window it is a rigid
+    demand that cannot start yet; beyond it, or held, or with no window, it is left out.
+    Elastic jobs waiting for a begin time count at their minimum the same way."""
+    soon = replace(pending(7, lo=2, hi=2), comment="", state_reason="BeginTime")
+    later = replace(soon, job_id=8, eligible_time=1000.0 + 3600.0)
+    held = replace(soon, job_id=9, state_reason="JobHeldUser", eligible_time=1100.0)
+    elastic_soon = replace(pending(10, lo=1, hi=4), state_reason="BeginTime")
+    snap = snapshot(
+        [job(1, nodes=("n1",)), replace(soon, eligible_time=1100.0), later, held, elastic_soon]
+    )
+    snap = replace(
+        snap,
+        jobs=tuple(replace(j, eligible_time=1200.0) if j.job_id == 10 else j for j in snap.jobs),
+    )
+    cls = classify(snap, resolve)
+
+    def rigid(window_s: float) -> tuple[RigidDemand, ...]:
+        return build_problem(
+            snap,
+            cls,
+            {1: flat(1), 10: flat(10)},
+            {},
+            now=1000.0,
+            horizon_s=600.0,
+            time_limit_s=0.5,
+            promise_window_s=window_s,
+        ).rigid
+
+    assert [(r.job_id, r.nodes, r.startable) for r in rigid(1800.0)] == [
+        (7, 2, False),
+        (10, 1, False),
+    ]
+    assert rigid(0.0) == ()

@@ -100,6 +100,8 @@ def _plain_coefficient(spec: RowSpec, d: ElasticDemand, size: int) -> float:
     """A row's usage by job ``d`` at ``size``, from the ``capacity`` docstring."""
     if demand_class(d.partition) not in spec.classes:
         return 0.0
+    if spec.growth_only:  # a promise row: running jobs' growth only
+        return float(size - d.current_nodes) if d.is_running else 0.0
     if spec.kind == CAPACITY or spec.cutoff is None:
         return float(size)
     if d.is_running:

@@ -37,8 +37,10 @@ def _check_safe(p: AllocationProblem, policy: str) -> None:
     assert fits(p, got), f"{policy} overfills: {got}"
     for d in p.elastic:
         t = got[d.job_id]
-        if d.frozen:  # kept, or only its loan given back to a reclaim
-            assert t == d.current_nodes or (d.loan_yields and d.reclaim_floor <= t)
+        if d.frozen:  # kept, or only its loan given back to a reclaim (to the grid size at
+            # or just below its entitlement when that is off the grid)
+            floor = max((s for s in d.allowed_sizes if s <= d.reclaim_floor), default=0)
+            assert t == d.current_nodes or (d.loan_yields and floor <= t < d.current_nodes)
         elif d.is_running:
             assert t >= 1
             assert t == d.current_nodes or t in d.allowed_sizes

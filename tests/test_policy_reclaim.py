@@ -137,3 +137,22 @@ def test_a_higher_priority_pending_elastic_job_is_started_from_loans(policy: str
         "reclaim",
         "shrink 3->2; gives back 1 of 2 on loan to reclaim:batch:job2",
     )
+
+
+@pytest.mark.parametrize("policy", ["mip", "greedy"])
+def test_no_grow_into_the_nodes_of_a_start_promised_soon(policy: str) -> None:
+    """A rigid -N2 job with a begin time in a few minutes (not startable yet): a running
+    elastic job does not grow into its two nodes, although they are idle; a pending
+    elastic job may still start there (Slurm would start it), and nothing is reclaimed."""
+    promised = RigidDemand(91, "batch", 2, running=False, submit_time=5.0, startable=False)
+    p = problem([elastic(1, cur=1, sizes=(1, 2, 3, 4), entitled=1)], pools(batch=4), (promised,))
+    assert _rows(p) == [("promise:batch", "promise", 1.0)]
+    plan = allocate(p, policy)
+    assert targets(plan) == {1: 2}
+    assert plan.decisions[0].explanation.rule == "promise"
+    borrower = problem(
+        [elastic(1, cur=3, sizes=(1, 2, 3), entitled=1), elastic(2, cur=0, sizes=(1,))],
+        pools(batch=4),
+        (promised,),
+    )
+    assert targets(allocate(borrower, policy)) == {1: 3, 2: 1}

@@ -252,6 +252,7 @@ def instances(
                 running,
                 submit_time=float(draw(st.integers(0, 5))),
                 priority=draw(st.sampled_from([0.0, 0.0, 10.0])),
+                startable=running or draw(st.integers(0, 3)) > 0,
             )
         )
     p = problem(jobs, node_pools, tuple(rigid), horizon_s=draw(st.sampled_from([600.0, 3600.0])))
@@ -285,8 +286,13 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
     rigid_running = sum(r.nodes for r in p.rigid if r.running)
     running = [d for d in p.elastic if d.current_nodes > 0]
     pending = [d for d in p.elastic if d.current_nodes == 0]
-    queue = sorted((r for r in p.rigid if not r.running), key=_place)
-    loans = sum(d.current_nodes - d.reclaim_floor for d in running)
+    queue = sorted((r for r in p.rigid if not r.running and r.startable), key=_place)
+    loans = sum(d.current_nodes - d.reclaim_floor for d in running)  # one partition: all
+    promised = sum(r.nodes for r in p.rigid if not r.running and not r.startable)
+    if promised:  # growth stays out of the nodes of a start promised soon
+        free = cap - rigid_running - sum(d.current_nodes for d in running) - promised
+        if sum(sizes[d.job_id] - d.current_nodes for d in running) > max(0, free):
+            return False
     for k, r in enumerate(queue):
         ahead = [d for d in pending if _place(d) < _place(r)]
         behind = [d for d in pending if _place(d) > _place(r)]
@@ -303,6 +309,8 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
         if claims > (free if reclaim else max(0, free)):
             return False
     for e in sorted(pending, key=_place):  # a pending elastic job that loans hold back
+        if e.frozen:
+            continue  # cannot start this cycle: reclaims nothing
         ahead = [d for d in pending if _place(d) <= _place(e)]
         behind = [d for d in pending if _place(d) > _place(e)]
         free = cap - rigid_running - sum(d.current_nodes for d in running)

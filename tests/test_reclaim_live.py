@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from slurm_elastic.actuate.instructions import Ack
+from slurm_elastic.policy import allocate
 from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.protocol import AckStatus
-from slurm_elastic.types import ActionKind
+from slurm_elastic.types import ActionKind, AllocationProblem, Plan, SizeEstimate
 from tests.fakes import targets
 from tests.test_daemon_live import (
     companions_of,
@@ -133,3 +135,38 @@ def test_a_pending_elastic_job_ahead_gets_the_nodes_lent_to_another(live: Path) 
     started = wait_for(lambda: running(other), timeout_s=SLURM_PASS_S + 10)
     assert started.node_count == planned[other]
     assert len(companions_of(parent)) == planned[parent] - 1
+
+
+@pytest.mark.slurm
+def test_no_loan_of_nodes_promised_to_a_job_with_a_begin_time(live: Path) -> None:  # noqa: F811
+    """A rigid ``-N2`` job that Slurm will start in five minutes (``--begin``): read from
+    Slurm, it is a demand not startable yet whose two nodes are kept from growth, so the
+    policy grows an elastic job on the 3 idle nodes only by the 1 the promise leaves.
+
+    The job has no progress reports, so the daemon's own outlook sees no gain in growing
+    it; the plan is made again from the daemon's problem with an outlook that scales
+    linearly and has a long run left (what reports of such a job would give)."""
+    parent = elastic_job_on(1, live)
+    later = sbatch("-N2", "--begin=now+300", "--wrap", "sleep 60", cwd=live)
+    view = wait_for(lambda: jobs()[later].state_reason == "BeginTime" and jobs()[later])
+    assert view.eligible_time is not None and view.eligible_time > time.time() + 200
+    seen: list[AllocationProblem] = []
+
+    def spy(problem: AllocationProblem, policy: str) -> Plan:
+        seen.append(problem)
+        return allocate(problem, "mip")
+
+    config = live_config(live / "state", live / "fake-agent", mode="shadow")
+    guards = config.guards.model_copy(update={"payback_horizon_s": 1800.0})
+    ctl, _ = controller(config.model_copy(update={"guards": guards}), spy)
+    cycle(ctl)
+    problem = seen[-1]
+    assert [(r.job_id, r.nodes, r.startable) for r in problem.rigid] == [(later, 2, False)]
+    (demand,) = problem.elastic
+    sizes = tuple(SizeEstimate(n, float(n), 1e6 / n) for n in demand.allowed_sizes)
+    outlook = replace(demand.outlook, sizes=sizes, remaining_work=1e7, resize_cost_s=30.0)
+    scaling = replace(demand, outlook=outlook)
+    plan = allocate(replace(problem, elastic=(scaling,)), "mip")
+    assert plan.target(parent) == 2 and plan.decisions[0].explanation.rule == "promise"
+    unpromised = replace(problem, elastic=(scaling,), rigid=())
+    assert allocate(unpromised, "mip").target(parent) == 4

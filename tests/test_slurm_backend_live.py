@@ -610,7 +610,7 @@ def test_backends_give_equal_views(
     # 22.05's CLI read_job is squeue -j -O (scontrol -o could be forged by a comment's
     # newline), whose fields have no admin comment, resize time or priority; the other
     # versions' is scontrol --json.  The pre-checks read the state, nodes and batch host.
-    text_only = {"admin_comment", "resize_time", "priority"}
+    text_only = {"admin_comment", "resize_time", "priority", "eligible_time"}
     unread = text_only if clean_queue.version == "22.05" else set()
     for job_id in (resized, gpus, held):
         one, other = py.read_job(job_id), cli.read_job(job_id)

@@ -232,6 +232,10 @@ def test_het_requeued_held_and_dependent_jobs(version: str) -> None:
     held = jobs[HELD23]
     assert (held.state_reason, held.min_nodes, held.max_nodes) == ("JobHeldUser", 2, 3)
     assert held.priority == 0  # what a hold does
+    # A requeued job waits out a begin time: Slurm's eligible time, after its submission.
+    assert requeued.eligible_time is not None and requeued.submit_time is not None
+    assert requeued.eligible_time > requeued.submit_time
+    assert jobs[HET1].eligible_time is None  # running: no longer means anything
     dependent = jobs[DEP1]
     assert dependent.state_reason == "Dependency"
     assert dependent.dependency == f"afterok:{HET1}(unfulfilled)"
@@ -462,6 +466,8 @@ def known_differences(
     if path == "squeue -O" and job.priority is not None:
         # squeue_format prints no priority: the text path orders the queue by submit time.
         known["priority"] = (job.priority, None)
+    if path == "squeue -O" and job.eligible_time is not None:
+        known["eligible_time"] = (job.eligible_time, None)  # nor an eligible time
     if path == "squeue -O" and version == "22.05" and job.job_id == REQUEUE1:
         known["max_nodes"] = (None, 1)  # 22.05's JSON forgets a requeued job's maximum
     return known

@@ -475,6 +475,7 @@ class Controller:
                 waiting=waiting,
                 reclaim=self.config.policy.reclaim,
                 yielding=frozenset(yields),
+                promise_window_s=self.config.guards.payback_horizon_s,
             )
             plan = self._decide(problem)
             allowed, blocked = self._screen(diff(plan, cls, held), cls, outlooks, now)

@@ -18,7 +18,10 @@
 * pending jobs that Slurm will not start whatever the free nodes — held, waiting on a
   dependency, a begin time or a reservation that has not started (``cluster_state.
   not_eligible_reason``) — are left out: an elastic one gets no capacity this cycle (its
-  REASON says why), a rigid one reserves nothing.
+  REASON says why), a rigid one reserves nothing; except a job whose begin time comes
+  within ``promise_window_s`` (``guards.payback_horizon_s``: sooner than a grow pays
+  back): it is a rigid demand that is not startable yet, at its requested minimum, and
+  running elastic jobs do not grow into its nodes (``policy.capacity``, promise rows).
 """
 
 from __future__ import annotations
@@ -185,15 +188,28 @@ def elastic_demand(
     )
 
 
+def promised_soon(job: JobView, now: float, window_s: float) -> bool:
+    """A pending job waiting only for its begin time, which comes within ``window_s``."""
+    begins = job.eligible_time
+    return job.state_reason == "BeginTime" and begins is not None and begins <= now + window_s
+
+
 def rigid_demands(
-    classification: Classification, elastic_ids: frozenset[int]
+    classification: Classification,
+    elastic_ids: frozenset[int],
+    now: float = 0.0,
+    promise_window_s: float = 0.0,
 ) -> tuple[RigidDemand, ...]:
     """Every active job that is not an elastic demand and not a folded-in companion,
-    except pending jobs Slurm cannot start now (they reserve nothing)."""
+    except pending jobs Slurm cannot start now (they reserve nothing) but those with a
+    start promised within ``promise_window_s`` (``startable=False``)."""
     folded = {c.job_id for ej in classification.elastic.values() for c in ej.running_companions}
     rigid: list[RigidDemand] = []
     for job_id, job in sorted(classification.jobs.items()):
-        if job_id in elastic_ids or job_id in folded or not_eligible_reason(job):
+        if job_id in elastic_ids or job_id in folded:
+            continue
+        startable = not_eligible_reason(job) is None
+        if not startable and not promised_soon(job, now, promise_window_s):
             continue
         pending = job.state in (JobState.PENDING, JobState.REQUEUED)
         rigid.append(
@@ -204,6 +220,7 @@ def rigid_demands(
                 running=not pending,
                 submit_time=job.submit_time or 0.0,
                 priority=job.priority or 0.0,
+                startable=startable,
             )
         )
     return tuple(rigid)
@@ -221,6 +238,7 @@ def build_problem(
     waiting: Mapping[int, str] | None = None,
     reclaim: Reclaim = "off",
     yielding: frozenset[int] = frozenset(),
+    promise_window_s: float = 0.0,
 ) -> AllocationProblem:
     """An elastic job without an outlook (the model failed on it) is held rigid at its size.
 
@@ -248,7 +266,9 @@ def build_problem(
     return AllocationProblem(
         now=now,
         elastic=tuple(elastic),
-        rigid=rigid_demands(classification, frozenset(d.job_id for d in elastic)),
+        rigid=rigid_demands(
+            classification, frozenset(d.job_id for d in elastic), now, promise_window_s
+        ),
         pools=node_pools(snapshot),
         horizon_s=horizon_s,
         time_limit_s=time_limit_s,

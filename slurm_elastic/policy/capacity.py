@@ -49,9 +49,25 @@ conservative reading of their place in line).  Three cases:
   later pending rigid jobs are implied.
 
 A pending *elastic* job E that loans keep from starting at its minimum gets a reclaim row
-too (the same with E's minimum as its reservation, E itself counted as ahead: its own
-start is no claim on the row).  Where E fits anyway, or cannot fit even so, it has no row:
-the admission floor and the objective decide (``mip``).
+too, with the admission floor on (``PolicyOptions.fair_floor``, which makes E start): the
+same with E's minimum as its reservation, E itself counted as ahead (its own start is no
+claim on the row).  Where E fits anyway, or cannot fit even so, it has no row: the
+admission floor and the objective decide (``mip``).
+
+Reclaim rows are made only in the capacity set of the waiting job's own demand class
+alone: in a wider set (partitions that share nodes) the loans of jobs in other
+partitions would count, and their nodes may be ones the waiting job cannot use.
+
+Promised starts
+---------------
+A pending job that Slurm will start at a known time soon (a ``--begin`` time within the
+payback window: ``RigidDemand.startable`` False) is not in the queue yet, so it neither
+reserves free nodes from pending jobs nor reclaims loans; but a grow into its nodes would
+have to be given back before it paid for its restart.  A *promise* row per class keeps
+the growth of running elastic jobs out of them:
+
+    sum_running (t_j - cur_j) <= max(0, cap(S) - rigid_running(S) - sum_running cur_j
+                                        - promised(S))
 
 Consecutive pending rigid jobs with no pending elastic job between them and the same kind
 of row give identical left sides, so only the last of each run is kept.
@@ -71,6 +87,7 @@ from slurm_elastic.types import AllocationProblem, ElasticDemand, NodePool, Rigi
 CAPACITY = "capacity"
 RESERVATION = "fifo-reservation"
 RECLAIM = "reclaim"
+PROMISE = "promise"
 
 Class = frozenset[str]
 
@@ -107,6 +124,7 @@ class RowSpec:
     classes: frozenset[Class]
     cutoff: QueueKey | None = None  # queue key of the reserving job: jobs before it are ahead
     through: bool = False  # the reserving job counts as ahead of itself (an elastic job)
+    growth_only: bool = False  # counts only running jobs' growth (a promise row)
 
 
 def _connected_subsets(members: list[int], adj: dict[int, int]) -> Iterator[int]:
@@ -182,8 +200,11 @@ def build_rows(
     problem: AllocationProblem,
     classes_of: dict[int, Class],
     max_component: int,
+    elastic_reclaims: bool = True,
 ) -> list[RowSpec]:
-    """Capacity rows (one per Hall set) and FIFO reservation rows, in a stable order."""
+    """Capacity rows (one per Hall set), reservation, reclaim and promise rows, in a
+    stable order.  ``elastic_reclaims``: pending elastic jobs reclaim loans too (with the
+    admission floor, ``PolicyOptions.fair_floor``, which makes them start)."""
     rigid_classes = {r.job_id: demand_class(r.partition) for r in problem.rigid}
     all_classes = sorted(
         set(classes_of.values()) | set(rigid_classes.values()), key=lambda c: sorted(c)
@@ -195,9 +216,36 @@ def build_rows(
         name = _name(classes)
         rows.append(RowSpec(f"{CAPACITY}:{name}", CAPACITY, float(cap - rigid_running), classes))
         rows.extend(
-            _reservations(name, classes, cap - rigid_running, rigid_in, problem.elastic, classes_of)
+            _reservations(
+                name,
+                classes,
+                cap - rigid_running,
+                rigid_in,
+                problem.elastic,
+                classes_of,
+                elastic_reclaims,
+            )
         )
+        rows.extend(_promise(name, classes, cap - rigid_running, rigid_in, problem.elastic))
     return rows
+
+
+def _promise(
+    name: str,
+    classes: frozenset[Class],
+    free_of_rigid: int,
+    rigid_in: list[RigidDemand],
+    elastic: tuple[ElasticDemand, ...],
+) -> list[RowSpec]:
+    """Running elastic jobs grow only into nodes no promised start needs."""
+    promised = sum(r.nodes for r in rigid_in if not r.running and not r.startable)
+    if not promised:
+        return []
+    running_cur = sum(
+        e.current_nodes for e in elastic if e.is_running and demand_class(e.partition) in classes
+    )
+    rhs = float(max(0, free_of_rigid - running_cur - promised))
+    return [RowSpec(f"{PROMISE}:{name}", PROMISE, rhs, classes, growth_only=True)]
 
 
 def _reservations(
@@ -207,9 +255,10 @@ def _reservations(
     rigid_in: list[RigidDemand],
     elastic: tuple[ElasticDemand, ...],
     classes_of: dict[int, Class],
+    elastic_reclaims: bool,
 ) -> list[RowSpec]:
     pending_rigid = sorted(
-        (r for r in rigid_in if not r.running),
+        (r for r in rigid_in if not r.running and r.startable),
         key=lambda r: queue_key(r.priority, r.submit_time, r.job_id),
     )
     elastic_in = [e for e in elastic if classes_of[e.job_id] in classes]
@@ -219,22 +268,25 @@ def _reservations(
         return []
     running_cur = sum(e.current_nodes for e in running)
     pending = sorted(
-        (queue_key(e.priority, e.submit_time, e.job_id), e.min_nodes)
+        (queue_key(e.priority, e.submit_time, e.job_id), e.min_nodes, not e.frozen)
         for e in elastic_in
         if not e.is_running
     )
-    keys = [k for k, _ in pending]
-    ahead_min = list(itertools.accumulate((m for _, m in pending), initial=0))
+    keys = [k for k, _, _ in pending]
+    ahead_min = list(itertools.accumulate((m for _, m, _ in pending), initial=0))
+    # Reclaims only where the nodes freed are ones the waiting job can use: in the row of
+    # its own demand class alone (a wider set also counts borrowers of other partitions).
+    reclaims = loans > 0 and len(classes) == 1
     rigid_keys = [queue_key(r.priority, r.submit_time, r.job_id) for r in pending_rigid]
     rigid_upto = list(itertools.accumulate((r.nodes for r in pending_rigid), initial=0))
     rows: list[RowSpec] = []
-    if loans:
+    if reclaims and elastic_reclaims:
         # A pending elastic job that loans keep from starting at its minimum reclaims them
         # too: its row counts itself as ahead (``through``), so its own start is no claim.
-        for at, (key, least) in enumerate(pending):
+        for at, (key, least, can_start) in enumerate(pending):
             before = bisect.bisect_left(rigid_keys, key)
             slack = float(free_of_rigid - running_cur - ahead_min[at] - rigid_upto[before] - least)
-            if slack < 0 <= slack + loans:
+            if can_start and slack < 0 <= slack + loans:
                 job = key[2]
                 rows.append(
                     RowSpec(f"{RECLAIM}:{name}:job{job}", RECLAIM, slack, classes, key, True)
@@ -247,7 +299,7 @@ def _reservations(
         slack = float(free_of_rigid - running_cur - ahead_min[at] - reserved)
         if slack >= 0:
             kind, rhs = RESERVATION, slack
-        elif slack + loans >= 0:
+        elif reclaims and slack + loans >= 0:
             kind, rhs = RECLAIM, slack
         else:
             kind, rhs = RESERVATION, 0.0

@@ -368,7 +368,9 @@ def _row_coefficients(
         keys = [flat.queue[j] for j in range(len(demands))]
     for i, spec in enumerate(specs):
         inside = [c in spec.classes for c in distinct]
-        if spec.kind == CAPACITY or spec.cutoff is None:
+        if spec.growth_only:
+            row = np.where(flat.running[kept], s - flat.current[kept], 0.0)
+        elif spec.kind == CAPACITY or spec.cutoff is None:
             row = s
         else:
             cutoff = spec.cutoff
@@ -402,6 +404,7 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
         problem,
         dict(zip((d.job_id for d in demands), classes, strict=True)),
         options.max_component_classes,
+        options.fair_floor,
     )
     reclaiming = frozenset().union(*(spec.classes for spec in specs if spec.kind == RECLAIM))
     flat = _values(problem, options, reclaiming)

@@ -13,6 +13,8 @@
 * ``reclaim``           the job shrinks to give back nodes on loan (above its entitlement)
                         to a pending job ahead of it in Slurm's queue; the detail names the
                         row (``reclaim:<partition>:job<ID>``: the pending job)
+* ``promise``           the next size would grow into nodes a job with a begin time soon
+                        will need (``promise:<partition>``)
 * ``marginal-gain``     it fits, but the policy gave the nodes to jobs that gain more
 * ``no-change``         every policy failed; current sizes are kept
 """

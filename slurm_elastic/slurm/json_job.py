@@ -71,6 +71,9 @@ def job_view(raw: Mapping[str, Any], index: int, what: str) -> JobView:
         time_limit_s=time_limit,
         restart_count=cv.number(raw.get("restart_cnt"), f"{where}: restart_cnt") or 0,
         priority=cv.number(raw.get("priority"), f"{where}: priority"),
+        eligible_time=semantics.pending_only(
+            state, cv.epoch(raw.get("eligible_time"), f"{where}: eligible_time")
+        ),
         gpus_per_node=gpus,
         het_job_id=het_job_id,
         het_job_offset=(

@@ -150,7 +150,8 @@ def parse_scontrol_partitions(text: str) -> tuple[PartitionView, ...]:
     views = []
     for fields in _records(text, "scontrol show partition", "PartitionName", PARTITION_KEYS):
         name = fields["PartitionName"]
-        where = f"scontrol show partition: {name}"
+        # repr: a name that broken output ran into the next line stays one line of error.
+        where = f"scontrol show partition: {cv.short(name)}"
         # Whole-node partitions: "OverSubscribe=EXCLUSIVE" up to 25.x; 26.05 prints the same
         # configuration as "Exclusive=NODE OverSubscribe=NO" (EXCLUSIVE moved to its own key).
         oversubscribe = fields.get("OverSubscribe", "NO").upper()
@@ -288,6 +289,9 @@ def parse_scontrol_jobs(text: str) -> tuple[JobView, ...]:
                 time_limit_s=limit,
                 restart_count=cv.as_int(fields.get("Restarts", "0"), f"{where}: Restarts"),
                 priority=cv.opt_int(fields.get("Priority"), f"{where}: Priority"),
+                eligible_time=semantics.pending_only(
+                    state, cv.timestamp_text(fields.get("EligibleTime", ""), where)
+                ),
                 gpus_per_node=semantics.gpus_per_node(
                     state,
                     low,
@@ -384,8 +388,9 @@ def split_rows(text: str, separator: str, width: int, what: str) -> list[list[st
 
 def parse_squeue_text(text: str, *, separator: str) -> tuple[JobView, ...]:
     """``squeue -h -a -t all -O squeue_format(separator)`` -> JobViews (no admin comment:
-    ``-O`` has no field for it; no priority: the captured fixtures predate that column, so
-    the policy orders this path's queue by submit time)."""
+    ``-O`` has no field for it; no priority or eligible time: the captured fixtures
+    predate those columns, so the policy orders this path's queue by submit time and
+    sees no begin time coming)."""
     views = []
     for number, fields in enumerate(
         split_rows(text, separator, len(SQUEUE_COLUMNS), "squeue -O"), start=1

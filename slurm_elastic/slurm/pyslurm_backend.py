@@ -112,6 +112,7 @@ from slurm_elastic.errors import (
     SlurmUnreachable,
 )
 from slurm_elastic.slurm import convert as cv
+from slurm_elastic.slurm import semantics
 from slurm_elastic.slurm.cli import _SIGNAL, CliBackend, _positive
 from slurm_elastic.slurm.runner import is_unreachable
 from slurm_elastic.types import JobState, JobView, NodeView, PartitionView
@@ -167,7 +168,7 @@ JOB_FIELDS = (
     "tres_per_node", "tres_per_job", "nodes", "batch_host", "state_reason", "time_limit",
     "submit_time", "start_time", "end_time", "resize_time", "restart_cnt", "user_id",
     "name", "account", "partition", "qos", "comment", "admin_comment", "work_dir",
-    "dependency", "het_job_id", "het_job_offset", "priority",
+    "dependency", "het_job_id", "het_job_offset", "priority", "eligible_time",
 )  # fmt: skip
 _job_key = operator.itemgetter(*JOB_FIELDS)
 
@@ -223,6 +224,9 @@ def _job(raw: Mapping[str, Any], job_id: int, user_name: Callable[[int], str]) -
         time_limit_s=time_limit,
         restart_count=cv.as_int(raw.get("restart_cnt"), "restart_cnt", default=0),
         priority=cv.opt_int(raw.get("priority"), "priority"),
+        eligible_time=semantics.pending_only(
+            state, cv.epoch(raw.get("eligible_time"), "eligible_time")
+        ),
         gpus_per_node=_gpus_per_node(raw, node_count, allocated=running_like),
         het_job_id=het_job_id,
         het_job_offset=(

@@ -12,6 +12,9 @@ decoded value *means* is decided here once, so that ``squeue --json`` of any gen
   ``squeue -O tres-alloc``, which shows the request while the job pends).
 * A pending job's start/end times are the scheduler's guesses, and an unlimited running
   job's end time is start + 1 year: both are "not known" (None).
+* A pending job's eligible time is when Slurm may start it at the earliest: its begin
+  time while ``Reason=BeginTime`` (``sbatch --begin``, or the delay after a requeue),
+  otherwise a time past.  Once a job runs it says nothing more (None).
 * GPUs per node: a running job's allocation is the truth (exclusive partitions hand out
   every GPU of a node); a pending job only has its request.
 """
@@ -41,6 +44,11 @@ def known_times(
     if state in HOLDS_NODES and time_limit_s is None:
         return start, None
     return start, end
+
+
+def pending_only(state: JobState, value: float | None) -> float | None:
+    """A field that means something only while the job is pending (``eligible_time``)."""
+    return value if state is JobState.PENDING else None
 
 
 def gpus_per_node(
