@@ -200,6 +200,11 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
         clean_queue.run("scancel", str(job.job_id), check=False)
 
     assert_trained_exactly(job, [2, 1, 3], tmp_path)
+    # The workers' planned exits at both resizes are their own INFO lines (trainer.exit,
+    # reason restart or terminate), not torchrun's error and warning lines.
+    log = job.log_text()
+    assert log.count("trainer.exit") >= 2
+    assert "failed (exitcode: 75)" not in log and "closing signal" not in log
 
     assert all(r.global_batch == 48 and r.loss is not None for r in reports)
     assert [r.step for r in reports] == sorted(r.step for r in reports)
@@ -289,6 +294,8 @@ def test_a_rigid_job_takes_back_a_loan_from_real_training_without_a_lost_step(
         clean_queue.run("scancel", str(job.job_id), check=False)
 
     assert_trained_exactly(job, [2, 3, 2], tmp_path)
+    log = job.log_text()  # the reclaim's restart: the ranks' INFO lines, no torchrun error
+    assert "reason=restart" in log and "failed (exitcode: 75)" not in log
     print(
         f"reclaim with real training: rigid job running {waited:.1f}s after submission; "
         f"reclaim {reclaim.seconds:.1f}s from plan to freed nodes"

@@ -76,7 +76,7 @@ def job(comment: str, nodes: int = 2) -> JobView:
 def test_batch_host_alone_hosts_the_store_with_fast_rendezvous_settings() -> None:
     host = torchrun_argv(info(), python="/py", is_host=True, local_addr="127.0.0.1")
     other = torchrun_argv(info(), python="/py", is_host=False, local_addr=None)
-    assert host[:3] == ["/py", "-m", "torch.distributed.run"]
+    assert host[:3] == ["/py", "-m", "slurm_elastic.agent.torchrun"]
     assert "--nnodes=1:3" in host and "--rdzv-backend=c10d" in host
     assert "--rdzv-endpoint=127.0.0.1:20042" in host and "--rdzv-id=slurm-elastic-42" in host
     conf = next(a for a in host if a.startswith("--rdzv-conf="))
@@ -280,3 +280,22 @@ def test_cli_help_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_torchrun_drops_only_its_lines_for_a_planned_resize() -> None:
+    """The workers' exit 75 at a resize is not torchrun's ERROR, nor the SIGTERM of the
+    other workers a WARNING; any other exit code keeps its error line."""
+    import logging
+
+    from slurm_elastic.agent.torchrun import ResizeExits
+
+    def record(level: int, msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord("torch", level, "api.py", 1, msg, args, None)
+
+    failed = "failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s"
+    keep = ResizeExits().filter
+    assert not keep(record(logging.ERROR, failed, 75, 0, 31073, "python"))
+    assert not keep(record(logging.WARNING, "Sending process %s closing signal %s", 1, "SIGTERM"))
+    assert keep(record(logging.ERROR, failed, 1, 0, 31073, "python"))
+    assert keep(record(logging.ERROR, failed, -9, 0, 31073, "python"))
+    assert keep(record(logging.WARNING, "something else %s", 75))

@@ -96,11 +96,12 @@ def script_args(argv: Sequence[str]) -> list[str]:
 def torchrun_argv(
     info: LaunchInfo, *, python: str, is_host: bool, local_addr: str | None
 ) -> list[str]:
-    """The full ``python -m torch.distributed.run ...`` command for one node."""
+    """The full torchrun command for one node: ``python -m slurm_elastic.agent.torchrun``
+    (torch.distributed.run without the error lines of a planned resize) and its options."""
     argv = [
         python,
         "-m",
-        "torch.distributed.run",
+        "slurm_elastic.agent.torchrun",
         f"--nnodes={info.min_nodes}:{info.max_nodes}",
         f"--nproc-per-node={info.nproc_per_node}",
         "--rdzv-backend=c10d",
