@@ -226,7 +226,9 @@ def build_rows(
                 elastic_reclaims,
             )
         )
-        rows.extend(_promise(name, classes, cap - rigid_running, rigid_in, problem.elastic))
+        rows.extend(
+            _promise(name, classes, cap - rigid_running, rigid_in, problem.elastic, classes_of)
+        )
     return rows
 
 
@@ -236,13 +238,14 @@ def _promise(
     free_of_rigid: int,
     rigid_in: list[RigidDemand],
     elastic: tuple[ElasticDemand, ...],
+    classes_of: dict[int, Class],
 ) -> list[RowSpec]:
     """Running elastic jobs grow only into nodes no promised start needs."""
     promised = sum(r.nodes for r in rigid_in if not r.running and not r.startable)
     if not promised:
         return []
     running_cur = sum(
-        e.current_nodes for e in elastic if e.is_running and demand_class(e.partition) in classes
+        e.current_nodes for e in elastic if e.is_running and classes_of[e.job_id] in classes
     )
     rhs = float(max(0, free_of_rigid - running_cur - promised))
     return [RowSpec(f"{PROMISE}:{name}", PROMISE, rhs, classes, growth_only=True)]
