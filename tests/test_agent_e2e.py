@@ -38,6 +38,7 @@ torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "train_mlp.py"
+DDP_SCRIPT = REPO / "examples" / "ddp_tutorial" / "train_elastic.py"
 # 50 steps per epoch at a global batch of 48; the sleep per sample paces the 2-core
 # machine so that resizes land mid-training and throughput grows with the world size.
 TRAIN_ARGS = ["--samples", "2400", "--global-batch", "48", "--micro-batch", "16", "--seed", "3"]
@@ -83,7 +84,12 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
         assert torch.allclose(a[key], b[key], rtol=1e-9, atol=1e-10), key
 
 
-def assert_trained_exactly(job: TrainingJob, sizes: list[int], tmp: Path) -> None:
+def assert_trained_exactly(
+    job: TrainingJob,
+    sizes: list[int],
+    tmp: Path,
+    reference: Callable[[Path, int], dict[str, torch.Tensor]] = reference_weights,
+) -> None:
     """The job went through ``sizes`` (in order, ending at the last), saw every sample once
     per epoch, lost no step at its planned resizes, and ended with the unresized weights."""
     records = job.records()
@@ -92,16 +98,49 @@ def assert_trained_exactly(job: TrainingJob, sizes: list[int], tmp: Path) -> Non
     assert_exactly_once(records, samples=2400, epochs=job.epochs)
     assert set(steps_lost(records)) == {0}, steps_lost(records)  # planned resizes lose nothing
     final = torch.load(tmp / "final.pt")
-    assert_same_weights(final, reference_weights(tmp, job.epochs))
+    assert_same_weights(final, reference(tmp, job.epochs))
+
+
+def ddp_train_args(epochs: int) -> list[str]:
+    """The tutorial-shaped DDP script: ``epochs`` epochs of 50 steps (global batch 48), its
+    own snapshot once (after epoch 0), the per-sample cost paid in its DataLoader workers."""
+    return [str(DDP_SCRIPT), str(epochs), str(epochs), "--samples", "2400", "--batch_size", "48"]
+
+
+def ddp_reference_weights(tmp: Path, epochs: int) -> dict[str, torch.Tensor]:
+    """The DDP script under plain python: one process, never resized."""
+    work = tmp / "ddp-reference"
+    work.mkdir()
+    out = work / "final.pt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RANK", "LOCAL_"))}
+    subprocess.run(
+        [sys.executable, *ddp_train_args(epochs), "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=180,
+        cwd=work,
+        env={**env, "OMP_NUM_THREADS": "1"},
+    )
+    return torch.load(out)
 
 
 class TrainingJob:
-    def __init__(self, cluster: SlurmCluster, work: Path, api: str, epochs: int) -> None:
+    def __init__(
+        self,
+        cluster: SlurmCluster,
+        work: Path,
+        api: str,
+        epochs: int,
+        train: list[str] | None = None,
+    ) -> None:
+        """``train``: the script and its arguments (default: train_mlp.py paced, with its
+        sample log); the job's sample log is ``work/log`` either way."""
         self.cluster = cluster
         self.work = work
         self.epochs = epochs
-        outputs = ["--sample-log", str(work / "log"), "--out", str(work / "final.pt")]
-        train = [str(EXAMPLE), *TRAIN_ARGS, *PACE, "--epochs", str(epochs), *outputs]
+        if train is None:
+            outputs = ["--sample-log", str(work / "log"), "--out", str(work / "final.pt")]
+            train = [str(EXAMPLE), *TRAIN_ARGS, *PACE, "--epochs", str(epochs), *outputs]
         if shutil.which("slurm-elastic") is None:
             pytest.fail("slurm-elastic is not on PATH: install the package (make setup)")
         script = "\n".join(
@@ -109,6 +148,7 @@ class TrainingJob:
                 "#!/bin/bash",
                 "#SBATCH --elastic=1-3",  # the option (etc/spank/elastic.c), sets --nodes
                 f"#SBATCH --output={work}/job-%j.out",
+                f"export SLURM_ELASTIC_SAMPLE_LOG={work / 'log'}",  # agent.elastic's record
                 "slurm-elastic run -- python " + " ".join(train),
                 "",
             ]
@@ -215,6 +255,38 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
     assert fit.total_steps is not None and fit.convergence is None
     curve = fit_convergence([r.step for r in reports], [r.loss for r in reports])
     assert curve.n_points == len(reports) and curve.kind in ("curve", "flat")
+
+
+def test_a_ddp_script_with_dataloader_workers_shrinks_to_1_then_grows_to_3_exactly(
+    clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
+) -> None:
+    """Issue 23's acceptance: the tutorial-shaped script (DDP, ``DataLoader(num_workers=2)``,
+    ``elastic.BatchSampler``, ``restore``/``step_done``; examples/ddp_tutorial) through
+    2 -> 1 -> 3 nodes by the daemon: every sample once per epoch, no step lost, the
+    weights of an unresized run."""
+    train = [*ddp_train_args(3), "--sample-sleep", "0.008", "--out", str(tmp_path / "final.pt")]
+    job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=3, train=train)
+    try:
+        job.wait_records(at_world(2, min_step=15), "training at 2 nodes")
+        shrink = drill.resize(job.job_id, 1)
+        assert shrink.outcome == "applied", shrink.detail
+        assert shrink.detail.startswith("agent ready at step"), shrink.detail
+        at_one = job.wait_records(at_world(1), "training at 1 node after the shrink")
+        resumed = max(r["step"] for r in at_one)
+        job.wait_records(at_world(1, min_step=resumed + 5), "progress at 1 node")
+        grow = drill.resize(job.job_id, 3)
+        assert grow.outcome == "applied" and grow.companion_id, grow.detail
+        job.wait_records(at_world(3), "training at 3 nodes after the grow")
+        # rank 0 reports every 5 s (restore's default): the daemon hears from the job.
+        wait_until(lambda: drill.reports_of(job.job_id), 30, "a progress report")
+        assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
+    finally:
+        clean_queue.run("scancel", str(job.job_id), check=False)
+
+    assert_trained_exactly(job, [2, 1, 3], tmp_path, reference=ddp_reference_weights)
+    log = job.log_text()
+    assert log.count("trainer.exit") >= 2
+    assert "Traceback" not in log and "failed (exitcode: 75)" not in log, log[-3000:]
 
 
 def test_unannounced_shrink_then_lost_step_relaunches_on_what_is_left(

@@ -73,7 +73,7 @@ def test_every_sample_once_per_epoch_whatever_the_sizes(
     biggest = max(world for world, _ in plan)
     if global_batch < biggest or samples < biggest:
         return  # refused (below)
-    sampler = BatchSampler(samples, global_batch, seed=7)
+    sampler = BatchSampler(samples, global_batch, seed=7, max_world_size=biggest)
     seen = walk(sampler, plan, epochs=2)
     assert sorted(seen) == [0, 1]
     for order in seen.values():
@@ -81,10 +81,14 @@ def test_every_sample_once_per_epoch_whatever_the_sizes(
 
 
 def test_a_remainder_too_small_for_every_rank_joins_the_step_before() -> None:
-    sampler = BatchSampler(50, 24)
-    assert [sampler.step_size(o, 3) for o in (0, 24)] == [24, 26]  # 2 left: fewer than 3 ranks
-    assert [sampler.step_size(o, 1) for o in (0, 24, 48)] == [24, 24, 2]
-    assert sampler.steps_left(0, 3) == 2 and sampler.steps_left(24, 1) == 2
+    sampler = BatchSampler(50, 24, max_world_size=3)
+    # 2 left after two steps: fewer than the 3 ranks the job may have, at any size now.
+    assert [sampler.step_size(o, 1) for o in (0, 24)] == [24, 26]
+    assert [sampler.step_size(o, 3) for o in (0, 24)] == [24, 26]
+    assert sampler.steps_left(0, 2) == 2
+    assert [BatchSampler(50, 24).step_size(o, 1) for o in (0, 24, 48)] == [24, 24, 2]
+    # Without a stated maximum the world of the moment protects itself.
+    assert BatchSampler(50, 24).step_size(24, 3) == 26
 
 
 def test_the_batches_continue_inside_an_epoch() -> None:
@@ -257,6 +261,15 @@ def test_the_port_changes_at_most_ten_lines() -> None:
     ).stdout.split()
     added, removed = int(numstat[0]), int(numstat[1])
     assert 0 < added + removed <= 10, (added, removed)
+    # docs/porting.md shows this very diff.
+    diff = subprocess.run(
+        ["git", "diff", "--no-index", str(PLAIN), str(ELASTIC)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    shown = (REPO / "docs" / "porting.md").read_text().split("```diff\n", 1)[1].split("```", 1)[0]
+    assert shown == diff[diff.index("@@") :]
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -267,3 +280,33 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sigterm_to_the_process_group_saves_the_last_step_despite_dataloader_workers(
+    tmp_path: Path,
+) -> None:
+    """What torch elastic does to re-form the group at a grow: SIGTERM to the worker's whole
+    process group.  The DataLoader's worker processes must not take the rank down with
+    them: the rank ends its step, saves it, and leaves with the resize code."""
+    log = tmp_path / "log"
+    argv = [str(ELASTIC), *ARGS, "--sample-sleep", "0.01"]
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=tmp_path,
+        env=env_without_job(**{SAMPLE_LOG_ENV: str(log)}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: any(r["step"] >= 3 for r in read_records(log)), 120, "training")
+        os.killpg(proc.pid, signal.SIGTERM)
+        err, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, err[-3000:]
+    assert "Traceback" not in err and "reason=terminate" in err
+    last_logged = max(r["step"] for r in read_records(log))
+    saved = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))[-1].name
+    assert saved == f"ckpt-{last_logged + 1:08d}.pt"  # the step under way, finished and kept

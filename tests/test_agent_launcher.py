@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from slurm_elastic.agent.allocation import cpus_per_node, srun_env
 from slurm_elastic.agent.follower import refusal
-from slurm_elastic.agent.jobdir import LaunchInfo
+from slurm_elastic.agent.jobdir import LaunchInfo, companion_environment, save_environment
 from slurm_elastic.agent.launcher import RunOptions, resolve_sizes, srun_argv
 from slurm_elastic.agent.node import is_loopback, node_env
 from slurm_elastic.agent.progress import ProgressReporter
@@ -130,6 +130,8 @@ def test_node_env_sets_the_required_torch_switch_and_pins_gloo_to_loopback() -> 
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert env["SLURM_ELASTIC_JOB_ID"] == "42" and env["GLOO_SOCKET_IFNAME"] == "lo"
     assert "GLOO_SOCKET_IFNAME" not in node_env(info(), "10.1.2.3", {})
+    # The largest world: 3 nodes of 2 processes (agent.elastic's sampler plans with it).
+    assert node_env(info(nproc_per_node=2), None, {})["SLURM_ELASTIC_MAX_WORLD"] == "6"
     assert is_loopback("127.0.0.1") and not is_loopback("node-a") and not is_loopback(None)
 
 
@@ -299,3 +301,35 @@ def test_torchrun_drops_only_its_lines_for_a_planned_resize() -> None:
     assert keep(record(logging.ERROR, failed, 1, 0, 31073, "python"))
     assert keep(record(logging.ERROR, failed, -9, 0, 31073, "python"))
     assert keep(record(logging.WARNING, "something else %s", 75))
+
+
+def test_a_companion_runs_in_its_parents_environment_but_keeps_its_own_job_variables(
+    tmp_path: Path,
+) -> None:
+    parent = {
+        "PATH": "/home/u/venv/bin:/usr/bin",
+        "NCCL_SOCKET_IFNAME": "ib0",
+        "SLURM_ELASTIC_BACKEND": "gloo",
+        "SLURM_JOB_ID": "5",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "TMPDIR": "/tmp/job5",
+    }
+    path = save_environment(tmp_path, parent)
+    assert path.stat().st_mode & 0o777 == 0o600  # it may hold the user's tokens
+    own = {"PATH": "/usr/bin", "HOME": "/home/u", "SLURM_JOB_ID": "9", "CUDA_VISIBLE_DEVICES": "2"}
+    assert companion_environment(own, tmp_path) == {
+        "PATH": "/home/u/venv/bin:/usr/bin",
+        "NCCL_SOCKET_IFNAME": "ib0",
+        "SLURM_ELASTIC_BACKEND": "gloo",
+        "HOME": "/home/u",
+        "SLURM_JOB_ID": "9",
+        "CUDA_VISIBLE_DEVICES": "2",
+    }
+    # An older parent wrote no environment: the companion's own.
+    assert companion_environment(own, tmp_path / "none") == own
+
+
+def test_an_environment_file_others_may_write_is_ignored(tmp_path: Path) -> None:
+    save_environment(tmp_path, {"LD_PRELOAD": "/tmp/evil.so"})
+    (tmp_path / "environment.json").chmod(0o666)
+    assert companion_environment({"HOME": "/h"}, tmp_path) == {"HOME": "/h"}

@@ -3,9 +3,9 @@
 The structure of ``distributed/ddp-tutorial-series/multigpu_torchrun.py`` in pytorch/examples
 (DDP, a DataLoader over a DistributedSampler, a Trainer with snapshots, launched by
 torchrun), written for this repository: gloo on CPU, a regression loss (the tutorial's
-one-class cross-entropy learns nothing), float64, and two options for tests: the final
-weights (``--out``) and a per-sample cost in the dataset (``--sample-sleep``), paid in the
-DataLoader's workers.
+one-class cross-entropy learns nothing), float64, and options for tests: the final
+weights (``--out``), a per-sample cost in the dataset (``--sample-sleep``, paid in the
+DataLoader's workers) and GPUs (``--cuda --backend nccl``).
 
 ``train_elastic.py`` beside it is the same script made elastic; ``docs/porting.md`` shows
 the diff.  Run: ``torchrun --nproc-per-node=2 train.py 3 1``.
@@ -41,8 +41,8 @@ class MyTrainDataset(Dataset):
         return self.data[index]
 
 
-def ddp_setup() -> None:
-    init_process_group(backend="gloo")
+def ddp_setup(backend: str) -> None:
+    init_process_group(backend=backend)
 
 
 class Trainer:
@@ -53,9 +53,11 @@ class Trainer:
         optimizer: torch.optim.Optimizer,
         save_every: int,
         snapshot_path: str,
+        cuda: bool = False,
     ) -> None:
         self.rank = int(os.environ["LOCAL_RANK"])
-        self.model = model
+        self.device = torch.device("cuda", self.rank) if cuda else torch.device("cpu")
+        self.model = model.to(self.device)
         self.train_data = train_data
         self.optimizer = optimizer
         self.save_every = save_every
@@ -66,7 +68,7 @@ class Trainer:
             self._load_snapshot(snapshot_path)
         self.state = elastic.restore(self.model, self.optimizer, epoch=self.epochs_run)
         self.epochs_run = self.state.epoch
-        self.model = DDP(self.model)
+        self.model = DDP(self.model, device_ids=[self.rank] if cuda else None)
 
     def _load_snapshot(self, snapshot_path: str) -> None:
         snapshot = torch.load(snapshot_path)
@@ -88,7 +90,7 @@ class Trainer:
             f"[rank {self.rank}] Epoch {epoch} | Batchsize: {b_sz} | Steps: {len(self.train_data)}"
         )
         for source, targets in self.train_data:
-            self._run_batch(source, targets)
+            self._run_batch(source.to(self.device), targets.to(self.device))
 
     def _save_snapshot(self, epoch: int) -> None:
         snapshot = {"MODEL_STATE": self.model.module.state_dict(), "EPOCHS_RUN": epoch + 1}
@@ -120,11 +122,11 @@ def prepare_dataloader(dataset: Dataset, batch_size: int) -> DataLoader:
 
 
 def main(save_every: int, total_epochs: int, batch_size: int, args) -> None:
-    ddp_setup()
+    ddp_setup(args.backend)
     torch.set_num_threads(1)
     dataset, model, optimizer = load_train_objs(args.samples, args.sample_sleep)
     train_data = prepare_dataloader(dataset, batch_size)
-    trainer = Trainer(model, train_data, optimizer, save_every, args.snapshot)
+    trainer = Trainer(model, train_data, optimizer, save_every, args.snapshot, args.cuda)
     trainer.train(total_epochs)
     if args.out and int(os.environ["RANK"]) == 0:
         torch.save(trainer.model.module.state_dict(), args.out)
@@ -142,6 +144,8 @@ if __name__ == "__main__":
     parser.add_argument("--sample-sleep", default=0.0, type=float, help="Seconds per sample")
     parser.add_argument("--snapshot", default="snapshot.pt", help="Snapshot file")
     parser.add_argument("--out", default=None, help="Write the final weights here")
+    parser.add_argument("--backend", default="gloo", help="gloo, or nccl for GPUs")
+    parser.add_argument("--cuda", action="store_true", help="Train on the rank's GPU")
     args = parser.parse_args()
 
     main(args.save_every, args.total_epochs, args.batch_size, args)

@@ -45,6 +45,7 @@ differently, as with ``DistributedSampler``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import socket
 import sys
@@ -73,6 +74,7 @@ __all__ = ["BatchSampler", "Progress", "init_process_group", "restore", "step_do
 log = structlog.get_logger("slurm_elastic.agent")
 
 SAMPLE_LOG_ENV = "SLURM_ELASTIC_SAMPLE_LOG"  # a directory: per-rank records of each step
+MAX_WORLD_ENV = "SLURM_ELASTIC_MAX_WORLD"  # the job's largest world size (the node agent's)
 
 
 def single_process_defaults(env: MutableMapping[str, str]) -> None:
@@ -111,17 +113,30 @@ class BatchSampler:
     A ``batch_sampler`` for ``DataLoader``: each item is the list of dataset indices this rank
     trains on in one step.  Epoch ``e``'s order depends only on ``(seed, e)``; each step takes
     the next ``global_batch`` of it and splits them among the current ranks (sizes differ by
-    at most one).  At the end of an epoch a remainder too small to give every rank a sample
-    joins the step before it.  Where the job is comes from :func:`restore`'s state, so after
-    a restart at another size the next iteration begins exactly after the last step trained.
+    at most one).  At the end of an epoch a remainder that could leave a rank of the largest
+    world the job may reach without a sample joins the step before it; the steps therefore
+    do not depend on the sizes the job passes through.  That largest world is
+    ``max_world_size``, else ``$SLURM_ELASTIC_MAX_WORLD`` (which ``slurm-elastic run`` sets:
+    max nodes times processes per node), else the world of the moment.  Where the job is
+    comes from :func:`restore`'s state, so after a restart at another size the next
+    iteration begins exactly after the last step trained.
     """
 
-    def __init__(self, data: Sized | int, global_batch: int, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        data: Sized | int,
+        global_batch: int,
+        *,
+        seed: int = 0,
+        max_world_size: int | None = None,
+    ) -> None:
         num_samples = data if isinstance(data, int) else len(data)
         self.sampler = ElasticSampler(num_samples, seed)
         if global_batch < 1:
             raise ValueError(f"global_batch must be at least 1, got {global_batch}")
         self.global_batch = global_batch
+        from_env = os.environ.get(MAX_WORLD_ENV, "")
+        self.max_world_size = max_world_size or (int(from_env) if from_env.isdigit() else 1)
         self._position = SamplerState()  # used until restore() hands the job's position over
         self._yielded: deque[list[int]] = deque()  # this iteration's batches not yet trained
         _session.sampler = self
@@ -141,9 +156,9 @@ class BatchSampler:
         return boundary.progress.data if boundary is not None else self._position
 
     def step_size(self, offset: int, world_size: int) -> int:
-        """Samples of the step that starts at ``offset`` (module doc: the tail rule)."""
+        """Samples of the step that starts at ``offset`` (class doc: the tail rule)."""
         rest = self.num_samples - offset
-        if rest <= self.global_batch or rest - self.global_batch < world_size:
+        if rest - self.global_batch < max(self.max_world_size, world_size):
             return rest
         return self.global_batch
 
@@ -247,6 +262,7 @@ def restore(
     if sample_log:
         _session.sample_log = SampleLog(sample_log, boundary.generation, boundary.rank)
     atexit.register(_at_exit)
+    os.register_at_fork(after_in_child=_leave_process_group)
     log.info(
         "trainer.start",
         rank=boundary.rank,
@@ -295,6 +311,17 @@ def step_done(state: Progress, loss: float | torch.Tensor | None = None) -> None
     )
     hold, term, ckpt = boundary.agree()
     boundary.act(hold=hold, term=term, ckpt=ckpt)
+
+
+def _leave_process_group() -> None:
+    # torch elastic stops the workers with killpg(SIGTERM) when it re-forms the group (a
+    # grow).  The rank finishes its step and saves on that signal, but a DataLoader worker
+    # forked from it dies of it (torch's worker handler re-raises a SIGTERM not sent by its
+    # parent), and the rank's SIGCHLD handler then fails the training loop before the step
+    # boundary.  So forked children leave the rank's process group; a DataLoader worker
+    # still ends with its rank (torch's watchdog of the parent process).
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
 
 
 def _at_exit() -> None:

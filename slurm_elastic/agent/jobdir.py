@@ -10,6 +10,10 @@ companion jobs, so it must live on a file system every node sees (the submit dir
 normally is).  Every file is written atomically (temporary + rename) and read whole:
 
 * ``launch.json``  what a companion needs to join: argv, rendezvous endpoint and id, sizes.
+* ``environment.json`` the parent batch script's environment (what its ``export`` lines and
+  ``module load`` / venv activation made), less what belongs to one job, node or process
+  (:func:`job_local`): a companion's workers run in it, as the parent's do, not in the
+  owner's login environment the companion starts from.  Mode 0600: it may hold secrets.
 * ``control.json`` launcher -> workers: ``hold`` (checkpoint at the next step boundary and
   wait), ``resume`` (continue, or exit so torch elastic re-forms the group at a new size),
   ``checkpoint`` (save soon, keep training).  ``seq`` increases with every new request.
@@ -23,18 +27,99 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+import structlog
 
 from slurm_elastic.agent.checkpoint import atomic_write
 from slurm_elastic.errors import AgentError
 
 LAUNCH = "launch.json"
+ENVIRONMENT = "environment.json"
 CONTROL = "control.json"
 HELD = "held.json"
 DONE = "done.json"
 CHECKPOINTS = "checkpoints"
+
+log = structlog.get_logger("slurm_elastic.agent")
+
+
+# Variables of one job, node or process: a companion keeps its own (Slurm's job and step
+# variables, the GPUs Slurm bound, the launcher's and MPI's per-process ones).
+_JOB_LOCAL_PREFIXES = ("SLURM_", "SLURMD_", "TORCHELASTIC_", "PMI_", "PMIX_", "OMPI_")
+_JOB_LOCAL_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+        "ROCR_VISIBLE_DEVICES",
+        "ENVIRONMENT",  # Slurm's BATCH
+        "HOSTNAME",
+        "TMPDIR",  # per job where Slurm's job_container/tmpfs makes one
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+    }
+)
+
+
+def job_local(name: str) -> bool:
+    """Whether ``name`` belongs to one job, node or process (never carried to a companion).
+    This tool's own ``SLURM_ELASTIC_*`` settings are the job's and carry (the node agent
+    sets the per-job ones anew)."""
+    if name.startswith("SLURM_ELASTIC_"):
+        return False
+    return name.startswith(_JOB_LOCAL_PREFIXES) or name in _JOB_LOCAL_NAMES
+
+
+def save_environment(directory: Path, env: Mapping[str, str]) -> Path:
+    """Write the parent's environment for its companions (``environment.json``, mode 0600)."""
+    carried = {name: value for name, value in env.items() if not job_local(name)}
+    payload = (json.dumps(carried, indent=1, sort_keys=True) + "\n").encode()
+
+    def write(handle: BinaryIO) -> None:
+        os.fchmod(handle.fileno(), 0o600)  # before any byte is written
+        handle.write(payload)
+
+    return atomic_write(directory / ENVIRONMENT, write)
+
+
+def companion_environment(own: Mapping[str, str], directory: Path) -> dict[str, str]:
+    """A companion's environment for its workers: the parent's (``environment.json``) over
+    ``own``, except the names that are the companion's own (:func:`job_local`).  Without
+    the file (a parent from an older version) ``own`` alone."""
+    env = dict(own)
+    for name, value in _own_private_json(directory / ENVIRONMENT).items():
+        if isinstance(value, str) and not job_local(name):
+            env[name] = value
+    return env
+
+
+def _own_private_json(path: Path) -> dict[str, Any]:
+    """The file's object when this user owns it and nobody else may write it, else {}: an
+    environment planted by another user (a shared work directory) must not reach the
+    workers (LD_PRELOAD, PATH)."""
+    try:
+        with open(path, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                log.warning("agent.environment_ignored", path=str(path), reason="not this user's")
+                return {}
+            raw = handle.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise AgentError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise AgentError(f"{path} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise AgentError(f"{path} does not hold a JSON object")
+    return value
 
 
 def job_dir(work_dir: str | Path, job_id: int) -> Path:

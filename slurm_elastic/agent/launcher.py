@@ -11,8 +11,9 @@ Parent mode (in the batch script, on the batch host):
    training having finished (and at least ``min`` nodes remain), launch it again.
 
 Companion mode (``--join PARENT``, in a companion job started in the parent's directory):
-read the parent's ``launch.json`` and run the same node agents in this job's allocation;
-they join the parent's rendezvous and torch elastic widens the group.
+read the parent's ``launch.json`` and run the same node agents in this job's allocation, in
+the parent's environment (``environment.json``); they join the parent's rendezvous and
+torch elastic widens the group.
 
 torch is never imported here: the launcher runs wherever ``slurm-elastic`` is installed.
 """
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -34,7 +36,14 @@ import structlog
 
 from slurm_elastic.agent.allocation import effective_nodes, read_job, running_steps, srun_env
 from slurm_elastic.agent.follower import ControlWriter, Follower
-from slurm_elastic.agent.jobdir import DONE, LaunchInfo, job_dir, read_json
+from slurm_elastic.agent.jobdir import (
+    DONE,
+    LaunchInfo,
+    companion_environment,
+    job_dir,
+    read_json,
+    save_environment,
+)
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
 from slurm_elastic.agent.rendezvous import choose_port
 from slurm_elastic.errors import AgentError, MarkerError
@@ -207,8 +216,16 @@ def reload(info: LaunchInfo) -> LaunchInfo:
     return LaunchInfo.load(Path(info.job_dir))
 
 
-def launch_steps(info: LaunchInfo, own_job: int, role: str, opts: RunOptions, step: _Step) -> int:
-    """Run srun until training is done; relaunch a step that died early, boundedly."""
+def launch_steps(
+    info: LaunchInfo,
+    own_job: int,
+    role: str,
+    opts: RunOptions,
+    step: _Step,
+    environ: Mapping[str, str] = os.environ,
+) -> int:
+    """Run srun until training is done; relaunch a step that died early, boundedly.
+    ``environ``: the workers' environment before Slurm's for the step is put in."""
     rc = 1
     for attempt in range(opts.max_relaunches + 1):
         view = read_job(own_job)
@@ -218,7 +235,7 @@ def launch_steps(info: LaunchInfo, own_job: int, role: str, opts: RunOptions, st
         if attempt:
             end_old_steps(own_job)
             info = fresh_rendezvous(info, attempt) if role == PARENT else reload(info)
-        env = srun_env(os.environ, view.nodes)
+        env = srun_env(environ, view.nodes)
         argv = srun_argv(info, len(view.nodes), role, relaunch=attempt > 0)
         log.info("agent.srun", attempt=attempt, nodes=list(view.nodes), role=role)
         rc = step.run(argv, env)
@@ -246,8 +263,9 @@ def run(opts: RunOptions) -> int:
         info = LaunchInfo.load(job_dir(work_dir_of(parent), opts.join))
         log.info("agent.join", parent=info.job_id, endpoint=info.rdzv_endpoint, job=job_id)
         watcher = watch_parent(info.job_id, step, max(opts.poll_s, 2.0))
+        environ = companion_environment(os.environ, Path(info.job_dir))
         try:
-            return launch_steps(info, job_id, COMPANION, opts, step)
+            return launch_steps(info, job_id, COMPANION, opts, step, environ)
         finally:
             watcher.set()
     if not opts.argv:
@@ -255,6 +273,7 @@ def run(opts: RunOptions) -> int:
     info = parent_info(opts, job_id, read_job(job_id))
     Path(info.job_dir).mkdir(parents=True, exist_ok=True)
     (Path(info.job_dir) / DONE).unlink(missing_ok=True)
+    save_environment(Path(info.job_dir), os.environ)
     info.save()
     log.info(
         "agent.launch",

@@ -61,6 +61,9 @@ def node_env(info: LaunchInfo, addr: str | None, env: dict[str, str]) -> dict[st
     out["SLURM_ELASTIC_JOB_ID"] = str(info.job_id)
     out["SLURM_ELASTIC_JOB_DIR"] = info.job_dir
     out["SLURM_ELASTIC_API"] = info.api
+    # The largest world the job can reach: agent.elastic's sampler keeps its steps the same
+    # whatever sizes the job passes through.
+    out["SLURM_ELASTIC_MAX_WORLD"] = str(info.max_nodes * info.nproc_per_node)
     out.setdefault("OMP_NUM_THREADS", "1")
     if is_loopback(addr):
         out.setdefault("GLOO_SOCKET_IFNAME", "lo")
