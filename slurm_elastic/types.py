@@ -441,6 +441,16 @@ class SolverStatus(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class CandidateFigures:
+    """One size a policy weighed for a job, with the numbers it weighed there."""
+
+    nodes: int  # 0: stay pending
+    steps_per_s: float  # the job's predicted rate at this size (its Outlook)
+    predicted_gain: float  # progress over the horizon vs the current size
+    resize_cost: float  # progress lost to the resize (0 at the current size, or pending)
+
+
+@dataclass(frozen=True, slots=True)
 class Explanation:
     """Why a job gets its size: predicted gain, resize cost, the deciding rule."""
 
@@ -449,6 +459,8 @@ class Explanation:
     rule: str  # stable short name: "marginal-gain", "capacity", "min", "max", "payback", ...
     detail: str = ""
     waiting_job: int | None = None  # rule "reclaim": the pending job the loan goes back to
+    # Every size the policy chose among, ascending (the chosen one included).
+    candidates: tuple[CandidateFigures, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

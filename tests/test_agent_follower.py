@@ -108,6 +108,8 @@ def test_hold_ack_ready_then_restart_once_slurm_shrank(tmp_path: Path, daemon) -
     ack = board.ack_for(instruction.id)
     assert ack is not None and ack.status is AckStatus.READY and ack.step == 77
     assert ControlReader(tmp_path).read() == Control(1, "resume", restart=True)
+    # srun's report of the removed node's task is the shrink's, the kept node's is not.
+    assert f.removal.expects("n2") and not f.removal.expects("n1")
     f.poll_once()  # the same instruction again: already answered, nothing new
     assert ControlReader(tmp_path).read().seq == 1
 
@@ -126,6 +128,7 @@ def test_refusals_and_silent_workers_answer_failed(tmp_path: Path, daemon) -> No
     ack = board.ack_for(silent.id)
     assert ack.status is AckStatus.FAILED and "did not reach a checkpoint" in ack.detail
     assert ControlReader(tmp_path).read() == Control(1, "resume", restart=False)
+    assert not f.removal.expects("n2")  # no shrink agreed: a task ending now is an error
 
 
 def test_withdrawn_instruction_resumes_in_place(tmp_path: Path, daemon) -> None:

@@ -177,3 +177,34 @@ def test_torchrun_wrapper_keeps_a_planned_restart_out_of_the_error_log(tmp_path:
     assert "failed (exitcode: 75)" not in ours.stderr and "closing signal" not in ours.stderr
     broken = run("slurm_elastic.agent.torchrun", 3)
     assert broken.returncode == 0 and "failed (exitcode: 3)" in broken.stderr
+
+
+def test_torchrun_wrapper_ends_on_sigterm_with_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Slurm ends a step with SIGTERM (a companion given back, scancel): plain torchrun
+    raises SignalException through 30 lines of traceback (the control); the wrapper says
+    so in one line and exits 143, as a process the signal killed."""
+    script = tmp_path / "sleep.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+
+    def stopped(module: str) -> tuple[int, str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, "--standalone", "--nproc-per-node=1", str(script)],
+            env=env_without_job(PYTHONPATH=str(REPO)),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            time.sleep(8)  # torchrun up, its worker started
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        return proc.returncode, out
+
+    rc, out = stopped("torch.distributed.run")
+    assert rc != 0 and "Traceback" in out and "SignalException" in out
+    rc, out = stopped("slurm_elastic.agent.torchrun")
+    assert rc == 128 + signal.SIGTERM, out[-2000:]
+    assert "Traceback" not in out and "agent.torchrun_stopped" in out, out[-2000:]

@@ -88,8 +88,9 @@ def test_status_problem() -> None:
 
 
 def test_explain_from_a_document() -> None:
+    measured = [{"nodes": 1, "steps_per_s": 0.5}, {"nodes": 2, "steps_per_s": 0.93}]
     document = {
-        "jobs": [TRAIN_ROW],
+        "jobs": [{**TRAIN_ROW, "measured": measured}],
         "plan": {
             "solver": "mip",
             "status": "optimal",
@@ -105,6 +106,15 @@ def test_explain_from_a_document() -> None:
                     "predicted_gain": 420.0,
                     "resize_cost": 30.0,
                     "detail": "best use of n4",
+                    "candidates": [
+                        {"nodes": n, "steps_per_s": r, "predicted_gain": g, "resize_cost": c}
+                        for n, r, g, c in [
+                            (1, 0.5, -1600.0, 18.0),
+                            (2, 0.9, 0.0, 0.0),
+                            (3, 1.3, 420.0, 30.0),
+                            (4, 1.6, 390.0, 45.0),
+                        ]
+                    ],
                 }
             ],
         },
@@ -128,6 +138,13 @@ def test_explain_from_a_document() -> None:
     assert "predicted gain: 420 steps" in text and "resize cost: 30 steps" in text
     assert "action: grow 2->3: shadow" in text
     assert "plan: solver mip, optimal" in text
+    # Every size weighed: measured and predicted rate, gain and cost (issue 23, item 5).
+    table = text.split("sizes weighed")[1].splitlines()[1:6]
+    assert table[0].split() == ["NODES", "MEASURED/S", "PREDICTED/S", "GAIN", "COST"]
+    assert table[1].split() == ["1", "0.5", "0.5", "-1600", "18"]
+    assert table[2].split() == ["2", "0.93", "0.9", "+0", "0", "now"]
+    assert table[3].split() == ["3", "-", "1.3", "+420", "30", "chosen"]
+    assert table[4].split() == ["4", "-", "1.6", "+390", "45"]
 
 
 def test_status_plain_table_and_filters(tmp_path: Path) -> None:

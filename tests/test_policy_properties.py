@@ -141,3 +141,29 @@ def test_dp_and_mip_agree_whenever_one_row_binds(p: AllocationProblem) -> None:
     if dp.solver == "dp":
         mip = allocate(p, "mip", options=OPEN)
         assert math.isclose(dp.objective, mip.objective, rel_tol=2e-3, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["mip", "greedy"])
+@FAST
+@given(p=instances())
+def test_every_decision_shows_the_sizes_it_weighed(policy: str, p: AllocationProblem) -> None:
+    """Issue 23, item 5: the explanation carries every candidate size with its rate, gain and
+    cost, and the chosen one's figures are the decision's own (``explain`` and ``plan``
+    read the same numbers)."""
+    plan = allocate(p, policy, options=INLINE)
+    demands = {d.job_id: d for d in p.elastic}
+    for decision in plan.decisions:
+        why, d = decision.explanation, demands[decision.job_id]
+        sizes = [c.nodes for c in why.candidates]
+        assert sizes == sorted(sizes) and decision.target_nodes in sizes
+        chosen = next(c for c in why.candidates if c.nodes == decision.target_nodes)
+        assert math.isclose(chosen.predicted_gain, why.predicted_gain, abs_tol=1e-9)
+        assert math.isclose(chosen.resize_cost, why.resize_cost, abs_tol=1e-9)
+        for c in why.candidates:
+            if c.nodes == d.current_nodes or not d.is_running:
+                assert c.resize_cost == 0.0  # keeping a size, or starting, costs no restart
+            if c.nodes == d.current_nodes:
+                assert c.predicted_gain == 0.0
+            estimate = d.outlook.at(c.nodes)
+            if c.nodes > 0 and estimate is not None:  # (a current size off the grid has none)
+                assert c.steps_per_s == estimate.throughput

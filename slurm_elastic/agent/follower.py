@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 
 from slurm_elastic.agent.jobdir import CONTROL, HELD, Control, read_json, write_json
+from slurm_elastic.agent.srunlog import PlannedRemoval
 from slurm_elastic.errors import AgentError
 from slurm_elastic.protocol import (
     MAX_DETAIL,
@@ -43,6 +44,9 @@ from slurm_elastic.protocol import (
 )
 
 log = structlog.get_logger("slurm_elastic.agent")
+
+# After a shrink is applied, how long srun may still report the removed nodes' tasks.
+REMOVAL_TAIL_S = 30.0
 
 
 def refusal(
@@ -101,6 +105,9 @@ class Follower:
     poll_s: float = 1.0
     hold_timeout_s: float = 60.0
     applied_grace_s: float = 30.0  # after the deadline, how long to wait for scontrol
+    # Told which nodes the shrink removes, so that srun's report of their killed tasks is
+    # logged as the shrink's (agent.srunlog), not as an error.
+    removal: PlannedRemoval = field(default_factory=PlannedRemoval)
     answered: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -173,9 +180,13 @@ class Follower:
             self.control.answer(request.seq, "resume", restart=False)
             self.ack(instruction, AckStatus.FAILED, 0, "workers did not reach a checkpoint in time")
             return
+        window = instruction.deadline - self.clock() + self.applied_grace_s + REMOVAL_TAIL_S
+        self.removal.open(instruction.keep_nodes, max(window, REMOVAL_TAIL_S))
         self.ack(instruction, AckStatus.READY, held_step, "checkpoint written, workers holding")
         after = self.wait_applied(instruction, before)
         self.control.answer(request.seq, "resume", restart=after < before)
+        if after >= before:
+            self.removal.close()  # nothing was removed: a task ending now is news
         log.info("agent.resumed", id=instruction.id, nodes=after, step=held_step)
 
     def wait_held(self, seq: int, until: float) -> int | None:

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 import structlog
 
@@ -46,6 +47,7 @@ from slurm_elastic.agent.jobdir import (
 )
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
 from slurm_elastic.agent.rendezvous import choose_port
+from slurm_elastic.agent.srunlog import PlannedRemoval, copy_stderr
 from slurm_elastic.errors import AgentError, MarkerError
 from slurm_elastic.protocol import api_base
 from slurm_elastic.types import JobState, JobView
@@ -125,24 +127,43 @@ def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
     )
 
 
-class _Step:
-    """The running ``srun``; forwards the launcher's SIGTERM/SIGINT to it."""
+# After the launcher is told to stop, how long srun may report its tasks' ends.
+STOP_WINDOW_S = 120.0
 
-    def __init__(self) -> None:
+
+class _Step:
+    """The running ``srun``; forwards the launcher's SIGTERM/SIGINT to it, and passes its
+    stderr on with a planned shrink's task ends told as such (``agent.srunlog``)."""
+
+    def __init__(self, removal: PlannedRemoval | None = None, out: IO[bytes] | None = None) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = False
+        self.removal = removal or PlannedRemoval()
+        self._out = out
 
     def forward(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping = True
+        # The tasks end because this step is stopped: srun's reports of it are not errors.
+        self.removal.open((), STOP_WINDOW_S)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signum)
 
     def run(self, argv: list[str], env: dict[str, str]) -> int:
         try:
-            self.proc = subprocess.Popen(argv, env=env)
+            self.proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
         except OSError as exc:
             raise AgentError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
-        return self.proc.wait()
+        assert self.proc.stderr is not None
+        copier = threading.Thread(
+            target=copy_stderr,
+            args=(self.proc.stderr, self.removal, self._out or sys.stderr.buffer),
+            name="slurm-elastic-srun-stderr",
+            daemon=True,
+        )
+        copier.start()
+        rc = self.proc.wait()
+        copier.join(timeout=10.0)  # the rest of srun's output, unless a task still holds it
+        return rc
 
 
 def srun_argv(info: LaunchInfo, nodes: int, role: str, *, relaunch: bool) -> list[str]:
@@ -295,6 +316,7 @@ def run(opts: RunOptions) -> int:
         control=control,
         node_count=lambda: effective_nodes(job_id),
         poll_s=opts.poll_s,
+        removal=step.removal,
     )
     follower.start()
     try:

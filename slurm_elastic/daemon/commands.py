@@ -153,10 +153,19 @@ def render_table(
         return
     if title:
         _say(title)
+    for line in aligned(headers, cells):
+        _say(line)
+
+
+def aligned(headers: Sequence[str], cells: Sequence[Sequence[str]]) -> list[str]:
+    """Plain, space-aligned columns (last one unpadded), the header first."""
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    for line in [list(headers), *cells]:
-        padded = [c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)]
-        _say(" ".join([*padded, line[-1]]).rstrip())
+    return [
+        " ".join(
+            [*(c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)), line[-1]]
+        ).rstrip()
+        for line in [list(headers), *cells]
+    ]
 
 
 def _echo_json(value: Any) -> None:
@@ -591,6 +600,7 @@ def explain_lines(found: dict[str, Any]) -> list[str]:
             f"  predicted gain: {decision['predicted_gain']:.4g} steps over the horizon",
             f"  resize cost: {decision['resize_cost']:.4g} steps",
         ]
+        lines += _candidate_lines(decision, (row or {}).get("measured") or [])
     for a in found["actions"]:
         lines.append(
             f"  action: {a['kind']} {a['from_nodes']}->{a['to_nodes']}: {a['outcome']}"
@@ -598,6 +608,36 @@ def explain_lines(found: dict[str, Any]) -> list[str]:
         )
     lines.append(f"  {found['plan']}")
     return lines
+
+
+def _candidate_lines(decision: dict[str, Any], measured: list[dict[str, Any]]) -> list[str]:
+    """The sizes the policy weighed: measured and predicted rate, gain and cost of each."""
+    candidates = decision.get("candidates") or []
+    if not candidates:
+        return []
+    seen = {int(m["nodes"]): float(m["steps_per_s"]) for m in measured}
+    rows = []
+    for c in candidates:
+        nodes = int(c["nodes"])
+        mark = []
+        if nodes == decision["current_nodes"]:
+            mark.append("now")
+        if nodes == decision["target_nodes"]:
+            mark.append("chosen")
+        rows.append(
+            [
+                str(nodes),
+                f"{seen[nodes]:.3g}" if nodes in seen else "-",
+                f"{c['steps_per_s']:.3g}",
+                f"{c['predicted_gain']:+.4g}",
+                f"{c['resize_cost']:.4g}",
+                ", ".join(mark),
+            ]
+        )
+    header = ("NODES", "MEASURED/S", "PREDICTED/S", "GAIN", "COST", "")
+    return ["  sizes weighed (steps/s; gain and cost in steps over the horizon):"] + [
+        "    " + line for line in aligned(header, rows)
+    ]
 
 
 # --------------------------------------------------------------------------- config

@@ -115,6 +115,11 @@ class Estimator:
     def known_jobs(self) -> tuple[int, ...]:
         return tuple(self._fed_until)
 
+    def measured_rates(self, job_id: int) -> tuple[tuple[int, float], ...]:
+        """``(nodes, steps/s)`` per size the job reported at: the rates its model measured
+        (median per size; steps at the job's first global batch).  Empty when none."""
+        return self.bank.model(job_id).throughput_points() if job_id in self.bank else ()
+
     def outlooks(self, elastic: Mapping[int, ElasticJob], now: float) -> dict[int, Outlook]:
         """One pass per cycle: feed each job's new reports and find its prior, refit every
         stale job in one batched solve (``ModelBank.fit_all``; ~2x less estimate time than

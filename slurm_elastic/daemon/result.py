@@ -180,6 +180,15 @@ class CycleResult:
                         "resize_cost": d.explanation.resize_cost,
                         "rule": d.explanation.rule,
                         "detail": d.explanation.detail,
+                        "candidates": [
+                            {
+                                "nodes": c.nodes,
+                                "steps_per_s": c.steps_per_s,
+                                "predicted_gain": c.predicted_gain,
+                                "resize_cost": c.resize_cost,
+                            }
+                            for c in d.explanation.candidates
+                        ],
                     }
                     for d in plan.decisions
                 ],

@@ -164,16 +164,22 @@ def make_backend(config: Config, *, dry_run: bool = False) -> SlurmBackend:
 
 
 def content_of(
-    result: CycleResult, reports: ReportStore, reclaims: Sequence[dict[str, Any]] = ()
+    result: CycleResult,
+    reports: ReportStore,
+    reclaims: Sequence[dict[str, Any]] = (),
+    measured: Callable[[int], Sequence[tuple[int, float]]] = lambda _job: (),
 ) -> CycleContent:
-    """The cycle's wire form, each job row with its latest progress report (if any) and the
-    time its resizes saved it so far (``reports.Tally``); ``reclaims``: the latest loans
-    given back, this cycle's included."""
+    """The cycle's wire form, each job row with its latest progress report (if any), the
+    time its resizes saved it so far (``reports.Tally``) and the rates measured at each
+    size (``measured``: the estimator's); ``reclaims``: the latest loans given back, this
+    cycle's included."""
     wire = result.to_json()
     jobs = []
     for row in wire["jobs"]:
         job_id = int(row["job_id"])
-        jobs.append(with_progress(row, reports.latest(job_id), reports.saved_s(job_id)))
+        row = with_progress(row, reports.latest(job_id), reports.saved_s(job_id))
+        rates = [{"nodes": n, "steps_per_s": rate} for n, rate in measured(job_id)]
+        jobs.append({**row, "measured": rates})
     return CycleContent(
         jobs=tuple(jobs),
         plan=wire["plan"],
@@ -384,7 +390,9 @@ class Service:
             state.last_ok_at = finished
             state.last_error = None
             state.reclaims.extend(r.to_json() for r in result.reclaims)
-            state.content = content_of(result, self.reports, state.reclaims)
+            state.content = content_of(
+                result, self.reports, state.reclaims, self.controller.estimator.measured_rates
+            )
             self._log_applied(result)
         elif result is not None:
             state.last_error = result.error

@@ -12,9 +12,12 @@ versioned (``"version": 1``); fields are only ever added.
                 "slurm_calls", "last_ok_at"},
       "plan": {"solver", "status", "objective", "solve_s", "gap", "note", "decisions"} | null,
       "plan.decisions": [ {job_id, current_nodes, target_nodes, rule, predicted_gain,
-                           resize_cost, detail} ],
+                           resize_cost, detail, candidates} ],
+                 # candidates: every size weighed, [{nodes, steps_per_s, predicted_gain,
+                 # resize_cost}] ascending (the job's predicted rate there)
       "jobs": [ {job_id, partition, name, user, state, nodes, min, max, size_step, target,
-                 reason, loan, step, samples_per_s, reported_at, saved_s} ],
+                 reason, loan, step, samples_per_s, reported_at, saved_s, measured} ],
+                 # measured: [{nodes, steps_per_s}], the rate measured at each size
                  # min/max/size_step null: not elastic; loan: nodes held above the job's
                  # entitlement (null unless a running elastic job); step: the last reported
                  # training step; saved_s: the time resizes saved the job so far

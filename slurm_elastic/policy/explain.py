@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from slurm_elastic.policy.compiled import RECLAIM, Compiled, IntArray, JobModel
-from slurm_elastic.types import Decision, Explanation, Plan, SolverStatus
+from slurm_elastic.types import CandidateFigures, Decision, Explanation, Plan, SolverStatus
 
 _EPS = 1e-9
 
@@ -111,12 +111,13 @@ def build_plan(
     speed = compiled.throughput[at].tolist()
     gain = (compiled.progress[at] - compiled.progress[compiled.keep]).tolist()
     rules = _rules(compiled, at, targets, solver)
+    weighed = _candidates(compiled)
     decisions = []
     for i, job in enumerate(compiled.jobs):
         target = targets[i]
         d = job.demand
         resized = d.is_running and target != d.current_nodes
-        cost = speed[i] * min(d.outlook.resize_cost_s, horizon) if resized else 0.0
+        cost = _resize_cost(speed[i], d.outlook.resize_cost_s, horizon) if resized else 0.0
         rule, why, waiting = rules[i]
         what = _detail(job, target)  # never empty
         detail = f"{what}; {why}" if why else what
@@ -131,6 +132,7 @@ def build_plan(
                     rule=rule,
                     detail=detail,
                     waiting_job=waiting,
+                    candidates=weighed[i],
                 ),
             )
         )
@@ -143,6 +145,32 @@ def build_plan(
         solve_s=solve_s,
         note=note,
     )
+
+
+def _resize_cost(steps_per_s: float, resize_cost_s: float, horizon_s: float) -> float:
+    """Progress a resize loses: the rate at the new size times the restart's seconds."""
+    return steps_per_s * min(resize_cost_s, horizon_s)
+
+
+def _candidates(compiled: Compiled) -> list[tuple[CandidateFigures, ...]]:
+    """Per job, every size it was weighed at: rate, gain over keeping its size, cost."""
+    horizon = compiled.problem.horizon_s
+    sizes = compiled.sizes.tolist()
+    speed = compiled.throughput.tolist()
+    progress = compiled.progress.tolist()
+    bounds = compiled.start.tolist()
+    keep = compiled.keep.tolist()
+    out = []
+    for i, job in enumerate(compiled.jobs):
+        d = job.demand
+        kept = progress[keep[i]]
+        rows = []
+        for c in range(bounds[i], bounds[i + 1]):
+            moved = d.is_running and sizes[c] != d.current_nodes
+            cost = _resize_cost(speed[c], d.outlook.resize_cost_s, horizon) if moved else 0.0
+            rows.append(CandidateFigures(sizes[c], speed[c], progress[c] - kept, cost))
+        out.append(tuple(rows))
+    return out
 
 
 def no_change_choice(compiled: Compiled) -> list[int]:

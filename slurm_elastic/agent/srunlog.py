@@ -1,0 +1,79 @@
+"""srun's own lines about a planned shrink, told apart from real failures.
+
+When Slurm takes a node from a running job it kills the job step's task there, and srun
+says so on its stderr: ``srun: error: n2: task 1: Killed``.  At a shrink the launcher
+agreed to, that is the expected end of a task on a node the daemon removed, after the
+workers checkpointed; as an error line it reads like a crash.  So the launcher reads srun's
+stderr (:func:`copy_stderr`): while such a shrink is being applied (:class:`PlannedRemoval`,
+opened by the follower once it acknowledged), the line for a removed node becomes one INFO
+line, ``agent.task_removed``; every other line, on any other node or at any other time,
+passes through unchanged.  The same holds for every node while the launcher itself is being
+stopped (SIGTERM: a companion the daemon gives back, ``scancel``): its tasks ending then
+are that stop's doing.  torch-free.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import IO
+
+import structlog
+
+log = structlog.get_logger("slurm_elastic.agent")
+
+# srun's "%s: task %s: %s" about a task that ended (src/srun/srun_job.c): killed or
+# terminated, as Slurm ends the task of a node taken from the job, or exit code 143, as the
+# node agent (agent.torchrun) ends on the SIGTERM of a step that is stopped.
+_TASK_ENDED = re.compile(
+    rb"^srun: error: (?P<node>[^\s:]+): tasks? (?P<tasks>[0-9,\-]+): "
+    rb"(?P<how>Killed|Terminated|Exited with exit code 143)\s*$"
+)
+
+
+class PlannedRemoval:
+    """The nodes a shrink in progress removes, and until when (thread-safe)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._keep: frozenset[str] = frozenset()
+        self._until = float("-inf")
+
+    def open(self, keep_nodes: tuple[str, ...], seconds: float) -> None:
+        """A shrink keeping ``keep_nodes`` (empty: not named) is applied within ``seconds``."""
+        with self._lock:
+            self._keep = frozenset(keep_nodes)
+            self._until = self._clock() + seconds
+
+    def close(self) -> None:
+        with self._lock:
+            self._until = float("-inf")
+
+    def expects(self, node: str) -> bool:
+        """Whether a task ending on ``node`` now is the shrink's doing."""
+        with self._lock:
+            return self._clock() < self._until and node not in self._keep
+
+
+def planned_end(line: bytes, removal: PlannedRemoval) -> tuple[str, str] | None:
+    """(node, tasks) when ``line`` is srun's report of a task the planned shrink ended."""
+    match = _TASK_ENDED.match(line)
+    if match is None:
+        return None
+    node = match["node"].decode(errors="replace")
+    return (node, match["tasks"].decode()) if removal.expects(node) else None
+
+
+def copy_stderr(stream: IO[bytes], removal: PlannedRemoval, out: IO[bytes]) -> None:
+    """Copy srun's stderr to ``out`` line by line, a planned shrink's task ends as INFO."""
+    for line in iter(stream.readline, b""):
+        ended = planned_end(line, removal)
+        if ended is None:
+            out.write(line)
+            out.flush()
+        else:
+            node, tasks = ended
+            log.info("agent.task_removed", node=node, tasks=tasks, reason="planned shrink")
