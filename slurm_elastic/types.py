@@ -459,8 +459,33 @@ class Explanation:
     rule: str  # stable short name: "marginal-gain", "capacity", "min", "max", "payback", ...
     detail: str = ""
     waiting_job: int | None = None  # rule "reclaim": the pending job the loan goes back to
-    # Every size the policy chose among, ascending (the chosen one included).
-    candidates: tuple[CandidateFigures, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WeighedSizes:
+    """Every size a policy weighed for every job of a plan, flat (``Plan.weighed``): the
+    ``i``-th decision's sizes are ``start[i]:start[i + 1]``, ascending.  Built once per plan
+    with array operations; read per job (:meth:`of`) only where someone looks."""
+
+    start: tuple[int, ...]
+    nodes: tuple[int, ...]
+    steps_per_s: tuple[float, ...]
+    predicted_gain: tuple[float, ...]
+    resize_cost: tuple[float, ...]
+
+    def of(self, index: int) -> tuple[CandidateFigures, ...]:
+        """The sizes weighed for the ``index``-th decision."""
+        a, b = self.start[index], self.start[index + 1]
+        return tuple(
+            CandidateFigures(n, r, g, c)
+            for n, r, g, c in zip(
+                self.nodes[a:b],
+                self.steps_per_s[a:b],
+                self.predicted_gain[a:b],
+                self.resize_cost[a:b],
+                strict=True,
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,6 +509,7 @@ class Plan:
     gap: float = 0.0
     solve_s: float = 0.0
     note: str = ""  # e.g. why a fallback happened
+    weighed: WeighedSizes | None = None  # every job's candidate sizes, in decision order
 
     def target(self, job_id: int) -> int | None:
         for d in self.decisions:

@@ -193,6 +193,21 @@ class TrainingJob:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.work.glob("*.out")))
 
 
+def shrink_to_1_then_grow_to_3(job: TrainingJob, drill: ResizeDrill) -> None:
+    """The daemon shrinks the job from 2 nodes to 1 (instruction, checkpoint, ack), lets it
+    train there, then grows it to 3 (a companion); returns once it trains at 3."""
+    job.wait_records(at_world(2, min_step=15), "training at 2 nodes")
+    shrink = drill.resize(job.job_id, 1)
+    assert shrink.outcome == "applied", shrink.detail
+    assert shrink.detail.startswith("agent ready at step"), shrink.detail
+    at_one = job.wait_records(at_world(1), "training at 1 node after the shrink")
+    resumed = max(r["step"] for r in at_one)
+    job.wait_records(at_world(1, min_step=resumed + 5), "progress at 1 node")
+    grow = drill.resize(job.job_id, 3)
+    assert grow.outcome == "applied" and grow.companion_id, grow.detail
+    job.wait_records(at_world(3), "training at 3 nodes after the grow")
+
+
 def at_world(world: int, min_step: int = 0) -> Callable[[list[dict]], bool]:
     return lambda recs: any(r["world"] == world and r["step"] >= min_step for r in recs)
 
@@ -213,16 +228,7 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
 ) -> None:
     job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=3)
     try:
-        job.wait_records(at_world(2, min_step=15), "training at 2 nodes")
-        shrink = drill.resize(job.job_id, 1)
-        assert shrink.outcome == "applied", shrink.detail
-        assert shrink.detail.startswith("agent ready at step"), shrink.detail
-        at_one = job.wait_records(at_world(1), "training at 1 node after the shrink")
-        resumed = max(r["step"] for r in at_one)
-        job.wait_records(at_world(1, min_step=resumed + 5), "progress at 1 node")
-        grow = drill.resize(job.job_id, 3)
-        assert grow.outcome == "applied" and grow.companion_id, grow.detail
-        job.wait_records(at_world(3), "training at 3 nodes after the grow")
+        shrink_to_1_then_grow_to_3(job, drill)
         # While the job runs: the daemon holds its reports and its fitted models (it forgets
         # both when the job ends).
         wait_until(
@@ -268,16 +274,7 @@ def test_a_ddp_script_with_dataloader_workers_shrinks_to_1_then_grows_to_3_exact
     train = [*ddp_train_args(3), "--sample-sleep", "0.008", "--out", str(tmp_path / "final.pt")]
     job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=3, train=train)
     try:
-        job.wait_records(at_world(2, min_step=15), "training at 2 nodes")
-        shrink = drill.resize(job.job_id, 1)
-        assert shrink.outcome == "applied", shrink.detail
-        assert shrink.detail.startswith("agent ready at step"), shrink.detail
-        at_one = job.wait_records(at_world(1), "training at 1 node after the shrink")
-        resumed = max(r["step"] for r in at_one)
-        job.wait_records(at_world(1, min_step=resumed + 5), "progress at 1 node")
-        grow = drill.resize(job.job_id, 3)
-        assert grow.outcome == "applied" and grow.companion_id, grow.detail
-        job.wait_records(at_world(3), "training at 3 nodes after the grow")
+        shrink_to_1_then_grow_to_3(job, drill)
         # rank 0 reports every 5 s (restore's default): the daemon hears from the job.
         wait_until(lambda: drill.reports_of(job.job_id), 30, "a progress report")
         assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]

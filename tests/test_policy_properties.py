@@ -152,14 +152,16 @@ def test_every_decision_shows_the_sizes_it_weighed(policy: str, p: AllocationPro
     read the same numbers)."""
     plan = allocate(p, policy, options=INLINE)
     demands = {d.job_id: d for d in p.elastic}
-    for decision in plan.decisions:
+    assert plan.weighed is not None
+    for i, decision in enumerate(plan.decisions):
         why, d = decision.explanation, demands[decision.job_id]
-        sizes = [c.nodes for c in why.candidates]
+        candidates = plan.weighed.of(i)
+        sizes = [c.nodes for c in candidates]
         assert sizes == sorted(sizes) and decision.target_nodes in sizes
-        chosen = next(c for c in why.candidates if c.nodes == decision.target_nodes)
+        chosen = next(c for c in candidates if c.nodes == decision.target_nodes)
         assert math.isclose(chosen.predicted_gain, why.predicted_gain, abs_tol=1e-9)
         assert math.isclose(chosen.resize_cost, why.resize_cost, abs_tol=1e-9)
-        for c in why.candidates:
+        for c in candidates:
             if c.nodes == d.current_nodes or not d.is_running:
                 assert c.resize_cost == 0.0  # keeping a size, or starting, costs no restart
             if c.nodes == d.current_nodes:

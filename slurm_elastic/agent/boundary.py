@@ -223,6 +223,19 @@ class StepBoundary:
         log.info("trainer.restore", rank=self.rank, step=self.progress.step, path=str(chosen))
         return self.progress
 
+    def announce(self) -> None:
+        """The group's first line: where this rank starts (after :meth:`restore`)."""
+        data = self.progress.data
+        log.info(
+            "trainer.start",
+            rank=self.rank,
+            world_size=self.world_size,
+            nodes=self.nodes,
+            step=self.progress.step,
+            epoch=data.epoch,
+            offset=data.offset,
+        )
+
     # ------------------------------------------------------------------ each step
 
     def take_flags(self) -> list[float]:

@@ -263,15 +263,7 @@ def restore(
         _session.sample_log = SampleLog(sample_log, boundary.generation, boundary.rank)
     atexit.register(_at_exit)
     os.register_at_fork(after_in_child=_leave_process_group)
-    log.info(
-        "trainer.start",
-        rank=boundary.rank,
-        world_size=boundary.world_size,
-        nodes=boundary.nodes,
-        step=progress.step,
-        epoch=progress.epoch,
-        offset=progress.offset,
-    )
+    boundary.announce()
     return progress
 
 

@@ -113,13 +113,7 @@ def _own_private_json(path: Path) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise AgentError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise AgentError(f"{path} is not valid JSON") from None
-    if not isinstance(value, dict):
-        raise AgentError(f"{path} does not hold a JSON object")
-    return value
+    return _json_object(raw, path)
 
 
 def job_dir(work_dir: str | Path, job_id: int) -> Path:
@@ -139,6 +133,10 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
     except OSError as exc:
         raise AgentError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return _json_object(raw, path)
+
+
+def _json_object(raw: bytes, path: Path) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except ValueError:

@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import structlog
 
 from slurm_elastic.errors import MissingExtra
 
@@ -64,8 +63,6 @@ from slurm_elastic.agent.sampler import (
 )
 
 __all__ = ["RESTART_EXIT", "ElasticTrainer", "Step"]
-
-log = structlog.get_logger("slurm_elastic.agent")
 
 _FLAGS = 4  # hold, terminate, checkpoint, loss: appended to the gradient buffer
 
@@ -126,15 +123,7 @@ class ElasticTrainer:
         self._current: Step | None = None
         self.loss: float | None = None
         self.restored_extra = dict(self.boundary.restore().extra)
-        log.info(
-            "trainer.start",
-            rank=self.rank,
-            world_size=self.world_size,
-            nodes=self.nodes,
-            step=self.completed,
-            epoch=self.state.epoch,
-            offset=self.state.offset,
-        )
+        self.boundary.announce()
 
     @property
     def completed(self) -> int:

@@ -187,10 +187,10 @@ class CycleResult:
                                 "predicted_gain": c.predicted_gain,
                                 "resize_cost": c.resize_cost,
                             }
-                            for c in d.explanation.candidates
+                            for c in (plan.weighed.of(i) if plan.weighed else ())
                         ],
                     }
-                    for d in plan.decisions
+                    for i, d in enumerate(plan.decisions)
                 ],
             },
             "actions": [r.to_json() for r in self.actions],

@@ -22,11 +22,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from slurm_elastic.policy.compiled import RECLAIM, Compiled, IntArray, JobModel
-from slurm_elastic.types import CandidateFigures, Decision, Explanation, Plan, SolverStatus
+from slurm_elastic.types import Decision, Explanation, Plan, SolverStatus, WeighedSizes
 
 _EPS = 1e-9
 
@@ -111,13 +112,12 @@ def build_plan(
     speed = compiled.throughput[at].tolist()
     gain = (compiled.progress[at] - compiled.progress[compiled.keep]).tolist()
     rules = _rules(compiled, at, targets, solver)
-    weighed = _candidates(compiled)
     decisions = []
     for i, job in enumerate(compiled.jobs):
         target = targets[i]
         d = job.demand
         resized = d.is_running and target != d.current_nodes
-        cost = _resize_cost(speed[i], d.outlook.resize_cost_s, horizon) if resized else 0.0
+        cost = float(_resize_cost(speed[i], d.outlook.resize_cost_s, horizon)) if resized else 0.0
         rule, why, waiting = rules[i]
         what = _detail(job, target)  # never empty
         detail = f"{what}; {why}" if why else what
@@ -132,7 +132,6 @@ def build_plan(
                     rule=rule,
                     detail=detail,
                     waiting_job=waiting,
-                    candidates=weighed[i],
                 ),
             )
         )
@@ -144,33 +143,35 @@ def build_plan(
         gap=float(gap) if np.isfinite(gap) else 0.0,
         solve_s=solve_s,
         note=note,
+        weighed=weighed_sizes(compiled),
     )
 
 
-def _resize_cost(steps_per_s: float, resize_cost_s: float, horizon_s: float) -> float:
-    """Progress a resize loses: the rate at the new size times the restart's seconds."""
-    return steps_per_s * min(resize_cost_s, horizon_s)
+def _resize_cost(steps_per_s: Any, resize_cost_s: Any, horizon_s: float) -> Any:
+    """Progress a resize loses: the rate at the new size times the restart's seconds (within
+    the horizon).  Scalars or arrays alike."""
+    return steps_per_s * np.minimum(resize_cost_s, horizon_s)
 
 
-def _candidates(compiled: Compiled) -> list[tuple[CandidateFigures, ...]]:
-    """Per job, every size it was weighed at: rate, gain over keeping its size, cost."""
-    horizon = compiled.problem.horizon_s
-    sizes = compiled.sizes.tolist()
-    speed = compiled.throughput.tolist()
-    progress = compiled.progress.tolist()
-    bounds = compiled.start.tolist()
-    keep = compiled.keep.tolist()
-    out = []
-    for i, job in enumerate(compiled.jobs):
-        d = job.demand
-        kept = progress[keep[i]]
-        rows = []
-        for c in range(bounds[i], bounds[i + 1]):
-            moved = d.is_running and sizes[c] != d.current_nodes
-            cost = _resize_cost(speed[c], d.outlook.resize_cost_s, horizon) if moved else 0.0
-            rows.append(CandidateFigures(sizes[c], speed[c], progress[c] - kept, cost))
-        out.append(tuple(rows))
-    return out
+def weighed_sizes(compiled: Compiled) -> WeighedSizes:
+    """Every job's candidates with their rate, gain over keeping its size, and resize cost:
+    each candidate's figures as a decision at that size would have them, for all at once."""
+    n = len(compiled.jobs)
+    job_of = np.repeat(np.arange(n), np.diff(compiled.start))
+    demands = [job.demand for job in compiled.jobs]
+    current = np.fromiter((d.current_nodes for d in demands), dtype=np.int64, count=n)
+    running = np.fromiter((d.is_running for d in demands), dtype=bool, count=n)
+    restart_s = np.fromiter((d.outlook.resize_cost_s for d in demands), dtype=float, count=n)
+    moved = running[job_of] & (compiled.sizes != current[job_of])
+    cost = _resize_cost(compiled.throughput, restart_s[job_of], compiled.problem.horizon_s)
+    gain = compiled.progress - compiled.progress[compiled.keep][job_of]
+    return WeighedSizes(
+        start=tuple(compiled.start.tolist()),
+        nodes=tuple(compiled.sizes.tolist()),
+        steps_per_s=tuple(compiled.throughput.tolist()),
+        predicted_gain=tuple(gain.tolist()),
+        resize_cost=tuple(np.where(moved, cost, 0.0).tolist()),
+    )
 
 
 def no_change_choice(compiled: Compiled) -> list[int]:
