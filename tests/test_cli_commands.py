@@ -145,6 +145,13 @@ def test_explain_from_a_document() -> None:
     assert table[2].split() == ["2", "0.93", "0.9", "+0", "0", "now"]
     assert table[3].split() == ["3", "-", "1.3", "+420", "30", "chosen"]
     assert table[4].split() == ["4", "-", "1.6", "+390", "45"]
+    # Nulls (the status document's unknown or unbounded numbers) read as "-", never crash.
+    decision = document["plan"]["decisions"][0]
+    decision["candidates"][3] = {"nodes": 4, "steps_per_s": None, "predicted_gain": None}
+    found = explain_job({**document, "jobs": [{**TRAIN_ROW, "measured": [{"nodes": 4}]}]}, 7)
+    assert found is not None
+    last = "\n".join(explain_lines(found)).split("sizes weighed")[1].splitlines()[5]
+    assert last.split() == ["4", "-", "-", "-", "-"]
 
 
 def test_status_plain_table_and_filters(tmp_path: Path) -> None:

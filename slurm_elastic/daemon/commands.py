@@ -610,15 +610,22 @@ def explain_lines(found: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _figure(value: Any, spec: str) -> str:
+    """A number as ``spec``; ``-`` for what is not one (null: unknown or unbounded)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(value, spec)
+    return "-"
+
+
 def _candidate_lines(decision: dict[str, Any], measured: list[dict[str, Any]]) -> list[str]:
     """The sizes the policy weighed: measured and predicted rate, gain and cost of each."""
     candidates = decision.get("candidates") or []
     if not candidates:
         return []
-    seen = {int(m["nodes"]): float(m["steps_per_s"]) for m in measured}
+    seen = {m.get("nodes"): m.get("steps_per_s") for m in measured}
     rows = []
     for c in candidates:
-        nodes = int(c["nodes"])
+        nodes = c.get("nodes")
         mark = []
         if nodes == decision["current_nodes"]:
             mark.append("now")
@@ -627,10 +634,10 @@ def _candidate_lines(decision: dict[str, Any], measured: list[dict[str, Any]]) -
         rows.append(
             [
                 str(nodes),
-                f"{seen[nodes]:.3g}" if nodes in seen else "-",
-                f"{c['steps_per_s']:.3g}",
-                f"{c['predicted_gain']:+.4g}",
-                f"{c['resize_cost']:.4g}",
+                _figure(seen.get(nodes), ".3g"),
+                _figure(c.get("steps_per_s"), ".3g"),
+                _figure(c.get("predicted_gain"), "+.4g"),
+                _figure(c.get("resize_cost"), ".4g"),
                 ", ".join(mark),
             ]
         )
