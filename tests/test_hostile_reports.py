@@ -294,6 +294,11 @@ def test_no_valid_report_breaks_the_jobs_model(hostile: dict, where: int) -> Non
         estimator.reports.add(parse_report(40, body, received_at=now, slurm_nodes=2))
         _outlook_is_sane(estimator, ej, now + 1.0)
     assert estimator.bank.model(40).fit().n_reports == 8
+    # What `explain` shows as measured (jobs[].measured): at Slurm's size only, whatever
+    # the report claimed, finite, and in this job's rows alone.
+    rates = estimator.measured_rates(40)
+    assert rates and all(n == 2 and math.isfinite(r) and r > 0 for n, r in rates), rates
+    assert estimator.measured_rates(41) == ()
 
 
 # --------------------------------------------------------------------------- live
