@@ -33,6 +33,10 @@ from tests.fakes import RecordingBackend, fitting, spying, targets
 from tests.test_daemon_controller_data import job, pending, snapshot
 from tests.test_daemon_eligibility import enforcing
 
+# A job that started just before the first cycle (at 1000.0): a grow's price is its restart
+# alone, not the unseen work a script without the library may redo (model.outlook).
+JUST_STARTED = 990.0
+
 
 def make(
     snap: ClusterSnapshot,
@@ -222,7 +226,7 @@ def test_cooldown_freezes_a_job_after_a_resize() -> None:
 
 
 def test_grow_submits_a_companion_as_the_owner() -> None:
-    snap = snapshot([job(8, nodes=("n1", "n2"))])
+    snap = snapshot([job(8, nodes=("n1", "n2"), start=JUST_STARTED)])
     ctl, backend, journal, _ = make(snap, {8: 4})
     result = ctl.run_once(1000.0)
     ((verb, kw),) = backend.actions()
@@ -242,7 +246,7 @@ def test_orphan_companion_is_cancelled() -> None:
 
 
 def test_at_most_max_resizes_per_cycle() -> None:
-    jobs = [job(i, nodes=(f"n{i}",), hi=2) for i in (1, 2, 3)]
+    jobs = [job(i, nodes=(f"n{i}",), hi=2, start=JUST_STARTED) for i in (1, 2, 3)]
     ctl, backend, _, _ = make(snapshot(jobs), {1: 2, 2: 2, 3: 2}, max_resizes_per_cycle=2)
     result = ctl.run_once(1000.0)
     assert [c[0] for c in backend.actions()] == ["submit", "submit"]
@@ -325,7 +329,7 @@ def test_history_is_read_at_its_cadence_and_retried_later_after_a_failure() -> N
 
 
 def test_refused_grow_is_recorded_failed_and_cools_down() -> None:
-    snap = snapshot([job(8, nodes=("n1", "n2"))])
+    snap = snapshot([job(8, nodes=("n1", "n2"), start=JUST_STARTED)])
     ctl, backend, journal, _ = make(snap, {8: 4})
 
     def refuse(script: str, **kw: object) -> int:
@@ -377,7 +381,7 @@ def test_a_companion_failing_at_once_is_retried_with_backoff_then_given_up() -> 
     """sbatch accepts the companion, which fails within a second, three times: the grows
     wait 60 s, then 120 s, and after the third failure the job is no longer grown; the
     status REASON says which and why."""
-    parent = job(8, nodes=("n1", "n2"))
+    parent = job(8, nodes=("n1", "n2"), start=JUST_STARTED)
     ctl, backend, journal, _ = make(snapshot([parent]), {8: 3}, cooldown_s=0)
     backend.fresh = True
     now = 1000.0
@@ -434,6 +438,30 @@ def test_a_companion_that_ran_or_finished_is_no_failure() -> None:
     backend.snap = snapshot([parent])
     ctl.run_once(1400.0)  # vanished without ever being seen: a failure
     assert journal.grow_failures(8) == (1, 1400.0, "companion 503 gone before it started")
+
+
+@pytest.mark.parametrize("reported", [False, True])
+def test_a_resize_that_may_redo_hours_is_not_worth_it(reported: bool) -> None:
+    """Issue 23: the cost of resizing a script without the library enters the policy.  A job
+    that has run 2 h and never reported may go back to its own last checkpoint, at worst its
+    start: no grow pays that back in the horizon, and the daemon leaves it.  The same job
+    with the library (it reports, and holds at a step boundary) is grown."""
+    now = 7200.0
+    seen: list[AllocationProblem] = []
+    running = job(8, nodes=("n1",), comment="elastic:min=1,max=4", start=0.0)
+    ctl, backend = enforcing(snapshot([running], taken_at=now), allocate=spying(seen))
+    if reported:
+        for i in range(5):
+            ctl.reports.add(
+                ProgressReport(job_id=8, time=now - 500 + 100 * i, step=100 * i, nodes=1)
+            )
+    result = ctl.run_once(now)
+    (decision,) = result.plan.decisions if result.plan else ()
+    if reported:
+        assert decision.target_nodes == 4 and backend.actions()[0][0] == "submit"
+    else:
+        assert decision.target_nodes == 1 and backend.actions() == []
+        assert decision.explanation.rule == "payback"
 
 
 def test_a_qos_node_limit_caps_growth_like_a_partition() -> None:

@@ -193,6 +193,25 @@ def test_resize_cost_is_measured_and_used() -> None:
     assert _outlook(None).resize_cost_s == 45.0
 
 
+def test_a_job_that_never_reported_pays_for_a_resize_all_it_has_run() -> None:
+    """Issue 23: a script without the library restarts from its own last checkpoint, which
+    the daemon cannot see: a resize may redo all it has run, and is priced so.  A declared
+    resize cost is the user's word for the whole cost; a job that reported holds at a step
+    boundary (the library) and pays its restart only."""
+    assert _outlook(None, elapsed=None).resize_cost_s == 45.0  # pending: nothing to redo
+    assert _outlook(None, elapsed=3600.0).resize_cost_s == 45.0 + 3600.0
+    declared = ElasticSpec(1, 8, resize_cost_s=12.0)
+    assert _outlook(None, spec=declared, elapsed=3600.0).resize_cost_s == 12.0
+    m = JobModel(7)
+    _feed(m, 5, nodes=4)
+    fit = m.fit()
+    assert _outlook(fit, elapsed=3600.0, now=fit.time).resize_cost_s == 45.0
+    # At the horizon's length, no other size makes progress for it: the policy leaves it.
+    unreported = _outlook(None, elapsed=3600.0)
+    assert progress_over(unreported, 8, 3600.0) == 0.0
+    assert progress_over(unreported, 4, 3600.0) > 0.0
+
+
 def test_a_free_restart_is_a_measurement_too() -> None:
     m = JobModel(7)
     _feed(m, 5, nodes=4)

@@ -188,5 +188,5 @@ class Estimator:
             last = self._estimated[job.job_id] = _Estimated(prior, spec, cost, basis)
         done = last.basis.done(now, elapsed)
         if last.outlook is None or done != last.done:
-            last.done, last.outlook = done, last.basis.outlook(done)
+            last.done, last.outlook = done, last.basis.outlook(done, elapsed)
         return last.outlook

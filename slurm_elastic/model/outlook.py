@@ -27,7 +27,9 @@ Guarantees of ``estimate_outlook`` (tested):
   time of similar jobs (or the site default) minus the time already run, never less than
   ``MIN_REMAINING_FRACTION`` of the work done so far and never less than one minute.
   This is a deliberately conservative finite estimate: treat low confidence as "do not
-  take large risks for this job", not as "unknown".
+  take large risks for this job", not as "unknown";
+* a job with no report and no declared ``resize_cost`` pays for a resize all it has run
+  (``OutlookBasis.outlook``): its script, not the library, decides what a restart redoes.
 """
 
 from __future__ import annotations
@@ -642,6 +644,10 @@ class OutlookBasis:
     fitted: bool  # a throughput fit exists
     prediction: ConvergencePrediction | None  # read only without a step budget
     resize_cost_s: float
+    # A resize restarts the script from its own last checkpoint, which the daemon cannot
+    # see: a job that never reported (no library to hold at a step boundary) and declared
+    # no cost of its own may redo all it has run (see ``outlook``).
+    redoes_unseen_work: bool = False
 
     def done(self, now: float, elapsed_s: float | None) -> float:
         """Progress at ``now``: at the last report plus the steps made since at the current
@@ -656,8 +662,15 @@ class OutlookBasis:
             return self.base + (since * self.run_rate if self.extrapolates else 0.0)
         return (_finite_pos(elapsed_s) or 0.0) * self.run_rate
 
-    def outlook(self, done: float) -> Outlook:
-        """The ``Outlook`` with ``done`` progress made (see ``done``)."""
+    def outlook(self, done: float, elapsed_s: float | None = None) -> Outlook:
+        """The ``Outlook`` with ``done`` progress made (see ``done``).
+
+        A job that ``redoes_unseen_work`` pays for a resize its restart plus ``elapsed_s``,
+        all it has run: under the signal contract (``agent.stopping``) or a torchrun
+        restart its script goes back to its own last checkpoint, at worst its start.  The
+        policy then resizes it only where that is worth it; a declared ``resize_cost``
+        (the user's word on what a restart costs them) replaces the bound.
+        """
         fit, reported = self.fit, self.reported
         # Prior: the typical whole run, converted into this job's unit, minus what is done.
         floor = max(MIN_REMAINING_S * self.run_rate, MIN_REMAINING_FRACTION * done)
@@ -691,7 +704,8 @@ class OutlookBasis:
                 map(SizeEstimate, self.nodes, self.speeds, [work / f for f in self.speeds])
             ),
             remaining_work=work,
-            resize_cost_s=self.resize_cost_s,
+            resize_cost_s=self.resize_cost_s
+            + ((_finite_pos(elapsed_s) or 0.0) if self.redoes_unseen_work else 0.0),
             confidence=round(0.5 * work_conf + 0.5 * self.tp_conf, 3),
             source=source,
         )
@@ -753,6 +767,9 @@ def outlook_basis(
         fitted=tput is not None,
         prediction=prediction,
         resize_cost_s=cost,
+        redoes_unseen_work=(fit is None or fit.n_reports == 0)
+        and spec.resize_cost_s is None
+        and (fit is None or fit.resize_cost_s is None),
     )
 
 
@@ -780,7 +797,7 @@ def estimate_outlook(
         prior=prior,
         default_resize_cost_s=default_resize_cost_s,
     )
-    return basis.outlook(basis.done(now, elapsed_s))
+    return basis.outlook(basis.done(now, elapsed_s), elapsed_s)
 
 
 def progress_over(outlook: Outlook, nodes: int, horizon_s: float) -> float:
