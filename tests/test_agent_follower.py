@@ -58,7 +58,11 @@ def post(board: InstructionBoard, target: int, keep: tuple[str, ...] = ("n1",)) 
     return instruction
 
 
-def follower(tmp_path: Path, url: str, sizes: list[int]) -> Follower:
+def follower(tmp_path: Path, url: str, sizes: list[int], *, library: bool = True) -> Follower:
+    """``library``: the workers use the training library (it wrote agent.json), so shrinks
+    go through the hold protocol; without it, through the signal contract."""
+    if library:
+        write_json(tmp_path / "agent.json", {"generation": 1})
     return Follower(
         job_id=JOB,
         job_dir=tmp_path,
@@ -70,6 +74,7 @@ def follower(tmp_path: Path, url: str, sizes: list[int]) -> Follower:
         poll_s=0.1,
         hold_timeout_s=1.0,
         applied_grace_s=1.0,
+        stop_grace_s=1.0,
     )
 
 
@@ -145,3 +150,55 @@ def test_withdrawn_instruction_resumes_in_place(tmp_path: Path, daemon) -> None:
     threading.Thread(target=withdraw_after_ack, daemon=True).start()
     f.poll_once()
     assert ControlReader(tmp_path).read() == Control(1, "resume", restart=False)
+
+
+def test_a_script_without_the_library_is_shrunk_by_the_signal_contract(
+    tmp_path: Path, daemon
+) -> None:
+    """No agent.json: the follower asks every node to stop its workers (control "signal"),
+    waits for their stopped-<node>.json (at most the grace), then acks ready with the work
+    that may be redone; no hold, no held.json, no retry."""
+    server, board = daemon
+    sizes = [2]
+    instruction = post(board, 1)
+    f = follower(tmp_path, server.url, sizes, library=False)
+
+    def nodes_stop() -> None:  # what each node's StopWatcher writes
+        reader = ControlReader(tmp_path)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            control = reader.read()
+            if control is not None and control.action == "signal":
+                for node, trained in (("n1", 120.0), ("n2", 95.5)):
+                    record = {"seq": control.seq, "node": node, "trained_since_start_s": trained}
+                    write_json(tmp_path / f"stopped-{node}.json", record)
+                while board.ack_for(instruction.id) is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                sizes[0] = 1  # the daemon shrank the job
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=nodes_stop, daemon=True).start()
+    f.poll_once()
+    ack = board.ack_for(instruction.id)
+    assert ack is not None and ack.status is AckStatus.READY, ack
+    assert "signal contract: 2 of 2 nodes stopped" in ack.detail
+    assert "up to 120s of training" in ack.detail
+    control = ControlReader(tmp_path).read()
+    assert control is not None and (control.seq, control.action) == (1, "signal")
+    assert f.removal.expects("n1") and f.removal.expects("n2")  # every task may end
+    assert not (tmp_path / "held.json").exists()
+
+
+def test_the_signal_contract_goes_ahead_after_the_grace_when_nodes_stay_silent(
+    tmp_path: Path, daemon
+) -> None:
+    server, board = daemon
+    instruction = post(board, 1)
+    f = follower(tmp_path, server.url, [2], library=False)
+    started = time.monotonic()
+    f.poll_once()  # nobody writes stopped-*.json: the grace (1 s) + 5 s, then the shrink
+    ack = board.ack_for(instruction.id)
+    assert ack is not None and ack.status is AckStatus.READY
+    assert "0 of 2 nodes stopped" in ack.detail
+    assert time.monotonic() - started < 15

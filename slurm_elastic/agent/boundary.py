@@ -52,6 +52,7 @@ from slurm_elastic.agent.checkpoint import atomic_write, checkpoint_path, list_c
 from slurm_elastic.agent.jobdir import CHECKPOINTS, DONE, HELD, Control, ControlReader, write_json
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.sampler import SamplerState
+from slurm_elastic.agent.stopping import AGENT_MARKER
 
 log = structlog.get_logger("slurm_elastic.agent")
 
@@ -163,6 +164,10 @@ class StepBoundary:
         signal.signal(signal.SIGUSR1, self._on_signal)
         self.generation = self.broadcast(time.time_ns())
         self.reporter = self._make_reporter(report_every_s)
+        if self.rank == 0 and self.job_dir is not None:
+            # The launcher answers this job's shrinks with the hold protocol, not the
+            # signal contract of scripts without the library (agent.stopping).
+            write_json(self.job_dir / AGENT_MARKER, {"generation": self.generation})
 
     # ------------------------------------------------------------------ set-up
 

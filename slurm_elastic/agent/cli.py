@@ -39,6 +39,20 @@ from slurm_elastic.errors import SlurmElasticError
     metavar="K=V,...",
     help="Extra torch rendezvous settings (e.g. last_call_timeout=3); is_host is set per node.",
 )
+@click.option(
+    "--stop-signal",
+    default="USR1",
+    show_default=True,
+    help="Signal for a script without the library when the job shrinks (the signal contract).",
+)
+@click.option(
+    "--stop-grace",
+    "stop_grace_s",
+    type=click.FloatRange(min=0.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a script has to exit on --stop-signal before it is killed.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     nproc_per_node: int,
@@ -48,6 +62,8 @@ def run(
     join: int | None,
     poll_s: float,
     rdzv_conf: str,
+    stop_signal: str,
+    stop_grace_s: float,
     command: tuple[str, ...],
 ) -> None:
     """Run elastic torch training in this Slurm job: slurm-elastic run -- python train.py ...
@@ -59,6 +75,7 @@ def run(
     from slurm_elastic.agent.launcher import RunOptions
     from slurm_elastic.agent.launcher import run as launch
     from slurm_elastic.agent.rendezvous import parse_conf
+    from slurm_elastic.agent.stopping import signal_number
     from slurm_elastic.logs import configure_logging
 
     if join is not None and command:
@@ -67,6 +84,10 @@ def run(
         extra_conf = parse_conf(rdzv_conf)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--rdzv-conf") from None
+    try:
+        signal_number(stop_signal)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--stop-signal") from None
     configure_logging()
     options = RunOptions(
         argv=command,
@@ -77,6 +98,8 @@ def run(
         poll_s=poll_s,
         join=join,
         rdzv_conf=tuple(extra_conf.items()),
+        stop_signal=stop_signal,
+        stop_grace_s=stop_grace_s,
     )
     try:
         code = launch(options)

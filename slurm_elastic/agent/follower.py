@@ -31,6 +31,7 @@ import structlog
 
 from slurm_elastic.agent.jobdir import CONTROL, HELD, Control, read_json, write_json
 from slurm_elastic.agent.srunlog import PlannedRemoval
+from slurm_elastic.agent.stopping import AGENT_MARKER, STOP_ACTION
 from slurm_elastic.errors import AgentError
 from slurm_elastic.protocol import (
     MAX_DETAIL,
@@ -108,6 +109,7 @@ class Follower:
     # Told which nodes the shrink removes, so that srun's report of their killed tasks is
     # logged as the shrink's (agent.srunlog), not as an error.
     removal: PlannedRemoval = field(default_factory=PlannedRemoval)
+    stop_grace_s: float = 30.0  # the signal contract's grace (agent.stopping)
     answered: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -172,6 +174,9 @@ class Follower:
         if why is not None:
             self.ack(instruction, AckStatus.FAILED, 0, why)
             return
+        if not (self.job_dir / AGENT_MARKER).exists():
+            self.stop_by_signal(instruction, before)
+            return
         request = self.control.issue(
             "hold", instruction_id=instruction.id, keep_nodes=instruction.keep_nodes
         )
@@ -188,6 +193,43 @@ class Follower:
         if after >= before:
             self.removal.close()  # nothing was removed: a task ending now is news
         log.info("agent.resumed", id=instruction.id, nodes=after, step=held_step)
+
+    def stop_by_signal(self, instruction: Instruction, before: int) -> None:
+        """The signal contract (``agent.stopping``) for a script without the library: every
+        node stops its workers with the job's stop signal and grace, then the shrink goes
+        ahead; what the script did since its own last checkpoint is redone, and the ack
+        says how much that can be."""
+        request = self.control.issue(
+            STOP_ACTION, instruction_id=instruction.id, keep_nodes=instruction.keep_nodes
+        )
+        # Every node's workers are stopped, so every task may end: not an error.
+        window = instruction.deadline - self.clock() + self.applied_grace_s + REMOVAL_TAIL_S
+        self.removal.open((), max(window, REMOVAL_TAIL_S) + self.stop_grace_s)
+        stopped = self.wait_stopped(request.seq, before, self.clock() + self.stop_grace_s + 5.0)
+        lost = max((float(r.get("trained_since_start_s", 0.0)) for r in stopped), default=0.0)
+        detail = (
+            f"signal contract: {len(stopped)} of {before} nodes stopped their workers; up to "
+            f"{lost:.0f}s of training since they started is redone from the script's own "
+            "checkpoint"
+        )
+        self.ack(instruction, AckStatus.READY, 0, detail)
+        after = self.wait_applied(instruction, before)
+        log.info("agent.stopped_for_shrink", id=instruction.id, nodes=after, redone_up_to_s=lost)
+
+    def wait_stopped(self, seq: int, nodes: int, until: float) -> list[dict[str, Any]]:
+        """The nodes' ``stopped-<node>.json`` for request ``seq``, once all ``nodes`` wrote
+        theirs or ``until`` passed."""
+        found: list[dict[str, Any]] = []
+        while not self._stop.is_set():
+            found = []
+            for path in self.job_dir.glob("stopped-*.json"):
+                record = read_json(path)
+                if record is not None and record.get("seq") == seq:
+                    found.append(record)
+            if len(found) >= nodes or self.clock() >= until:
+                break
+            time.sleep(0.1)
+        return found
 
     def wait_held(self, seq: int, until: float) -> int | None:
         until = min(until, self.clock() + self.hold_timeout_s)

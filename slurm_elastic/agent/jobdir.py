@@ -164,6 +164,8 @@ class LaunchInfo:
     job_dir: str
     created_at: float
     rdzv_conf: dict[str, str] = field(default_factory=dict)
+    stop_signal: str = "USR1"  # the signal contract (agent.stopping)
+    stop_grace_s: float = 30.0
 
     @property
     def rdzv_endpoint(self) -> str:
@@ -193,6 +195,8 @@ class LaunchInfo:
                 job_dir=str(data["job_dir"]),
                 created_at=float(data["created_at"]),
                 rdzv_conf={str(k): str(v) for k, v in data.get("rdzv_conf", {}).items()},
+                stop_signal=str(data.get("stop_signal", "USR1")),
+                stop_grace_s=float(data.get("stop_grace_s", 30.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise AgentError(f"launch.json is incomplete or malformed: {exc}") from None

@@ -66,6 +66,8 @@ class RunOptions:
     poll_s: float = 1.0
     join: int | None = None
     rdzv_conf: tuple[tuple[str, str], ...] = ()
+    stop_signal: str = "USR1"  # the signal contract (agent.stopping)
+    stop_grace_s: float = 30.0
 
 
 def _env_int(name: str) -> int:
@@ -124,6 +126,8 @@ def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
         job_dir=str(job_dir(work_dir_of(view), job_id)),
         created_at=time.time(),
         rdzv_conf=dict(opts.rdzv_conf),
+        stop_signal=opts.stop_signal,
+        stop_grace_s=opts.stop_grace_s,
     )
 
 
@@ -317,6 +321,7 @@ def run(opts: RunOptions) -> int:
         node_count=lambda: effective_nodes(job_id),
         poll_s=opts.poll_s,
         removal=step.removal,
+        stop_grace_s=info.stop_grace_s,
     )
     follower.start()
     try:

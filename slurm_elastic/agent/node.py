@@ -64,6 +64,9 @@ def node_env(info: LaunchInfo, addr: str | None, env: dict[str, str]) -> dict[st
     # The largest world the job can reach: agent.elastic's sampler keeps its steps the same
     # whatever sizes the job passes through.
     out["SLURM_ELASTIC_MAX_WORLD"] = str(info.max_nodes * info.nproc_per_node)
+    # The signal contract, carried out by the torchrun wrapper (agent.stopping).
+    out["SLURM_ELASTIC_STOP_SIGNAL"] = info.stop_signal
+    out["SLURM_ELASTIC_STOP_GRACE"] = str(info.stop_grace_s)
     out.setdefault("OMP_NUM_THREADS", "1")
     if is_loopback(addr):
         out.setdefault("GLOO_SOCKET_IFNAME", "lo")

@@ -18,13 +18,18 @@ process killed by it would (so the launcher still sees an unfinished training).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 
 import structlog
 
 from slurm_elastic.agent.boundary import RESTART_EXIT
+from slurm_elastic.agent.stopping import StopWatcher, children, signal_number
 
 # The logger of torch.distributed.elastic.multiprocessing.api (torch 2.x), which writes both.
 TORCH_PROCESS_LOGGER = "torch.distributed.elastic.multiprocessing.api"
@@ -43,11 +48,36 @@ class ResizeExits(logging.Filter):
         return not message.startswith("Sending process %s closing signal")
 
 
+def _forward_to_workers(signum: int, _frame: object) -> None:
+    # SIGUSR1 (Slurm's --signal, or the node agent's own) is for the training script: the
+    # node agent ignored it for torchrun's sake, and that ignore would pass to the workers.
+    for pid in children(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def start_stop_watcher(env: Mapping[str, str]) -> StopWatcher | None:
+    """The signal contract's node side (``agent.stopping``) when run by the node agent."""
+    job_dir, node = env.get("SLURM_ELASTIC_JOB_DIR"), env.get("SLURMD_NODENAME")
+    if not job_dir or not node:
+        return None
+    watcher = StopWatcher(
+        Path(job_dir),
+        node,
+        signal_number(env.get("SLURM_ELASTIC_STOP_SIGNAL") or "USR1"),
+        float(env.get("SLURM_ELASTIC_STOP_GRACE") or 30.0),
+    )
+    watcher.start()
+    return watcher
+
+
 def main(argv: list[str] | None = None) -> None:
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     logging.getLogger(TORCH_PROCESS_LOGGER).addFilter(ResizeExits())
+    signal.signal(signal.SIGUSR1, _forward_to_workers)
+    start_stop_watcher(os.environ)
     try:
         run.main(sys.argv[1:] if argv is None else argv)
     except SignalException as exc:

@@ -1,0 +1,186 @@
+"""The signal contract: how a training script that does not use the library is shrunk.
+
+A script without ``agent.elastic`` or ``ElasticTrainer`` cannot answer a hold: it never
+writes ``held.json``.  For such a job (no ``agent.json`` in the job directory: the library
+writes it when it starts) the follower asks instead for a *stop*: ``control.json`` action
+``signal``.  On every node the torchrun wrapper (:class:`StopWatcher`, a thread beside
+torchrun) then
+
+1. sends its worker processes the job's stop signal (``SIGUSR1`` unless the job said
+   otherwise: ``slurm-elastic run --stop-signal``): a script that checkpoints on it does so,
+   one that does nothing ends (the default action of SIGUSR1);
+2. waits until those processes have exited, at most the grace period
+   (``--stop-grace``), and then ends what is left of them with SIGKILL;
+3. writes ``stopped-<node>.json``: when the signal went out, how long the workers took,
+   and how long they had been training since they last started -- the most the script can
+   lose, since whatever it did after its own last checkpoint is redone.
+
+torch elastic restarts the workers, which resume from the script's own checkpoint; once
+every node has written its file (or the grace has passed) the follower acknowledges, and
+the daemon shrinks the job.  torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from slurm_elastic.agent.jobdir import ControlReader, write_json
+
+log = structlog.get_logger("slurm_elastic.agent")
+
+STOP_ACTION = "signal"
+AGENT_MARKER = "agent.json"  # written by the library when it starts (agent.boundary)
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def signal_number(name: str) -> int:
+    """``USR1`` / ``SIGUSR1`` / ``10`` -> 10; ValueError for anything else."""
+    text = name.strip().upper()
+    if text.isdigit() and int(text) in {int(s) for s in signal.Signals}:
+        return int(text)
+    try:
+        return int(signal.Signals["SIG" + text.removeprefix("SIG")])
+    except KeyError:
+        raise ValueError(f"not a signal name: {name!r}") from None
+
+
+def stopped_name(node: str) -> str:
+    return f"stopped-{node}.json"
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux ``/proc``), any of its threads' (empty if gone)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found += [int(word) for word in handle.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def running_for_s(pid: int) -> float | None:
+    """Seconds since ``pid`` started (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as handle:
+            uptime = float(handle.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    return uptime - int(fields[19]) / _CLOCK_TICKS  # field 22 of stat: starttime
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is gone for our purpose: it trains no more.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_workers(
+    workers: list[int],
+    signum: int,
+    grace_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[float, bool]:
+    """Signal ``workers``, wait for them at most ``grace_s``, SIGKILL the rest.
+
+    Returns (seconds waited, whether all ended by themselves within the grace).
+    """
+    started = clock()
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+    while clock() - started < grace_s:
+        if not any(alive(pid) for pid in workers):
+            return clock() - started, True
+        time.sleep(0.05)
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return clock() - started, False
+
+
+class StopWatcher:
+    """Beside torchrun on one node: carries out the follower's stop requests (module doc)."""
+
+    def __init__(
+        self,
+        job_dir: Path,
+        node: str,
+        signum: int,
+        grace_s: float,
+        agent_pid: int | None = None,
+        poll_s: float = 0.2,
+    ) -> None:
+        self.job_dir = job_dir
+        self.node = node
+        self.signum = signum
+        self.grace_s = grace_s
+        self.agent_pid = agent_pid if agent_pid is not None else os.getpid()
+        self.poll_s = poll_s
+        self._reader = ControlReader(job_dir)
+        current = self._reader.read()
+        # Requests from before this agent started were for other workers.
+        self._seen = current.seq if current is not None else 0
+        self._stop = threading.Event()
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._loop, name="slurm-elastic-stop", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll_once()
+            except Exception as exc:  # never take torchrun down
+                log.warning("agent.stop_failed", node=self.node, error=str(exc))
+
+    def poll_once(self) -> bool:
+        """Carry out a new stop request, if there is one; whether there was."""
+        control = self._reader.read()
+        if control is None or control.seq <= self._seen or control.action != STOP_ACTION:
+            return False
+        self._seen = control.seq
+        workers = children(self.agent_pid)
+        ages = [age for pid in workers if (age := running_for_s(pid)) is not None]
+        waited, by_themselves = stop_workers(workers, self.signum, self.grace_s)
+        name = signal.Signals(self.signum).name
+        record = {
+            "seq": control.seq,
+            "node": self.node,
+            "signal": name,
+            "workers": len(workers),
+            "waited_s": round(waited, 3),
+            "ended_by_themselves": by_themselves,
+            "trained_since_start_s": round(max(ages), 1) if ages else 0.0,
+        }
+        write_json(self.job_dir / stopped_name(self.node), record)
+        log.info("agent.workers_stopped", **record)
+        return True

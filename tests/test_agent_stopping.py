@@ -1,0 +1,95 @@
+"""The signal contract's node side (``agent.stopping``), with real processes, no torch.
+
+A stand-in for torchrun starts two workers; the watcher, given the agent's pid, signals
+them on the follower's ``signal`` request, waits at most the grace, and says what it did.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.agent.jobdir import Control, read_json, write_json
+from slurm_elastic.agent.stopping import StopWatcher, children, running_for_s, signal_number
+
+# Two workers: one with no handler (SIGUSR1 ends it), one that saves for 0.3 s and exits,
+# or (IGNORE) one that ignores the signal and must be killed after the grace.
+AGENT = """
+import subprocess, sys, time
+plain = "import time; time.sleep(60)"
+saver = (
+    "import signal, sys, time\\n"
+    "def on(*_):\\n    time.sleep(0.3); sys.exit(0)\\n"
+    "signal.signal(signal.SIGUSR1, on if sys.argv[1] == 'save' else signal.SIG_IGN)\\n"
+    "time.sleep(60)\\n"
+)
+procs = [subprocess.Popen([sys.executable, "-c", plain]),
+         subprocess.Popen([sys.executable, "-c", saver, sys.argv[1]])]
+print("ready", flush=True)
+for p in procs:
+    p.wait()
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def agent(request: pytest.FixtureRequest) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", AGENT, request.param], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 10
+    while len(children(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the workers' handlers installed
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("agent", ["save"], indirect=True)
+def test_workers_are_signalled_and_end_within_the_grace(
+    agent: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    watcher = StopWatcher(tmp_path, "n2", signal.SIGUSR1, grace_s=10.0, agent_pid=agent.pid)
+    assert not watcher.poll_once()  # nothing asked
+    write_json(tmp_path / "control.json", Control(4, "signal", instruction_id="i").to_json())
+    assert watcher.poll_once()
+    record = read_json(tmp_path / "stopped-n2.json")
+    assert record is not None and record["seq"] == 4 and record["workers"] == 2
+    assert record["ended_by_themselves"] and record["waited_s"] < 5
+    assert record["signal"] == "SIGUSR1" and record["trained_since_start_s"] >= 0.5
+    assert children(agent.pid) == [] or all(running_for_s(p) is None for p in children(agent.pid))
+    assert not watcher.poll_once()  # the same request is carried out once
+
+
+@pytest.mark.parametrize("agent", ["ignore"], indirect=True)
+def test_workers_that_ignore_the_signal_are_killed_after_the_grace(
+    agent: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    watcher = StopWatcher(tmp_path, "n1", signal.SIGUSR1, grace_s=1.0, agent_pid=agent.pid)
+    write_json(tmp_path / "control.json", Control(1, "signal").to_json())
+    started = time.monotonic()
+    assert watcher.poll_once()
+    record = read_json(tmp_path / "stopped-n1.json")
+    assert record is not None and not record["ended_by_themselves"]
+    assert 1.0 <= time.monotonic() - started < 5
+
+
+def test_a_request_from_before_the_agent_started_is_not_carried_out(tmp_path: Path) -> None:
+    write_json(tmp_path / "control.json", Control(3, "signal").to_json())
+    watcher = StopWatcher(tmp_path, "n1", signal.SIGUSR1, grace_s=1.0, agent_pid=1 << 22)
+    assert not watcher.poll_once()
+
+
+def test_signal_names() -> None:
+    assert signal_number("USR1") == signal_number("SIGUSR1") == signal.SIGUSR1
+    assert signal_number("15") == signal.SIGTERM
+    with pytest.raises(ValueError, match="not a signal name"):
+        signal_number("USR9")
