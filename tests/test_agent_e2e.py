@@ -39,6 +39,7 @@ torch = pytest.importorskip("torch")
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "train_mlp.py"
 DDP_SCRIPT = REPO / "examples" / "ddp_tutorial" / "train_elastic.py"
+PLAIN_DDP_SCRIPT = REPO / "examples" / "ddp_tutorial" / "train.py"  # no library at all
 # 50 steps per epoch at a global batch of 48; the sleep per sample paces the 2-core
 # machine so that resizes land mid-training and throughput grows with the world size.
 TRAIN_ARGS = ["--samples", "2400", "--global-batch", "48", "--micro-batch", "16", "--seed", "3"]
@@ -132,6 +133,7 @@ class TrainingJob:
         api: str,
         epochs: int,
         train: list[str] | None = None,
+        run_options: str = "",
     ) -> None:
         """``train``: the script and its arguments (default: train_mlp.py paced, with its
         sample log); the job's sample log is ``work/log`` either way."""
@@ -149,7 +151,7 @@ class TrainingJob:
                 "#SBATCH --elastic=1-3",  # the option (etc/spank/elastic.c), sets --nodes
                 f"#SBATCH --output={work}/job-%j.out",
                 f"export SLURM_ELASTIC_SAMPLE_LOG={work / 'log'}",  # agent.elastic's record
-                "slurm-elastic run -- python " + " ".join(train),
+                f"slurm-elastic run {run_options} -- python " + " ".join(train),
                 "",
             ]
         )
@@ -287,6 +289,51 @@ def test_a_ddp_script_with_dataloader_workers_shrinks_to_1_then_grows_to_3_exact
     log = job.log_text()
     assert log.count("trainer.exit") >= 2 and "agent.task_removed" in log
     assert not error_lines(log), error_lines(log)
+
+
+@pytest.fixture
+def hard_drill(clean_queue: SlurmCluster, tmp_path: Path) -> Iterator[ResizeDrill]:
+    """The daemon's cycle with ``guards.hard_shrink: true``: what a site sets to shrink jobs
+    whose scripts never report."""
+    state = tmp_path / "daemon-state"
+    with ResizeDrill(CliBackend(), state, ack_timeout_s=60.0, hard_shrink=True) as d:
+        yield d
+    for job_id in clean_queue.active_job_ids():
+        clean_queue.run("scancel", str(job_id), check=False)
+    clean_queue.run("scontrol", "reconfigure", check=False)
+
+
+def test_a_script_without_the_library_is_shrunk_under_the_signal_contract(
+    clean_queue: SlurmCluster, hard_drill: ResizeDrill, tmp_path: Path
+) -> None:
+    """Issue 23, item 2: the plain tutorial script (no library, no signal handling, its own
+    snapshot every epoch) at 2 nodes is shrunk to 1.  Every node's workers get SIGUSR1 and
+    end (its default action); the follower acknowledges within the grace with the training
+    that may be redone; the daemon shrinks once (no retry); the script resumes from its own
+    snapshot at 1 node and finishes."""
+    train = [str(PLAIN_DDP_SCRIPT), "2", "1", "--samples", "960", "--batch_size", "16"]
+    train += ["--sample-sleep", "0.05"]  # 0.4 s a step at 2 nodes: the shrink lands mid-run
+    job = TrainingJob(
+        clean_queue, tmp_path, hard_drill.url, epochs=2, train=train, run_options="--stop-grace 5"
+    )
+    try:
+        wait_until(lambda: "Epoch 0 | Training snapshot saved" in job.log_text(), 120, "a snapshot")
+        asked = time.monotonic()
+        shrink = hard_drill.resize(job.job_id, 1)
+        took = time.monotonic() - asked
+        assert shrink.outcome == "applied", shrink.detail
+        assert "signal contract: 2 of 2 nodes stopped their workers" in shrink.detail
+        assert "of training since they started is redone" in shrink.detail
+        assert took < 5 + 30, took  # the grace, plus the daemon's and Slurm's own seconds
+        assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
+    finally:
+        clean_queue.run("scancel", str(job.job_id), check=False)
+    shrinks = [e for e in hard_drill.journal.actions_for(job.job_id) if e.action.to_nodes == 1]
+    assert len(shrinks) == 1  # applied once, never retried
+    log = job.log_text()
+    assert "agent.workers_stopped" in log and "Resuming training from snapshot" in log
+    assert "Steps: 60" in log  # 960 samples / 16 per rank at one node: the job went on at 1
+    print(f"signal contract: shrink applied {took:.1f}s after the decision; {shrink.detail}")
 
 
 def test_unannounced_shrink_then_lost_step_relaunches_on_what_is_left(

@@ -301,6 +301,15 @@ def test_torchrun_drops_only_its_lines_for_a_planned_resize() -> None:
     assert keep(record(logging.ERROR, failed, 1, 0, 31073, "python"))
     assert keep(record(logging.ERROR, failed, -9, 0, 31073, "python"))
     assert keep(record(logging.WARNING, "something else %s", 75))
+    # The signal contract: while the workers are being stopped, their end by the stop
+    # signal (SIGUSR1: -10) or by the SIGKILL after the grace is the stop's, not an error.
+    stopping = [True]
+    contract = ResizeExits(lambda: stopping[0], 10).filter
+    assert not contract(record(logging.ERROR, failed, -10, 0, 31073, "python"))
+    assert not contract(record(logging.ERROR, failed, -9, 0, 31073, "python"))
+    assert contract(record(logging.ERROR, failed, -11, 0, 31073, "python"))
+    stopping[0] = False
+    assert contract(record(logging.ERROR, failed, -10, 0, 31073, "python"))
 
 
 def test_a_companion_runs_in_its_parents_environment_but_keeps_its_own_job_variables(

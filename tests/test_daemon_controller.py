@@ -150,6 +150,41 @@ def test_shrink_without_ack_is_rolled_back_unless_hard_shrink() -> None:
     assert backend.actions() == [("shrink", (8, 2))]
 
 
+def test_a_refused_hold_is_rolled_back_unless_hard_shrink() -> None:
+    """Issue 23: hard_shrink does what its name says -- an agent whose workers did not reach
+    a checkpoint in time is shrunk anyway, once, instead of rolled back and retried."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    for hard, applied in ((False, []), (True, [("shrink", (8, 2))])):
+        ctl, backend, journal, board = make(snap, {8: 2}, agents=(8,), hard_shrink=hard)
+        ctl.run_once(1000.0)
+        instruction = board.pending_for(8)
+        assert instruction is not None
+        late = "workers did not reach a checkpoint in time"
+        assert board.ack(Ack(instruction.id, 8, AckStatus.FAILED, 0, late, 1001.0))
+        ctl.run_once(1005.0)
+        assert backend.actions() == applied
+        (entry,) = journal.all_actions()
+        if hard:
+            assert entry.status is ActionStatus.APPLIED
+            assert entry.detail == f"hard shrink: agent refused: {late}; shrunk anyway"
+        else:
+            assert entry.status is ActionStatus.ROLLED_BACK
+
+
+def test_a_ready_acks_detail_is_the_actions_own() -> None:
+    """What the job said with its ack (under the signal contract: how much training may be
+    redone) is in the applied action's detail, which status and explain show."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, _, journal, board = make(snap, {8: 2}, agents=(8,))
+    ctl.run_once(1000.0)
+    instruction = board.pending_for(8)
+    assert instruction is not None
+    said = "signal contract: 4 of 4 nodes stopped their workers; up to 300s of training"
+    assert board.ack(Ack(instruction.id, 8, AckStatus.READY, 0, said, 1001.0))
+    ctl.run_once(1002.0)
+    assert journal.all_actions()[0].detail == f"agent ready at step 0: {said}"
+
+
 def test_no_graceful_shrink_for_a_job_whose_agent_never_reported() -> None:
     snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
     ctl, backend, journal, board = make(snap, {8: 2})

@@ -15,6 +15,7 @@ Graceful shrink, one small state machine per job (driven by ``start_shrink`` the
         job ended / not running / size changed under us -> rolled_back
         ack "ready"                                      -> apply
         ack "failed", a reclaim, reclaim_hard_shrink     -> apply (the loan is due)
+        ack "failed", hard_shrink                        -> apply ("hard shrink")
         ack "failed"                                     -> rolled_back (the job said no)
         deadline passed, hard_shrink (or a reclaim with
           guards.reclaim_hard_shrink)                    -> apply ("hard shrink")
@@ -289,12 +290,18 @@ class Executor:
             return self._end_shrink(entry, ActionStatus.ROLLED_BACK, "job changed or ended", now)
         ack = self.board.ack_for(entry.instruction_id or "")
         if ack is not None and ack.status is AckStatus.READY:
-            return self._apply_shrink(entry, ej, now, f"agent ready at step {ack.step}")
+            # The ack's detail says what the job did: a checkpoint, or under the signal
+            # contract (agent.stopping) how much training may be redone.
+            why = f"agent ready at step {ack.step}" + (f": {ack.detail}" if ack.detail else "")
+            return self._apply_shrink(entry, ej, now, why)
         forced = forced_on_timeout(action, self.knobs)
         if ack is not None:
             refused = f"agent refused: {ack.detail or 'failed'}"
-            if forced and action.reason == RECLAIM:
-                return self._apply_shrink(entry, ej, now, f"reclaim: {refused}; shrunk anyway")
+            if forced:
+                # The daemon's guards already keep min and the batch host: what is left to
+                # refuse is a hold the workers did not reach, which a hard shrink overrides.
+                kind = "reclaim" if action.reason == RECLAIM else "hard shrink"
+                return self._apply_shrink(entry, ej, now, f"{kind}: {refused}; shrunk anyway")
             return self._end_shrink(entry, ActionStatus.ROLLED_BACK, refused, now)
         if entry.deadline is not None and now >= entry.deadline:
             if forced:

@@ -37,6 +37,8 @@ from slurm_elastic.agent.jobdir import ControlReader, write_json
 log = structlog.get_logger("slurm_elastic.agent")
 
 STOP_ACTION = "signal"
+# How long after a stop torch elastic may still report the stopped workers' exits.
+EXITS_NOTICED_S = 30.0
 AGENT_MARKER = "agent.json"  # written by the library when it starts (agent.boundary)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -142,6 +144,7 @@ class StopWatcher:
         self.agent_pid = agent_pid if agent_pid is not None else os.getpid()
         self.poll_s = poll_s
         self._reader = ControlReader(job_dir)
+        self._busy_until = float("-inf")  # monotonic: until when a stop's exits are expected
         current = self._reader.read()
         # Requests from before this agent started were for other workers.
         self._seen = current.seq if current is not None else 0
@@ -154,6 +157,11 @@ class StopWatcher:
 
     def close(self) -> None:
         self._stop.set()
+
+    def stopping(self) -> bool:
+        """Whether the workers' ends now are this watcher's doing (a stop under way, or
+        just done: torch elastic notices the exits a moment later)."""
+        return time.monotonic() < self._busy_until
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -168,6 +176,7 @@ class StopWatcher:
         if control is None or control.seq <= self._seen or control.action != STOP_ACTION:
             return False
         self._seen = control.seq
+        self._busy_until = time.monotonic() + self.grace_s + EXITS_NOTICED_S
         workers = children(self.agent_pid)
         ages = [age for pid in workers if (age := running_for_s(pid)) is not None]
         waited, by_themselves = stop_workers(workers, self.signum, self.grace_s)

@@ -23,7 +23,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import structlog
@@ -36,13 +36,23 @@ TORCH_PROCESS_LOGGER = "torch.distributed.elastic.multiprocessing.api"
 
 
 class ResizeExits(logging.Filter):
-    """Drops torchrun's records of the workers' planned exit for a resize."""
+    """Drops torchrun's records of the workers' planned exit for a resize, and, while the
+    signal contract stops them (``stopping``), of their end by the stop signal or by the
+    SIGKILL after its grace."""
+
+    def __init__(self, stopping: Callable[[], bool] = lambda: False, stop_signal: int = 0):
+        super().__init__()
+        self._stopping = stopping
+        self._stopped_codes = {-stop_signal, -int(signal.SIGKILL)} if stop_signal else set()
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
         if message.startswith("failed (exitcode: "):
             args = record.args if isinstance(record.args, tuple) else ()
-            return not (args and args[0] == RESTART_EXIT)
+            code = args[0] if args else None
+            if code == RESTART_EXIT:
+                return False
+            return not (code in self._stopped_codes and self._stopping())
         # Stopping the other workers once one has left: part of the same restart.  After a
         # real failure the "failed (exitcode: N)" line above still says what happened.
         return not message.startswith("Sending process %s closing signal")
@@ -75,9 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    logging.getLogger(TORCH_PROCESS_LOGGER).addFilter(ResizeExits())
     signal.signal(signal.SIGUSR1, _forward_to_workers)
-    start_stop_watcher(os.environ)
+    watcher = start_stop_watcher(os.environ)
+    exits = ResizeExits(watcher.stopping, watcher.signum) if watcher else ResizeExits()
+    logging.getLogger(TORCH_PROCESS_LOGGER).addFilter(exits)
     try:
         run.main(sys.argv[1:] if argv is None else argv)
     except SignalException as exc:

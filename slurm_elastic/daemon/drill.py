@@ -58,7 +58,9 @@ class DrillResult:
     companion_id: int | None = None
 
 
-def drill_config(state_dir: Path, interval_s: float, ack_timeout_s: float, agent: str) -> Config:
+def drill_config(
+    state_dir: Path, interval_s: float, ack_timeout_s: float, agent: str, hard_shrink: bool = False
+) -> Config:
     return Config.model_validate(
         {
             "mode": "enforce",
@@ -70,6 +72,7 @@ def drill_config(state_dir: Path, interval_s: float, ack_timeout_s: float, agent
                 "min_dwell_s": 0,
                 "payback_horizon_s": 0,
                 "ack_timeout_s": ack_timeout_s,
+                "hard_shrink": hard_shrink,
             },
             "grow": {"agent_command": agent},
         }
@@ -86,11 +89,12 @@ class ResizeDrill:
         interval_s: float = 0.5,
         ack_timeout_s: float = 60.0,
         agent_command: str = "slurm-elastic run",
+        hard_shrink: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.clock = clock
         self.interval_s = interval_s
-        self.config = drill_config(state_dir, interval_s, ack_timeout_s, agent_command)
+        self.config = drill_config(state_dir, interval_s, ack_timeout_s, agent_command, hard_shrink)
         self.reports = ReportStore()
         self.board = InstructionBoard()
         self.journal = Journal.in_state_dir(state_dir)
