@@ -98,6 +98,8 @@ def test_rendezvous_settings_can_be_overridden_but_not_is_host() -> None:
             parse_conf(bad)
     result = CliRunner().invoke(cli, ["run", "--rdzv-conf", "is_host=1", "--", "python", "x.py"])
     assert result.exit_code == 2 and "is_host is set per node" in result.output
+    bad_signal = CliRunner().invoke(cli, ["run", "--stop-signal", "USR9", "--", "python", "x"])
+    assert bad_signal.exit_code == 2 and "not a signal name: 'USR9'" in bad_signal.output
 
 
 @pytest.mark.parametrize(
