@@ -291,6 +291,27 @@ def test_instruction_and_ack_round_trip(server) -> None:
     assert _post(f"{api.url}/v1/jobs/{OTHER_JOB}/ack", other_ack, cred)[0] == 403
 
 
+def test_an_ack_detail_over_its_limit_is_400_and_not_recorded(server) -> None:
+    """An ack's detail is the job's own words in the journal, status and explain: a job
+    may not write more than ``MAX_DETAIL`` characters of them."""
+    api, context, _ = server
+    url = f"{api.url}/v1/jobs/{NOBODY_JOB}"
+    instruction = Instruction(
+        id="i-9",
+        kind=InstructionKind.SHRINK,
+        target_nodes=1,
+        keep_nodes=("n1",),
+        deadline=time.time() + 60,
+    )
+    context.board.post(NOBODY_JOB, instruction)
+    long_detail = "x" * (protocol.MAX_DETAIL + 1)
+    ack = json.dumps({"instruction_id": "i-9", "status": "ready", "detail": long_detail})
+    cred = _credential_as("nobody", protocol.body_digest(ack.encode()))
+    status, answer = _post(f"{url}/ack", ack.encode(), cred)
+    assert status == 400 and "detail" in answer["error"]
+    assert context.board.ack_for("i-9") is None
+
+
 def test_status_metrics_health(server) -> None:
     api, context, health = server
     status, body = _get(f"{api.url}/v1/status")

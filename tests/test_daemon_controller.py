@@ -13,12 +13,14 @@ from slurm_elastic.actuate.companion import companion_comment
 from slurm_elastic.actuate.instructions import Ack, InstructionBoard
 from slurm_elastic.actuate.journal import ActionStatus, Journal
 from slurm_elastic.config import Config
+from slurm_elastic.daemon.commands import explain_lines
 from slurm_elastic.daemon.controller import Allocate, Controller, keep_current_plan
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.errors import SlurmRejected, SolverError
 from slurm_elastic.policy import PolicyOptions, allocate
 from slurm_elastic.policy.fixed import fixed_plan
-from slurm_elastic.protocol import AckStatus
+from slurm_elastic.protocol import MAX_DETAIL, AckStatus
+from slurm_elastic.terminal import safe_text
 from slurm_elastic.types import (
     ActionKind,
     ActionOutcome,
@@ -183,6 +185,37 @@ def test_a_ready_acks_detail_is_the_actions_own() -> None:
     assert board.ack(Ack(instruction.id, 8, AckStatus.READY, 0, said, 1001.0))
     ctl.run_once(1002.0)
     assert journal.all_actions()[0].detail == f"agent ready at step 0: {said}"
+
+
+def test_a_hostile_ack_detail_is_kept_whole_and_shown_escaped() -> None:
+    """The hostile-users case for an ack's detail (the job's own words): escapes, a carriage
+    return and line feeds at the longest the API accepts.  It is the applied action's detail
+    verbatim, touches only the acking job, and status and explain show it on one line with
+    every control character escaped."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4")), job(9, nodes=("n5",))])
+    ctl, backend, journal, board = make(snap, {8: 2, 9: 1}, agents=(8,))
+    ctl.run_once(1000.0)
+    instruction = board.pending_for(8)
+    assert instruction is not None
+    said = "ok\n\x1b]0;root@head\x07\rjob 9: shrunk \u202e\x9b2J"
+    said += "y" * (MAX_DETAIL - len(said))
+    assert board.ack(Ack(instruction.id, 8, AckStatus.READY, 0, said, 1001.0))
+    ctl.run_once(1002.0)
+    assert backend.actions() == [("shrink", (8, 2))]
+    (entry,) = journal.all_actions()
+    assert entry.job_id == 8 and entry.detail == f"agent ready at step 0: {said}"
+    action = {
+        "job_id": 8,
+        "kind": "shrink",
+        "from_nodes": 4,
+        "to_nodes": 2,
+        "outcome": "applied",
+        "detail": entry.detail,
+    }
+    lines = explain_lines({"job": None, "decision": None, "actions": [action], "plan": "-"})
+    shown = [safe_text(line) for line in lines if "action:" in line]
+    assert len(shown) == 1 and shown[0].isprintable()
+    assert "\\x1b]0;root@head\\x07\\x0djob 9" in shown[0] and "\\u202e\\x9b2J" in shown[0]
 
 
 def test_no_graceful_shrink_for_a_job_whose_agent_never_reported() -> None:
