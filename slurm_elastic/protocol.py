@@ -97,6 +97,10 @@ class Instruction:
     target_nodes: int
     keep_nodes: tuple[str, ...]
     deadline: float  # the daemon gives up waiting for an ack at this time
+    # Companion jobs the shrink gives back: the job ends them itself before it acks, so
+    # that they finish as completed jobs instead of being cancelled (Slurm's "CANCELLED"
+    # error lines in their output).  The daemon cancels any still running once it applies.
+    release: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +109,7 @@ class Instruction:
             "target_nodes": self.target_nodes,
             "keep_nodes": list(self.keep_nodes),
             "deadline": self.deadline,
+            "release": list(self.release),
         }
 
     @classmethod
@@ -116,6 +121,7 @@ class Instruction:
                 target_nodes=int(data["target_nodes"]),
                 keep_nodes=tuple(str(n) for n in data.get("keep_nodes") or ()),
                 deadline=float(data["deadline"]),
+                release=tuple(int(j) for j in data.get("release") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise AgentError(f"malformed instruction from the daemon: {exc}") from None

@@ -124,6 +124,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         reason = cluster_unavailable_reason()
         if reason is not None:
             _skip_or_fail(reason)
+    one = item.get_closest_marker("default_slurm_only")
+    if one is not None and test_version() != DEFAULT_VERSION:
+        # A job-side test whose Slurm calls another live test makes on every version: the
+        # matrix's minutes go to what differs between versions (docs/testing.md).
+        pytest.skip(f"job-side only, run on Slurm {DEFAULT_VERSION}: {one.args[0]}")
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:

@@ -266,6 +266,9 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
     assert curve.n_points == len(reports) and curve.kind in ("curve", "flat")
 
 
+@pytest.mark.default_slurm_only(
+    "the same shrink and grow as test_shrink_to_1_then_grow_to_3_trains_exactly"
+)
 def test_a_ddp_script_with_dataloader_workers_shrinks_to_1_then_grows_to_3_exactly(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:
@@ -303,6 +306,9 @@ def hard_drill(clean_queue: SlurmCluster, tmp_path: Path) -> Iterator[ResizeDril
     clean_queue.run("scontrol", "reconfigure", check=False)
 
 
+@pytest.mark.default_slurm_only(
+    "the same NumNodes shrink of a running parent as test_shrink_to_1_then_grow_to_3_trains_exactly"
+)
 def test_a_script_without_the_library_is_shrunk_under_the_signal_contract(
     clean_queue: SlurmCluster, hard_drill: ResizeDrill, tmp_path: Path
 ) -> None:
@@ -381,8 +387,9 @@ def test_a_rigid_job_takes_back_a_loan_from_real_training_without_a_lost_step(
     """Issue 22's acceptance with the real job side: the job starts at 2 nodes (its
     entitlement), is grown to 3 (one node on loan), then the drill hands over to the real
     policy and a rigid ``-N2`` job arrives.  The daemon reclaims the loan: instruction,
-    checkpoint, ack, the companion cancelled; the rigid job starts; training goes on at 2
-    and finishes with every sample once per epoch, no step lost, the unresized weights."""
+    checkpoint, the companion ended by the job itself, ack; the rigid job starts; training
+    goes on at 2 and finishes with every sample once per epoch, no step lost, the
+    unresized weights."""
     # Three epochs (150 steps): the reclaim comes after the grow's restart, and training
     # must still have steps left to make at 2 nodes (two epochs ended right at it once).
     job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=3)
@@ -416,10 +423,12 @@ def test_a_rigid_job_takes_back_a_loan_from_real_training_without_a_lost_step(
     assert_trained_exactly(job, [2, 3, 2], tmp_path)
     log = job.log_text()  # the reclaim's restart: the ranks' INFO lines, no torchrun error
     assert "reason=restart" in log and "failed (exitcode: 75)" not in log
-    # The companion given back ends as a stopped step: torchrun's one line, its task's
-    # end as agent.task_removed.  (slurmstepd's own "*** JOB ... CANCELLED ***" lines
-    # remain: Slurm writes them into the output when the daemon cancels the companion.)
-    assert "agent.torchrun_stopped" in log
+    # The companion given back ends by itself before the ack (Instruction.release): its
+    # torchrun stopped by its own node agent, its batch script done -- a completed job, with
+    # nothing for the daemon to cancel, so no "*** JOB ... CANCELLED ***" lines of Slurm's.
+    assert "agent.released" in log and "agent.companion_released" in log
+    state = clean_queue.run("sacct", "-n", "-X", "-P", "-o", "State", "-j", str(grow.companion_id))
+    assert state.stdout.split() == ["COMPLETED"], state.stdout
     assert not error_lines(log), error_lines(log)
     print(
         f"reclaim with real training: rigid job running {waited:.1f}s after submission; "
@@ -428,9 +437,10 @@ def test_a_rigid_job_takes_back_a_loan_from_real_training_without_a_lost_step(
 
 
 def error_lines(log: str) -> list[str]:
-    """Lines of a job's output at error level or worse: srun's ``error:``, torchrun's ``E``
-    records, structlog's ``[error``, Python tracebacks."""
-    marks = ("srun: error", "Traceback", "[error", "failed (exitcode")
+    """Lines of a job's output at error level or worse: srun's ``error:``, slurmstepd's
+    (``error: *** JOB 5 ON n3 CANCELLED ...``), torchrun's ``E`` records, structlog's
+    ``[error``, Python tracebacks."""
+    marks = ("srun: error", "error: ***", "Traceback", "[error", "failed (exitcode")
     return [
         line
         for line in log.splitlines()

@@ -17,7 +17,7 @@ import pytest
 
 from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.agent.follower import ControlWriter, Follower
-from slurm_elastic.agent.jobdir import Control, ControlReader, write_json
+from slurm_elastic.agent.jobdir import Control, ControlReader, read_json, write_json
 from slurm_elastic.daemon.api import ApiContext, ApiServer
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
@@ -46,13 +46,19 @@ def daemon(slurm_cluster: object) -> Iterator[tuple[ApiServer, InstructionBoard]
     server.stop()
 
 
-def post(board: InstructionBoard, target: int, keep: tuple[str, ...] = ("n1",)) -> Instruction:
+def post(
+    board: InstructionBoard,
+    target: int,
+    keep: tuple[str, ...] = ("n1",),
+    release: tuple[int, ...] = (),
+) -> Instruction:
     instruction = Instruction(
         id=f"i-{time.monotonic_ns()}",
         kind=InstructionKind.SHRINK,
         target_nodes=target,
         keep_nodes=keep,
         deadline=time.time() + 10,
+        release=release,
     )
     board.post(JOB, instruction)
     return instruction
@@ -117,6 +123,62 @@ def test_hold_ack_ready_then_restart_once_slurm_shrank(tmp_path: Path, daemon) -
     assert f.removal.expects("n2") and not f.removal.expects("n1")
     f.poll_once()  # the same instruction again: already answered, nothing new
     assert ControlReader(tmp_path).read().seq == 1
+
+
+def test_companions_given_back_end_by_themselves_before_the_ack(tmp_path: Path, daemon) -> None:
+    """A shrink from 3 nodes (2 + companion 501) to 2 releases the companion: the follower
+    names it in release.json and acks only once Slurm no longer shows it running, so that
+    the daemon has nothing to cancel (no "CANCELLED" lines in the companion's output)."""
+    server, board = daemon
+    sizes = [3]
+    running = {501}
+    instruction = post(board, 2, keep=("n1", "n2"), release=(501,))
+    fake_workers(tmp_path, step=12)
+    f = follower(tmp_path, server.url, sizes)
+    f.running = lambda ids: running & set(ids)
+    seen_at_ack: list[set[int]] = []
+
+    def companion_leaves() -> None:  # the companion's node agents (agent.stopping)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            record = read_json(tmp_path / "release.json")
+            if record and record["jobs"] == [501]:
+                time.sleep(0.3)  # torchrun stops, srun and the batch script end
+                running.clear()
+                sizes[0] = 2
+                break
+            time.sleep(0.02)
+        while board.ack_for(instruction.id) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen_at_ack.append(set(running))
+
+    watcher = threading.Thread(target=companion_leaves, daemon=True)
+    watcher.start()
+    f.poll_once()
+    watcher.join(5)
+    ack = board.ack_for(instruction.id)
+    assert ack is not None and ack.status is AckStatus.READY and ack.step == 12
+    assert seen_at_ack == [set()]  # the companion had ended when the job acked
+    assert ControlReader(tmp_path).read() == Control(1, "resume", restart=True)
+
+
+def test_a_companion_that_does_not_leave_is_left_to_the_daemon(tmp_path: Path, daemon) -> None:
+    """A companion still running after RELEASE_TIMEOUT_S: the follower acks anyway (the
+    daemon cancels it when it applies the shrink)."""
+    server, board = daemon
+    instruction = post(board, 2, keep=("n1", "n2"), release=(502,))
+    fake_workers(tmp_path, step=3)
+    f = follower(tmp_path, server.url, [3])
+    f.running = lambda ids: set(ids)  # never ends
+    clock = [1000.0]
+
+    def tick() -> float:
+        clock[0] += 1.0
+        return clock[0]
+
+    f.clock = tick
+    f.release(instruction)
+    assert clock[0] - 1000.0 >= 20.0  # it waited out RELEASE_TIMEOUT_S, then went on
 
 
 def test_refusals_and_silent_workers_answer_failed(tmp_path: Path, daemon) -> None:

@@ -93,3 +93,21 @@ def test_signal_names() -> None:
     assert signal_number("15") == signal.SIGTERM
     with pytest.raises(ValueError, match="not a signal name"):
         signal_number("USR9")
+
+
+@pytest.mark.parametrize("agent", ["save"], indirect=True)
+def test_a_companion_named_in_release_json_stops_its_agent(
+    agent: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """The companion given back by a shrink: its node's watcher sends torchrun (here the
+    stand-in) SIGTERM, once; the wrapper then exits 0 (``released``).  Another job's
+    watcher, or a release from before it started, does nothing."""
+    write_json(tmp_path / "release.json", {"instruction_id": "old", "jobs": [77]})
+    companion = StopWatcher(tmp_path, "n3", signal.SIGUSR1, 1.0, agent_pid=agent.pid, job_id=77)
+    parent = StopWatcher(tmp_path, "n1", signal.SIGUSR1, 1.0, agent_pid=1 << 22, job_id=76)
+    assert not companion.poll_once() and not companion.released  # from before it started
+    write_json(tmp_path / "release.json", {"instruction_id": "i-2", "jobs": [77]})
+    assert not parent.poll_once() and not parent.released  # not its job
+    assert companion.poll_once() and companion.released
+    assert agent.wait(timeout=5) == -signal.SIGTERM
+    assert not companion.poll_once()  # carried out once

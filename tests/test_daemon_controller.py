@@ -637,6 +637,34 @@ def test_a_loan_is_reclaimed_for_a_pending_rigid_job_even_without_an_agent() -> 
     assert reclaim.detail == "hard shrink: no ack before deadline"
 
 
+def test_a_companion_the_job_released_itself_is_not_cancelled() -> None:
+    """The shrink names the companion it gives back (``Instruction.release``); the job ends
+    it before acking (a completed job, no "CANCELLED" lines in its output).  That end is no
+    change under the shrink and no companion failure; the daemon has nothing to cancel and
+    applies.  A companion still running at the ack is cancelled as before."""
+    for released_in_time in (True, False):
+        snap = _borrower_and_rigid()
+        ctl, backend, journal, board = make(snap, _real_policy, agents=(8,))
+        ctl.run_once(1000.0)
+        instruction = board.pending_for(8)
+        assert instruction is not None and instruction.release == (82,)
+        if released_in_time:
+            ended = replace(
+                next(j for j in snap.jobs if j.job_id == 82),
+                state=JobState.COMPLETED,
+                end_time=1004.0,
+            )
+            backend.snap = replace(
+                snap, taken_at=1005.0, jobs=tuple(ended if j.job_id == 82 else j for j in snap.jobs)
+            )
+        assert board.ack(Ack(instruction.id, 8, AckStatus.READY, 40, "held", 1004.5))
+        ctl.run_once(1005.0)
+        cancels = [] if released_in_time else [("cancel", 82)]
+        assert backend.actions() == cancels
+        kinds = [(e.kind, e.status) for e in journal.all_actions()]
+        assert kinds == [(ActionKind.SHRINK, ActionStatus.APPLIED)], kinds
+
+
 def test_a_borrower_whose_agent_refuses_is_shrunk_anyway() -> None:
     ctl, backend, journal, board = make(_borrower_and_rigid(), _real_policy, agents=(8,))
     ctl.run_once(1000.0)

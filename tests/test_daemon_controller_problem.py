@@ -123,7 +123,11 @@ def test_board_accepts_only_acks_to_the_open_instruction() -> None:
         "target_nodes": 2,
         "keep_nodes": ["n1", "n2"],
         "deadline": 60.0,
+        "release": [],
     }
+    given_back = replace(_instruction("c"), release=(81, 82))
+    assert Instruction.from_json(given_back.to_json()) == given_back
+    assert Instruction.from_json({**given_back.to_json(), "release": None}).release == ()
     board.clear(7)
     assert board.pending_for(7) is None and board.open_jobs() == ()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slurm_elastic.cluster_state import Classification, shrink_layout
+from slurm_elastic.cluster_state import Classification, ElasticJob, shrink_layout
 from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.types import Action, ActionKind, JobView, Plan
 
@@ -74,12 +74,20 @@ def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) 
                         # NumNodes= shrink (after which Slurm 22.05 may leak a node).
                         ("parent_from", str(ej.job.node_count)),
                         ("cancel_companions", ",".join(map(str, layout.cancel_companions))),
+                        # Their sizes, in the same order: the job may end them itself
+                        # before it acks (Executor._as_instructed).
+                        ("cancel_companion_nodes", _node_counts(ej, layout.cancel_companions)),
                         ("keep_nodes", ",".join(layout.keep_nodes)),
                         *reclaim,
                     ),
                 )
             )
     return [*pins, *shrinks, *grows]
+
+
+def _node_counts(ej: ElasticJob, companions: tuple[int, ...]) -> str:
+    sizes = {c.job_id: c.node_count for c in ej.running_companions}
+    return ",".join(str(sizes.get(c, 0)) for c in companions)
 
 
 def companion_cleanup(

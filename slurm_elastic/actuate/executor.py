@@ -12,7 +12,8 @@ Graceful shrink, one small state machine per job (driven by ``start_shrink`` the
                    board.post(instruction: target, keep_nodes, deadline)
     advance_shrinks, each later cycle:
         mode switched to shadow (SIGHUP)                 -> rolled_back (shadow never acts)
-        job ended / not running / size changed under us -> rolled_back
+        job ended / not running / size changed under us -> rolled_back (companions it was
+          asked to release that ended are no change)
         ack "ready"                                      -> apply
         ack "failed", a reclaim, reclaim_hard_shrink     -> apply (the loan is due)
         ack "failed", hard_shrink                        -> apply ("hard shrink")
@@ -21,7 +22,8 @@ Graceful shrink, one small state machine per job (driven by ``start_shrink`` the
           guards.reclaim_hard_shrink)                    -> apply ("hard shrink")
         deadline passed, otherwise                       -> rolled_back (no agent answered)
         otherwise                                        -> keep waiting
-    apply:  cancel the companions being dropped, then ``NumNodes=<parent_nodes>`` on the
+    apply:  cancel the companions being dropped that still run (the job ends them itself
+            before it acks: ``Instruction.release``), then ``NumNodes=<parent_nodes>`` on the
             parent (Slurm keeps its first N nodes, the batch host among them) -> applied;
             a Slurm error -> failed.  The instruction is cleared in every end state.
 """
@@ -262,6 +264,7 @@ class Executor:
             deadline=deadline,
         )
         keep = tuple(n for n in extra.get("keep_nodes", "").split(",") if n)
+        release = _released(action)
         self.board.post(
             action.job_id,
             Instruction(
@@ -270,6 +273,7 @@ class Executor:
                 target_nodes=action.to_nodes,
                 keep_nodes=keep,
                 deadline=deadline,
+                release=release,
             ),
         )
         log.info("shrink.instructed", job_id=action.job_id, target=action.to_nodes, keep=keep)
@@ -286,7 +290,7 @@ class Executor:
         action = entry.action
         if not self.knobs.enforce:
             return self._end_shrink(entry, ActionStatus.ROLLED_BACK, "mode is shadow", now)
-        if ej is None or not ej.job.is_running or ej.effective_nodes != action.from_nodes:
+        if ej is None or not ej.job.is_running or not self._as_instructed(ej, action):
             return self._end_shrink(entry, ActionStatus.ROLLED_BACK, "job changed or ended", now)
         ack = self.board.ack_for(entry.instruction_id or "")
         if ack is not None and ack.status is AckStatus.READY:
@@ -314,14 +318,26 @@ class Executor:
             )
         return self._done(action, ActionOutcome.WAITING, "shrinking: awaiting ack", entry.id)
 
+    def _as_instructed(self, ej: ElasticJob, action: Action) -> bool:
+        """The job is as it was when instructed, but for companions it was asked to release
+        that have ended by themselves (``Instruction.release``)."""
+        running = {c.job_id for c in ej.running_companions}
+        extra = dict(action.extra)
+        counts = [int(n) for n in extra.get("cancel_companion_nodes", "").split(",") if n]
+        sizes = dict(zip(_released(action), counts, strict=False))
+        released = sum(n for c, n in sizes.items() if c not in running)
+        return ej.effective_nodes == action.from_nodes - released
+
     def _apply_shrink(
         self, entry: JournalEntry, ej: ElasticJob, now: float, why: str
     ) -> ActionRecord:
         extra = dict(entry.action.extra)
         parent_nodes = int(extra.get("parent_nodes", entry.action.to_nodes))
+        running = {c.job_id for c in ej.running_companions}
         try:
-            for comp in (int(c) for c in extra.get("cancel_companions", "").split(",") if c):
-                self.backend.cancel(comp)
+            for comp in _released(entry.action):
+                if comp in running:  # one the job released itself is gone already
+                    self.backend.cancel(comp)
                 self.journal.end_companion(comp, now)
             if parent_nodes < ej.job.node_count:
                 self.backend.shrink(ej.job.job_id, parent_nodes)
@@ -390,3 +406,8 @@ class Executor:
 
 def _companion_nodes(action: Action) -> int:
     return int(dict(action.extra).get("companion_nodes", action.to_nodes - action.from_nodes))
+
+
+def _released(action: Action) -> tuple[int, ...]:
+    """The companions a shrink gives back (its layout's ``cancel_companions``)."""
+    return tuple(int(c) for c in dict(action.extra).get("cancel_companions", "").split(",") if c)

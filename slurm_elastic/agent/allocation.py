@@ -61,6 +61,21 @@ def effective_nodes(job_id: int, runner: SlurmRunner | None = None) -> int:
     return total
 
 
+def still_running(job_ids: tuple[int, ...], runner: SlurmRunner | None = None) -> set[int]:
+    """Which of this user's ``job_ids`` Slurm still shows running (completing counts)."""
+    if not job_ids:
+        return set()
+    run = runner or SlurmRunner(timeout_s=15.0)
+    ids = ",".join(map(str, job_ids))
+    argv = ["squeue", "-h", "--me", "-t", "RUNNING,COMPLETING", "-j", ids, "-o", "%i"]
+    try:
+        out = run.read(argv, label="squeue --me -j").stdout
+    except SlurmElasticError as exc:
+        raise AgentError(f"cannot read the queue: {exc}") from None
+    listed = {line.strip() for line in out.splitlines()}
+    return {j for j in job_ids if str(j) in listed}
+
+
 def running_steps(job_id: int, runner: SlurmRunner | None = None) -> list[str]:
     """The job's steps other than ``batch`` and ``extern`` (``"80.0"``), as squeue lists them."""
     run = runner or SlurmRunner(timeout_s=15.0)

@@ -6,11 +6,14 @@ For each new ``shrink`` instruction:
    the batch host (which hosts the rendezvous store), or an unknown kind;
 2. ``hold``: the workers agree (inside their gradient all-reduce) on a step boundary, rank
    0 checkpoints, and every rank waits; rank 0 confirms in ``held.json``;
-3. ``POST ack {"status": "ready", "step": k}``: the daemon may now ``scontrol update``;
-4. wait until Slurm shows the smaller allocation (the tasks on removed nodes are SIGKILLed
-   while idle: nothing is lost), or until the daemon withdraws the instruction or the
-   deadline passes;
-5. ``resume``: with ``restart`` the survivors exit so that torch elastic re-forms the group
+3. end the companions the shrink gives back (``release.json``: their node agents stop
+   torchrun and leave, so they finish as completed jobs, not cancelled ones), at most
+   ``RELEASE_TIMEOUT_S``;
+4. ``POST ack {"status": "ready", "step": k}``: the daemon may now ``scontrol update``;
+5. wait until Slurm shows the target size (the tasks on the parent's removed nodes are
+   SIGKILLed while idle: nothing is lost), or until the daemon withdraws the instruction or
+   the deadline passes;
+6. ``resume``: with ``restart`` the survivors exit so that torch elastic re-forms the group
    at the new size and restores the checkpoint; without it (nothing changed) they simply
    carry on from where they held.
 
@@ -29,7 +32,8 @@ from typing import Any
 
 import structlog
 
-from slurm_elastic.agent.jobdir import CONTROL, HELD, Control, read_json, write_json
+from slurm_elastic.agent.allocation import still_running
+from slurm_elastic.agent.jobdir import CONTROL, HELD, RELEASE, Control, read_json, write_json
 from slurm_elastic.agent.srunlog import PlannedRemoval
 from slurm_elastic.agent.stopping import AGENT_MARKER, STOP_ACTION
 from slurm_elastic.errors import AgentError
@@ -48,6 +52,9 @@ log = structlog.get_logger("slurm_elastic.agent")
 
 # After a shrink is applied, how long srun may still report the removed nodes' tasks.
 REMOVAL_TAIL_S = 30.0
+# How long the companions a shrink gives back may take to end by themselves; the daemon
+# cancels those still running when it applies the shrink.
+RELEASE_TIMEOUT_S = 20.0
 
 
 def refusal(
@@ -110,6 +117,7 @@ class Follower:
     # logged as the shrink's (agent.srunlog), not as an error.
     removal: PlannedRemoval = field(default_factory=PlannedRemoval)
     stop_grace_s: float = 30.0  # the signal contract's grace (agent.stopping)
+    running: Callable[[tuple[int, ...]], set[int]] = still_running  # of the given job ids
     answered: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -187,6 +195,7 @@ class Follower:
             return
         window = instruction.deadline - self.clock() + self.applied_grace_s + REMOVAL_TAIL_S
         self.removal.open(instruction.keep_nodes, max(window, REMOVAL_TAIL_S))
+        self.release(instruction)
         self.ack(instruction, AckStatus.READY, held_step, "checkpoint written, workers holding")
         after = self.wait_applied(instruction, before)
         self.control.answer(request.seq, "resume", restart=after < before)
@@ -212,9 +221,39 @@ class Follower:
             f"{lost:.0f}s of training since they started is redone from the script's own "
             "checkpoint"
         )
+        self.release(instruction)
         self.ack(instruction, AckStatus.READY, 0, detail)
         after = self.wait_applied(instruction, before)
         log.info("agent.stopped_for_shrink", id=instruction.id, nodes=after, redone_up_to_s=lost)
+
+    def release(self, instruction: Instruction) -> None:
+        """End the companions the shrink gives back, before the ack: each one's node agents
+        stop torchrun and leave (``agent.stopping``), so it finishes as a completed job.
+        Cancelled instead, Slurm would write its "CANCELLED" error lines into its output.
+        Those still running after ``RELEASE_TIMEOUT_S`` the daemon cancels."""
+        if not instruction.release:
+            return
+        write_json(
+            self.job_dir / RELEASE,
+            {"instruction_id": instruction.id, "jobs": list(instruction.release)},
+        )
+        until = self.clock() + RELEASE_TIMEOUT_S
+        left: set[int] = set(instruction.release)
+        while not self._stop.is_set():
+            try:
+                left = self.running(instruction.release)
+            except AgentError as exc:
+                log.warning("agent.release_unknown", error=str(exc))
+                return
+            if not left or self.clock() >= until:
+                break
+            time.sleep(0.2)
+        log.info(
+            "agent.released",
+            id=instruction.id,
+            companions=list(instruction.release),
+            still_running=sorted(left),
+        )
 
     def wait_stopped(self, seq: int, nodes: int, until: float) -> list[dict[str, Any]]:
         """The nodes' ``stopped-<node>.json`` for request ``seq``, once all ``nodes`` wrote
@@ -243,15 +282,15 @@ class Follower:
     def wait_applied(self, instruction: Instruction, before: int) -> int:
         """The effective size once the daemon is done, or ``before`` if nothing changed.
 
-        Done = Slurm shows fewer nodes (the parent shrank or a companion was cancelled), or
-        the daemon withdrew the instruction (it clears it in every end state), or the
-        deadline passed.
+        Done = Slurm shows the target size (the companions given back have ended and the
+        parent shrank), or the daemon withdrew the instruction (it clears it in every end
+        state), or the deadline passed.
         """
         until = instruction.deadline + self.applied_grace_s
         last_fetch = self.clock()
         while self.clock() < until and not self._stop.is_set():
             nodes = self.node_count()
-            if nodes < before:
+            if nodes <= instruction.target_nodes:
                 return nodes
             if self.clock() - last_fetch >= self.poll_s:
                 last_fetch = self.clock()

@@ -42,6 +42,7 @@ ENVIRONMENT = "environment.json"
 CONTROL = "control.json"
 HELD = "held.json"
 DONE = "done.json"
+RELEASE = "release.json"  # companions a shrink gives back (agent.stopping)
 CHECKPOINTS = "checkpoints"
 
 log = structlog.get_logger("slurm_elastic.agent")

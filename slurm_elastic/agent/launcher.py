@@ -267,7 +267,10 @@ def launch_steps(
         # done.json: Slurm counts the tasks it killed on removed nodes in srun's status,
         # so a finished training can end with a non-zero one.
         if rc == 0 or read_json(Path(info.job_dir) / DONE) is not None:
-            log.info("agent.done", srun_rc=rc)
+            if role == COMPANION and read_json(Path(info.job_dir) / DONE) is None:
+                log.info("agent.companion_released", job=own_job)  # given back by a shrink
+            else:
+                log.info("agent.done", srun_rc=rc)
             return 0
         if step.stopping:
             break

@@ -17,7 +17,13 @@ torchrun) then
 
 torch elastic restarts the workers, which resume from the script's own checkpoint; once
 every node has written its file (or the grace has passed) the follower acknowledges, and
-the daemon shrinks the job.  torch-free.
+the daemon shrinks the job.
+
+The same watcher ends a companion job that a shrink gives back, for every job (library or
+not): when ``release.json`` names its job, it stops torchrun (SIGTERM to the agent: its
+workers are holding or already stopped) and the wrapper exits 0 (``released``).  The
+companion's srun step and batch script then end by themselves, and Slurm records a
+completed job instead of writing "CANCELLED" error lines into its output.  torch-free.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from pathlib import Path
 
 import structlog
 
-from slurm_elastic.agent.jobdir import ControlReader, write_json
+from slurm_elastic.agent.jobdir import RELEASE, ControlReader, read_json, write_json
 
 log = structlog.get_logger("slurm_elastic.agent")
 
@@ -136,9 +142,12 @@ class StopWatcher:
         grace_s: float,
         agent_pid: int | None = None,
         poll_s: float = 0.2,
+        job_id: int | None = None,
     ) -> None:
         self.job_dir = job_dir
         self.node = node
+        self.job_id = job_id  # the Slurm job this node agent runs in (a companion's own)
+        self.released = False  # a shrink gave this job back: torchrun was stopped for it
         self.signum = signum
         self.grace_s = grace_s
         self.agent_pid = agent_pid if agent_pid is not None else os.getpid()
@@ -148,6 +157,8 @@ class StopWatcher:
         current = self._reader.read()
         # Requests from before this agent started were for other workers.
         self._seen = current.seq if current is not None else 0
+        old = read_json(job_dir / RELEASE)
+        self._released_by = str(old.get("instruction_id")) if old else None
         self._stop = threading.Event()
 
     def start(self) -> threading.Thread:
@@ -171,6 +182,26 @@ class StopWatcher:
                 log.warning("agent.stop_failed", node=self.node, error=str(exc))
 
     def poll_once(self) -> bool:
+        """Carry out a new stop or release request, if there is one; whether there was."""
+        return self.release_once() or self.stop_once()
+
+    def release_once(self) -> bool:
+        """Stop torchrun when a new ``release.json`` names this job (module doc)."""
+        if self.job_id is None or self.released:
+            return False
+        record = read_json(self.job_dir / RELEASE)
+        if not record or str(record.get("instruction_id")) == self._released_by:
+            return False
+        self._released_by = str(record.get("instruction_id"))
+        jobs = record.get("jobs")
+        if not isinstance(jobs, list) or self.job_id not in jobs:
+            return False
+        self.released = True
+        log.info("agent.releasing", node=self.node, job=self.job_id)
+        os.kill(self.agent_pid, signal.SIGTERM)
+        return True
+
+    def stop_once(self) -> bool:
         """Carry out a new stop request, if there is one; whether there was."""
         control = self._reader.read()
         if control is None or control.seq <= self._seen or control.action != STOP_ACTION:

@@ -9,6 +9,9 @@ INFO (``trainer.exit reason=restart step=N``, one line per rank), so this drops 
 lines for it and changes nothing else: any other exit code is still an error, with its
 traceback, and torchrun's arguments and behaviour are its own (``torch.distributed.run``).
 
+A companion that a shrink gives back is ended by the wrapper itself (``agent.stopping``,
+``release.json``): SIGTERM to torchrun, torch's warning about it dropped, exit 0.
+
 One more: a signal that stops torchrun itself -- the SIGTERM Slurm sends when the job or
 its step ends: a companion given back by the daemon, ``scancel``, the time limit -- makes
 it raise ``SignalException`` out of its main loop, a 30-line traceback of torch's own
@@ -33,6 +36,8 @@ from slurm_elastic.agent.stopping import StopWatcher, children, signal_number
 
 # The logger of torch.distributed.elastic.multiprocessing.api (torch 2.x), which writes both.
 TORCH_PROCESS_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+# torch elastic's agent, which warns "Received 15 death signal, shutting down workers".
+TORCH_AGENT_LOGGER = "torch.distributed.elastic.agent.server.api"
 
 
 class ResizeExits(logging.Filter):
@@ -58,6 +63,18 @@ class ResizeExits(logging.Filter):
         return not message.startswith("Sending process %s closing signal")
 
 
+class ReleasedStop(logging.Filter):
+    """Drops torch elastic's warning that it got SIGTERM when the wrapper sent it itself, to
+    end a companion that a shrink gave back (``agent.stopping``): a planned end."""
+
+    def __init__(self, released: Callable[[], bool]) -> None:
+        super().__init__()
+        self._released = released
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (str(record.msg).startswith("Received %s death signal") and self._released())
+
+
 def _forward_to_workers(signum: int, _frame: object) -> None:
     # SIGUSR1 (Slurm's --signal, or the node agent's own) is for the training script: the
     # node agent ignored it for torchrun's sake, and that ignore would pass to the workers.
@@ -71,11 +88,13 @@ def start_stop_watcher(env: Mapping[str, str]) -> StopWatcher | None:
     job_dir, node = env.get("SLURM_ELASTIC_JOB_DIR"), env.get("SLURMD_NODENAME")
     if not job_dir or not node:
         return None
+    own_job = env.get("SLURM_JOB_ID", "")
     watcher = StopWatcher(
         Path(job_dir),
         node,
         signal_number(env.get("SLURM_ELASTIC_STOP_SIGNAL") or "USR1"),
         float(env.get("SLURM_ELASTIC_STOP_GRACE") or 30.0),
+        job_id=int(own_job) if own_job.isdigit() else None,
     )
     watcher.start()
     return watcher
@@ -89,12 +108,18 @@ def main(argv: list[str] | None = None) -> None:
     watcher = start_stop_watcher(os.environ)
     exits = ResizeExits(watcher.stopping, watcher.signum) if watcher else ResizeExits()
     logging.getLogger(TORCH_PROCESS_LOGGER).addFilter(exits)
+    if watcher is not None:
+        logging.getLogger(TORCH_AGENT_LOGGER).addFilter(ReleasedStop(lambda: watcher.released))
     try:
         run.main(sys.argv[1:] if argv is None else argv)
     except SignalException as exc:
         # torchrun stopped its workers before raising: nothing is left to clean up.
         name = signal.Signals(exc.sigval).name
-        structlog.get_logger("slurm_elastic.agent").info("agent.torchrun_stopped", signal=name)
+        log = structlog.get_logger("slurm_elastic.agent")
+        if watcher is not None and watcher.released:
+            log.info("agent.released", node=watcher.node, job=watcher.job_id)
+            sys.exit(0)  # the shrink's planned end of this companion, not a failure
+        log.info("agent.torchrun_stopped", signal=name)
         sys.exit(128 + int(exc.sigval))
 
 
