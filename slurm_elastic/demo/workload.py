@@ -115,10 +115,10 @@ FULL: tuple[DemoJob, ...] = (
 
 # --quick (the smoke test): the same story, shorter.
 QUICK: tuple[DemoJob, ...] = (
-    _sleep("sleep-a", 0, 1, 50, _FREES),
-    _mlp("mlp-wide", 2, (1, 3), samples=2400, epochs=8, sleep=0.010, micro=16, seed=1, role=_WIDE),
+    _sleep("sleep-a", 0, 1, 40, _FREES),
+    _mlp("mlp-wide", 2, (1, 3), samples=2400, epochs=6, sleep=0.010, micro=16, seed=1, role=_WIDE),
     _mlp(
-        "mlp-narrow", 20, (1, 3), samples=2400, epochs=5, sleep=0.006, micro=8, seed=2, role=_NARROW
+        "mlp-narrow", 18, (1, 3), samples=2400, epochs=4, sleep=0.006, micro=8, seed=2, role=_NARROW
     ),
 )
 
