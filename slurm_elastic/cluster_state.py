@@ -86,6 +86,8 @@ class Classification:
     orphans: tuple[tuple[JobView, str], ...]  # companion, why it is an orphan
     not_elastic: Mapping[int, str]  # job id -> reason (companions included)
     jobs: Mapping[int, JobView] = field(default_factory=dict)
+    # Parents of orphans that the snapshot still shows COMPLETED: job id -> end time.
+    completed_parents: Mapping[int, float] = field(default_factory=dict)
 
 
 def classify(
@@ -128,12 +130,19 @@ def classify(
         why = orphan_reason(active[comp_id], active)
         if why is not None:
             orphans.append((active[comp_id], why))
+    completed: dict[int, float] = {}
+    if orphans:
+        wanted = {companion_parent_of[c.job_id] for c, _ in orphans}
+        for job in snapshot.jobs:
+            if job.job_id in wanted and job.state is JobState.COMPLETED and job.end_time:
+                completed[job.job_id] = job.end_time
     return Classification(
         elastic=elastic,
         companions=companion_parent_of,
         orphans=tuple(orphans),
         not_elastic=not_elastic,
         jobs=active,
+        completed_parents=completed,
     )
 
 

@@ -149,6 +149,10 @@ class GrowSection(_Section):
 
     method: Annotated[Literal["companion", "off"], BeforeValidator(_grow_method)] = "companion"
     companion_pending_timeout_s: Number = _number(600.0, 1.0, 7 * DAY)
+    # A companion whose parent completed has finished training too: its launcher ends it
+    # within seconds.  It is cancelled (Slurm then writes "CANCELLED" error lines into its
+    # output) only if it is still there this long after its parent's end.
+    orphan_grace_s: Number = _number(30.0, 0.0, DAY)
     agent_command: str = Field("slurm-elastic run", min_length=1)
     # A companion that ends by itself sooner than this after it started (or before it ever
     # ran) while its parent still runs has failed.  The next grow of that job waits

@@ -175,8 +175,24 @@ class TrainingJob:
         return read_records(self.work / "log")
 
     def wait_records(self, predicate: Callable[[list[dict]], bool], what: str) -> list[dict]:
+        """Wait for the records ``predicate`` wants; a job that ends first fails the test at
+        once, with the end of its output (a launcher that cannot start, say), not after
+        JOB_TIMEOUT_S."""
         left = JOB_TIMEOUT_S - (time.monotonic() - self.started)
-        wait_until(lambda: predicate(self.records()), max(left, 1.0), what)
+        looked = [time.monotonic()]
+
+        def ready() -> bool:
+            if predicate(self.records()):
+                return True
+            if time.monotonic() - looked[0] >= 2.0:  # scontrol at most every 2 s
+                looked[0] = time.monotonic()
+                state = self.state()
+                if state not in {"PENDING", "RUNNING", "COMPLETING"}:
+                    tail = self.log_text()[-3000:]
+                    pytest.fail(f"job {self.job_id} ended ({state}) before {what}:\n{tail}")
+            return False
+
+        wait_until(ready, max(left, 1.0), what)
         return self.records()
 
     def state(self) -> str:

@@ -313,6 +313,28 @@ def test_orphan_companion_is_cancelled() -> None:
     assert backend.actions() == [("cancel", 31)]
 
 
+@pytest.mark.parametrize(
+    ("parent_state", "cancelled_at"),
+    [(JobState.COMPLETED, 1031.0), (JobState.FAILED, 1000.0), (JobState.CANCELLED, 1000.0)],
+)
+def test_a_companion_whose_parent_completed_may_end_by_itself(
+    parent_state: JobState, cancelled_at: float
+) -> None:
+    """The parent finished training at 995: its companion's workers are done too and its
+    launcher ends it within seconds, so the daemon leaves it grow.orphan_grace_s (30 s)
+    instead of cancelling it (which would put Slurm's "CANCELLED" error lines in its
+    output).  A parent that failed or was cancelled leaves nothing to wait for."""
+    running = job(30, nodes=("n1",))
+    orphan = job(31, nodes=("n3",), comment="slurm-elastic:companion-of=30")
+    ctl, backend, _, _ = make(snapshot([running, orphan], taken_at=990.0), {})
+    ctl.run_once(990.0)  # start-up (which cancels orphans at once) while the parent runs
+    ended = replace(running, state=parent_state, end_time=995.0)
+    for now in (1000.0, 1020.0, 1031.0):
+        backend.snap = snapshot([ended, orphan], taken_at=now)
+        ctl.run_once(now)
+        assert (("cancel", 31) in backend.actions()) == (now >= cancelled_at), now
+
+
 def test_at_most_max_resizes_per_cycle() -> None:
     jobs = [job(i, nodes=(f"n{i}",), hi=2, start=JUST_STARTED) for i in (1, 2, 3)]
     ctl, backend, _, _ = make(snapshot(jobs), {1: 2, 2: 2, 3: 2}, max_resizes_per_cycle=2)

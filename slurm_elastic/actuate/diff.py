@@ -91,10 +91,24 @@ def _node_counts(ej: ElasticJob, companions: tuple[int, ...]) -> str:
 
 
 def companion_cleanup(
-    classification: Classification, now: float, pending_timeout_s: float
+    classification: Classification,
+    now: float,
+    pending_timeout_s: float,
+    orphan_grace_s: float = 0.0,
 ) -> list[Action]:
-    """Cancel orphans, and companions that Slurm has kept pending for too long."""
-    actions = [_cancel(job, why) for job, why in classification.orphans]
+    """Cancel orphans, and companions that Slurm has kept pending for too long.
+
+    An orphan whose parent completed less than ``orphan_grace_s`` ago is left to end by
+    itself: its training is done, and a cancelled job gets Slurm's "CANCELLED" error lines
+    in its output.  Any other orphan (its parent failed, was cancelled, or is gone from the
+    snapshot) is cancelled at once."""
+    actions: list[Action] = []
+    for job, why in classification.orphans:
+        parent = classification.companions.get(job.job_id)
+        ended = classification.completed_parents.get(parent) if parent is not None else None
+        if ended is not None and now - ended < orphan_grace_s:
+            continue
+        actions.append(_cancel(job, why))
     for ej in classification.elastic.values():
         for comp in ej.pending_companions:
             if comp.submit_time is not None and now - comp.submit_time > pending_timeout_s:

@@ -275,7 +275,12 @@ class Controller:
         outlooks = self.estimator.outlooks(cls.elastic, now)
         cleanup = [
             a
-            for a in companion_cleanup(cls, now, self.config.grow.companion_pending_timeout_s)
+            for a in companion_cleanup(
+                cls,
+                now,
+                self.config.grow.companion_pending_timeout_s,
+                self.config.grow.orphan_grace_s,
+            )
             if a.job_id not in cancelled
         ]
         housekeeping, blocked = self._screen(cleanup, cls, outlooks, now)
