@@ -3,6 +3,7 @@ instruction refusal, progress reporting, and the CLI's errors."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 from slurm_elastic.agent.allocation import cpus_per_node, srun_env
 from slurm_elastic.agent.follower import refusal
 from slurm_elastic.agent.jobdir import LaunchInfo, companion_environment, save_environment
-from slurm_elastic.agent.launcher import RunOptions, resolve_sizes, srun_argv
+from slurm_elastic.agent.launcher import RunOptions, resolve_sizes, srun_argv, watch_parent
 from slurm_elastic.agent.node import is_loopback, node_env
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.rendezvous import (
@@ -344,3 +345,66 @@ def test_an_environment_file_others_may_write_is_ignored(tmp_path: Path) -> None
     save_environment(tmp_path, {"LD_PRELOAD": "/tmp/evil.so"})
     (tmp_path / "environment.json").chmod(0o666)
     assert companion_environment({"HOME": "/h"}, tmp_path) == {"HOME": "/h"}
+
+
+class _RecordedStep:
+    def __init__(self) -> None:
+        self.forwarded: list[int] = []
+
+    def forward(self, signum: int, _frame: object) -> None:
+        self.forwarded.append(signum)
+
+
+@pytest.mark.parametrize(
+    ("done", "ends_by_itself", "stopped"),
+    [(True, True, False), (True, False, True), (False, False, True)],
+    ids=["training-done-ends", "training-done-hangs", "parent-failed"],
+)
+def test_a_companion_whose_parent_finished_training_ends_by_itself(
+    done: bool, ends_by_itself: bool, stopped: bool
+) -> None:
+    """The parent is gone.  If training is done (done.json), the companion's workers are
+    ending too: they get the finish grace before the step is stopped (stopping it makes
+    Slurm write "CANCELLED" error lines).  Otherwise the step is stopped at once."""
+    step = _RecordedStep()
+    watcher = watch_parent(
+        7,
+        step,  # type: ignore[arg-type]
+        0.05,
+        done=lambda: done,
+        running=lambda _job: False,
+        finish_grace_s=0.5,
+    )
+    if ends_by_itself:
+        time.sleep(0.2)
+        watcher.set()  # launch_steps returned: the step ended by itself
+    time.sleep(0.8)
+    watcher.set()
+    assert step.forwarded == ([signal.SIGTERM] if stopped else [])
+
+
+def test_a_companion_that_joins_after_training_ended_leaves_without_a_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grown in the seconds between the end of training (done.json) and the parent's own
+    end: the companion's launcher exits 0 at once, no srun (whose stop would put Slurm's
+    "CANCELLED" lines in its output)."""
+    from dataclasses import replace
+
+    from slurm_elastic.agent import launcher
+    from slurm_elastic.agent.jobdir import job_dir, write_json
+
+    parent = replace(job("elastic"), work_dir=str(tmp_path))
+    directory = job_dir(tmp_path, 42)
+    directory.mkdir(parents=True)
+    info(job_dir=str(directory)).save()
+    write_json(directory / "done.json", {"step": 150, "time": 1.0})
+    monkeypatch.setenv("SLURM_JOB_ID", "43")
+    monkeypatch.setattr(launcher, "read_job", lambda _job_id: parent)
+
+    def no_srun(*_args: object) -> int:
+        raise AssertionError("srun started after training ended")
+
+    monkeypatch.setattr(launcher._Step, "run", no_srun)
+    monkeypatch.setattr(signal, "signal", lambda *_args: None)  # keep pytest's handlers
+    assert launcher.run(RunOptions(argv=(), join=42)) == 0

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -133,6 +133,9 @@ def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
 
 # After the launcher is told to stop, how long srun may report its tasks' ends.
 STOP_WINDOW_S = 120.0
+# After training is done, how long a companion's workers may take to end by themselves once
+# its parent has ended (watch_parent).
+FINISH_GRACE_S = 30.0
 
 
 class _Step:
@@ -184,27 +187,53 @@ def srun_argv(info: LaunchInfo, nodes: int, role: str, *, relaunch: bool) -> lis
     return [*argv, sys.executable, "-m", "slurm_elastic.agent.node", info.job_dir, role]
 
 
-def watch_parent(parent: int, step: _Step, poll_s: float) -> threading.Event:
+def training_done(info: LaunchInfo) -> bool:
+    """Whether the job's training has finished (rank 0 wrote ``done.json``)."""
+    return read_json(Path(info.job_dir) / DONE) is not None
+
+
+def watch_parent(
+    parent: int,
+    step: _Step,
+    poll_s: float,
+    *,
+    done: Callable[[], bool] = lambda: False,
+    running: Callable[[int], bool] | None = None,
+    finish_grace_s: float = FINISH_GRACE_S,
+) -> threading.Event:
     """Companion side: stop this job's workers when the parent is gone.
 
     The daemon cancels orphan companions, but a companion must not depend on it: without
-    the parent's batch host there is no rendezvous store to train with.
+    the parent's batch host there is no rendezvous store to train with.  When the parent
+    ended because training is done (``done``), the workers here are ending too: they get
+    ``finish_grace_s`` to do so by themselves, since stopping the step makes Slurm write
+    its "CANCELLED" error lines into the output.
     """
-    done = threading.Event()
+    stop = threading.Event()
+    is_running = running or _parent_running
 
     def loop() -> None:
-        while not done.wait(poll_s):
-            try:
-                alive = read_job(parent).state is JobState.RUNNING
-            except AgentError:  # unknown to Slurm: ended longer than MinJobAge ago
-                alive = False
-            if not alive:
+        while not stop.wait(poll_s):
+            if is_running(parent):
+                continue
+            if done():
+                log.info("agent.parent_done", parent=parent)
+                if stop.wait(finish_grace_s):
+                    return  # the step ended by itself
+            else:
                 log.warning("agent.parent_gone", parent=parent)
-                step.forward(signal.SIGTERM, None)
-                return
+            step.forward(signal.SIGTERM, None)
+            return
 
     threading.Thread(target=loop, name="slurm-elastic-parent", daemon=True).start()
-    return done
+    return stop
+
+
+def _parent_running(parent: int) -> bool:
+    try:
+        return read_job(parent).state is JobState.RUNNING
+    except AgentError:  # unknown to Slurm: ended longer than MinJobAge ago
+        return False
 
 
 def end_old_steps(job_id: int, timeout_s: float = 60.0) -> None:
@@ -260,6 +289,9 @@ def launch_steps(
         if attempt:
             end_old_steps(own_job)
             info = fresh_rendezvous(info, attempt) if role == PARENT else reload(info)
+        if role == COMPANION and training_done(info):
+            log.info("agent.training_done", parent=info.job_id, job=own_job)
+            return 0
         env = srun_env(environ, view.nodes)
         argv = srun_argv(info, len(view.nodes), role, relaunch=attempt > 0)
         log.info("agent.srun", attempt=attempt, nodes=list(view.nodes), role=role)
@@ -290,7 +322,13 @@ def run(opts: RunOptions) -> int:
             raise AgentError(f"cannot join job {opts.join}: {exc}") from None
         info = LaunchInfo.load(job_dir(work_dir_of(parent), opts.join))
         log.info("agent.join", parent=info.job_id, endpoint=info.rdzv_endpoint, job=job_id)
-        watcher = watch_parent(info.job_id, step, max(opts.poll_s, 2.0))
+        if training_done(info):
+            # Grown in the seconds between the end of training and the parent's end.
+            log.info("agent.training_done", parent=info.job_id, job=job_id)
+            return 0
+        watcher = watch_parent(
+            info.job_id, step, max(opts.poll_s, 2.0), done=lambda: training_done(info)
+        )
         environ = companion_environment(os.environ, Path(info.job_dir))
         try:
             return launch_steps(info, job_id, COMPANION, opts, step, environ)
