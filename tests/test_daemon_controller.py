@@ -335,6 +335,24 @@ def test_a_companion_whose_parent_completed_may_end_by_itself(
         assert (("cancel", 31) in backend.actions()) == (now >= cancelled_at), now
 
 
+def test_a_forged_companion_of_another_users_completed_job_touches_only_the_forger() -> None:
+    """The hostile-users case for grow.orphan_grace_s: bob marks his own job as a companion
+    of alice's running job.  It is never counted for alice; when her job completes, bob's
+    is an orphan, left the grace, then cancelled like any orphan.  Alice's job and a third
+    user's elastic job are never acted on."""
+    running = job(30, nodes=("n1",), user="se-alice", start=JUST_STARTED)
+    forged = job(31, nodes=("n3",), comment="slurm-elastic:companion-of=30", user="se-bob")
+    carol = job(40, nodes=("n2",), user="se-carol", start=JUST_STARTED)
+    ctl, backend, _, _ = make(snapshot([running, forged, carol], taken_at=990.0), {})
+    ctl.run_once(990.0)
+    assert backend.actions() == []  # another user's job naming alice's: not ours to cancel
+    ended = replace(running, state=JobState.COMPLETED, end_time=995.0)
+    for now, cancelled in ((1000.0, False), (1031.0, True)):
+        backend.snap = snapshot([ended, forged, carol], taken_at=now)
+        ctl.run_once(now)
+        assert backend.actions() == ([("cancel", 31)] if cancelled else []), now
+
+
 def test_at_most_max_resizes_per_cycle() -> None:
     jobs = [job(i, nodes=(f"n{i}",), hi=2, start=JUST_STARTED) for i in (1, 2, 3)]
     ctl, backend, _, _ = make(snapshot(jobs), {1: 2, 2: 2, 3: 2}, max_resizes_per_cycle=2)
