@@ -331,8 +331,9 @@ def test_a_script_without_the_library_is_shrunk_under_the_signal_contract(
     """Issue 23, item 2: the plain tutorial script (no library, no signal handling, its own
     snapshot every epoch) at 2 nodes is shrunk to 1.  Every node's workers get SIGUSR1 and
     end (its default action); the follower acknowledges within the grace with the training
-    that may be redone; the daemon shrinks once (no retry); the script resumes from its own
-    snapshot at 1 node and finishes."""
+    that may be redone; the node the shrink removes ends its torchrun itself; the daemon
+    shrinks once (no retry); the script resumes from its own snapshot at 1 node and
+    finishes."""
     train = [str(PLAIN_DDP_SCRIPT), "2", "1", "--samples", "960", "--batch_size", "16"]
     train += ["--sample-sleep", "0.05"]  # 0.4 s a step at 2 nodes: the shrink lands mid-run
     job = TrainingJob(
@@ -354,6 +355,12 @@ def test_a_script_without_the_library_is_shrunk_under_the_signal_contract(
     assert len(shrinks) == 1  # applied once, never retried
     log = job.log_text()
     assert "agent.workers_stopped" in log and "Resuming training from snapshot" in log
+    # The removed node's agent ended itself before Slurm took the node: it never joined
+    # the round that restarted the workers at one node.
+    assert '"agent.left"' in log or "agent.left " in log, log[-3000:]
+    # One srun step to the end: the end of the shrunk step is told from a failure (srun
+    # ends it with 137, "Force Terminated", on every version), not relaunched.
+    assert "agent.step_ended" not in log, log[-3000:]
     assert "Steps: 60" in log  # 960 samples / 16 per rank at one node: the job went on at 1
     assert not error_lines(log), error_lines(log)  # the stop is the contract's, not a failure
     print(f"signal contract: shrink applied {took:.1f}s after the decision; {shrink.detail}")

@@ -72,6 +72,48 @@ def test_the_step_passes_srun_stderr_on_with_the_shrinks_task_end_as_info(
     assert out.getvalue() == (
         b"worker log line\nsrun: error: n1: task 0: Exited with exit code 3\n"
     )
+    assert not step.report.tasks_succeeded()  # not force-terminated; and n1's task failed
+
+
+def fake_srun(tmp_path: Path, *lines: str, rc: int) -> Path:
+    fake = tmp_path / "srun"
+    fake.write_text(
+        "#!/bin/bash\n" + "".join(f"echo '{line}' >&2\n" for line in lines) + f"exit {rc}\n"
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+# What srun 22.05 printed (24.11 and 26.05 alike), in the signal contract's end-to-end test,
+# at the end of a step whose second node a NumNodes shrink took (the first node's task
+# ended with 0).
+FORCE_TERMINATED = "srun: Force Terminated StepId=297.0"
+
+
+def test_a_step_force_terminated_after_a_shrink_with_no_failed_task_succeeded(
+    tmp_path: Path,
+) -> None:
+    fake = fake_srun(tmp_path, "srun: error: n2: task 1: Killed", FORCE_TERMINATED, rc=137)
+    step = _Step(out=io.BytesIO())
+    step.removal.open(("n1",), seconds=60)
+    assert step.run([str(fake)], {"PATH": "/usr/bin:/bin"}) == 137
+    assert step.report.tasks_succeeded()
+    # The next run starts a new report.
+    fake = fake_srun(tmp_path, "srun: error: n1: task 0: Exited with exit code 1", rc=1)
+    assert step.run([str(fake)], {"PATH": "/usr/bin:/bin"}) == 1
+    assert not step.report.tasks_succeeded()
+
+
+def test_a_failed_task_beside_a_force_termination_is_a_failure(tmp_path: Path) -> None:
+    lines = ["srun: error: n1: task 0: Exited with exit code 1", FORCE_TERMINATED]
+    step = _Step(out=io.BytesIO())
+    step.removal.open(("n1",), seconds=60)
+    assert step.run([str(fake_srun(tmp_path, *lines, rc=137))], {"PATH": "/usr/bin:/bin"}) == 137
+    assert not step.report.tasks_succeeded()
+    step = _Step(out=io.BytesIO())  # a kept node's task killed (no shrink takes n1)
+    lines = ["srun: error: n1: task 0: Killed", FORCE_TERMINATED]
+    assert step.run([str(fake_srun(tmp_path, *lines, rc=137))], {"PATH": "/usr/bin:/bin"}) == 137
+    assert not step.report.tasks_succeeded()
 
 
 def test_a_launcher_told_to_stop_expects_every_task_to_end() -> None:

@@ -111,3 +111,32 @@ def test_a_companion_named_in_release_json_stops_its_agent(
     assert companion.poll_once() and companion.released
     assert agent.wait(timeout=5) == -signal.SIGTERM
     assert not companion.poll_once()  # carried out once
+
+
+@pytest.mark.parametrize("agent", ["save"], indirect=True)
+def test_a_node_the_stop_removes_ends_its_agent_once_the_workers_are_gone(
+    agent: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """Under the signal contract a node outside the shrink's keep_nodes stops torchrun (here
+    the stand-in) right after its workers, so that it never joins a new rendezvous round;
+    its stopped file is written first.  A node that stays keeps its agent."""
+    kept = StopWatcher(tmp_path, "n1", signal.SIGUSR1, 5.0, agent_pid=1 << 22)
+    leaving = StopWatcher(tmp_path, "n2", signal.SIGUSR1, 5.0, agent_pid=agent.pid)
+    stop = Control(2, "signal", instruction_id="i", keep_nodes=("n1",))
+    write_json(tmp_path / "control.json", stop.to_json())
+    assert kept.poll_once() and not kept.left
+    assert leaving.poll_once() and leaving.left
+    assert agent.wait(timeout=5) == -signal.SIGTERM
+    record = read_json(tmp_path / "stopped-n2.json")
+    assert record is not None and record["seq"] == 2 and record["ended_by_themselves"]
+
+
+@pytest.mark.parametrize("agent", ["save"], indirect=True)
+def test_a_stop_that_names_no_nodes_to_keep_leaves_every_agent_running(
+    agent: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    watcher = StopWatcher(tmp_path, "n2", signal.SIGUSR1, 5.0, agent_pid=agent.pid)
+    write_json(tmp_path / "control.json", Control(1, "signal").to_json())
+    assert watcher.poll_once() and not watcher.left
+    time.sleep(0.3)
+    assert agent.poll() is None

@@ -47,7 +47,7 @@ from slurm_elastic.agent.jobdir import (
 )
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
 from slurm_elastic.agent.rendezvous import choose_port
-from slurm_elastic.agent.srunlog import PlannedRemoval, copy_stderr
+from slurm_elastic.agent.srunlog import PlannedRemoval, StepReport, copy_stderr
 from slurm_elastic.errors import AgentError, MarkerError
 from slurm_elastic.protocol import api_base
 from slurm_elastic.types import JobState, JobView
@@ -146,6 +146,7 @@ class _Step:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.removal = removal or PlannedRemoval()
+        self.report = StepReport()  # of the last run
         self._out = out
 
     def forward(self, signum: int, _frame: FrameType | None) -> None:
@@ -161,9 +162,10 @@ class _Step:
         except OSError as exc:
             raise AgentError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
         assert self.proc.stderr is not None
+        self.report = StepReport()
         copier = threading.Thread(
             target=copy_stderr,
-            args=(self.proc.stderr, self.removal, self._out or sys.stderr.buffer),
+            args=(self.proc.stderr, self.removal, self._out or sys.stderr.buffer, self.report),
             name="slurm-elastic-srun-stderr",
             daemon=True,
         )
@@ -297,8 +299,13 @@ def launch_steps(
         log.info("agent.srun", attempt=attempt, nodes=list(view.nodes), role=role)
         rc = step.run(argv, env)
         # done.json: Slurm counts the tasks it killed on removed nodes in srun's status,
-        # so a finished training can end with a non-zero one.
-        if rc == 0 or read_json(Path(info.job_dir) / DONE) is not None:
+        # so a finished training can end with a non-zero one; a script without the library
+        # writes no done.json, and then srun's own report tells (agent.srunlog).
+        finished = read_json(Path(info.job_dir) / DONE) is not None
+        if rc != 0 and not finished and step.report.tasks_succeeded():
+            log.info("agent.step_shrunk", rc=rc, reason="every task left ended with 0")
+            finished = True
+        if rc == 0 or finished:
             if role == COMPANION and read_json(Path(info.job_dir) / DONE) is None:
                 log.info("agent.companion_released", job=own_job)  # given back by a shrink
             else:

@@ -9,7 +9,13 @@ opened by the follower once it acknowledged), the line for a removed node become
 line, ``agent.task_removed``; every other line, on any other node or at any other time,
 passes through unchanged.  The same holds for every node while the launcher itself is being
 stopped (SIGTERM: a companion the daemon gives back, ``scancel``): its tasks ending then
-are that stop's doing.  torch-free.
+are that stop's doing.
+
+Slurm adds one more: once a shrink has taken a node from a running step, srun ends with
+status 137 and ``srun: Force Terminated StepId=...`` even when every task that stayed ended
+with 0 (seen on 22.05, 24.11 and 26.05: the step's part on the removed node counts as
+killed).  :class:`StepReport` keeps what srun said about the step's tasks, so the launcher
+can tell that end from a failed step (:meth:`StepReport.tasks_succeeded`).  torch-free.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO
 
 import structlog
@@ -31,6 +38,32 @@ _TASK_ENDED = re.compile(
     rb"^srun: error: (?P<node>[^\s:]+): tasks? (?P<tasks>[0-9,\-]+): "
     rb"(?P<how>Killed|Terminated|Exited with exit code 143)\s*$"
 )
+
+# Any other end of a task that srun reports (src/srun/srun_job.c): exit codes, signals.
+_TASK_FAILED = re.compile(rb"^srun: error: [^\s:]+: tasks? [0-9,\-]+: ")
+# srun's info() when slurmctld killed the step's part on a node (src/api/step_launch.c).
+_FORCE_TERMINATED = re.compile(rb"^srun: Force Terminated ")
+
+
+@dataclass
+class StepReport:
+    """What srun's stderr said about one step's tasks."""
+
+    force_terminated: bool = False  # srun: Force Terminated (ends with status 137)
+    task_failures: int = 0  # task ends that were not a planned shrink's
+
+    def tasks_succeeded(self) -> bool:
+        """Whether srun's non-zero status is Slurm's count of a node taken from the step,
+        not a task's failure: srun was force-terminated yet reported no task that ended
+        badly, so every task that stayed ended with 0 (module doc)."""
+        return self.force_terminated and self.task_failures == 0
+
+    def note(self, line: bytes) -> None:
+        """Count an unplanned line (one :func:`copy_stderr` passes through)."""
+        if _FORCE_TERMINATED.match(line):
+            self.force_terminated = True
+        elif _TASK_FAILED.match(line):
+            self.task_failures += 1
 
 
 class PlannedRemoval:
@@ -67,11 +100,19 @@ def planned_end(line: bytes, removal: PlannedRemoval) -> tuple[str, str] | None:
     return (node, match["tasks"].decode()) if removal.expects(node) else None
 
 
-def copy_stderr(stream: IO[bytes], removal: PlannedRemoval, out: IO[bytes]) -> None:
-    """Copy srun's stderr to ``out`` line by line, a planned shrink's task ends as INFO."""
+def copy_stderr(
+    stream: IO[bytes],
+    removal: PlannedRemoval,
+    out: IO[bytes],
+    report: StepReport | None = None,
+) -> None:
+    """Copy srun's stderr to ``out`` line by line, a planned shrink's task ends as INFO;
+    ``report`` counts the rest."""
     for line in iter(stream.readline, b""):
         ended = planned_end(line, removal)
         if ended is None:
+            if report is not None:
+                report.note(line)
             out.write(line)
             out.flush()
         else:

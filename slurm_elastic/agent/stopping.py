@@ -13,11 +13,15 @@ torchrun) then
    (``--stop-grace``), and then ends what is left of them with SIGKILL;
 3. writes ``stopped-<node>.json``: when the signal went out, how long the workers took,
    and how long they had been training since they last started -- the most the script can
-   lose, since whatever it did after its own last checkpoint is redone.
+   lose, since whatever it did after its own last checkpoint is redone;
+4. on a node the shrink removes (not among the request's ``keep_nodes``), stops torchrun
+   as soon as its workers are gone, before torch elastic can bring this node into a new
+   rendezvous round: a round that counted it would start workers that wait for a node
+   about to vanish.  The node's task ends by itself (``agent.left``, exit 0).
 
-torch elastic restarts the workers, which resume from the script's own checkpoint; once
-every node has written its file (or the grace has passed) the follower acknowledges, and
-the daemon shrinks the job.
+On the nodes that stay torch elastic restarts the workers, which resume from the script's
+own checkpoint; once every node has written its file (or the grace has passed) the
+follower acknowledges, and the daemon shrinks the job.
 
 The same watcher ends a companion job that a shrink gives back, for every job (library or
 not): when ``release.json`` names its job, it stops torchrun (SIGTERM to the agent: its
@@ -112,6 +116,7 @@ def stop_workers(
     signum: int,
     grace_s: float,
     clock: Callable[[], float] = time.monotonic,
+    poll_s: float = 0.05,
 ) -> tuple[float, bool]:
     """Signal ``workers``, wait for them at most ``grace_s``, SIGKILL the rest.
 
@@ -124,7 +129,7 @@ def stop_workers(
     while clock() - started < grace_s:
         if not any(alive(pid) for pid in workers):
             return clock() - started, True
-        time.sleep(0.05)
+        time.sleep(poll_s)
     for pid in workers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -148,6 +153,7 @@ class StopWatcher:
         self.node = node
         self.job_id = job_id  # the Slurm job this node agent runs in (a companion's own)
         self.released = False  # a shrink gave this job back: torchrun was stopped for it
+        self.left = False  # a stop's shrink removes this node: torchrun was stopped for it
         self.signum = signum
         self.grace_s = grace_s
         self.agent_pid = agent_pid if agent_pid is not None else os.getpid()
@@ -210,7 +216,12 @@ class StopWatcher:
         self._busy_until = time.monotonic() + self.grace_s + EXITS_NOTICED_S
         workers = children(self.agent_pid)
         ages = [age for pid in workers if (age := running_for_s(pid)) is not None]
-        waited, by_themselves = stop_workers(workers, self.signum, self.grace_s)
+        leaving = bool(control.keep_nodes) and self.node not in control.keep_nodes
+        # A leaving node polls faster: torchrun looks at its workers every 0.1 s, and must
+        # not get to start a new round first (module doc, step 4).
+        waited, by_themselves = stop_workers(
+            workers, self.signum, self.grace_s, poll_s=0.005 if leaving else 0.05
+        )
         name = signal.Signals(self.signum).name
         record = {
             "seq": control.seq,
@@ -222,5 +233,8 @@ class StopWatcher:
             "trained_since_start_s": round(max(ages), 1) if ages else 0.0,
         }
         write_json(self.job_dir / stopped_name(self.node), record)
-        log.info("agent.workers_stopped", **record)
+        log.info("agent.workers_stopped", leaving=leaving, **record)
+        if leaving:  # last: the wrapper exits on it, and this thread with it
+            self.left = True
+            os.kill(self.agent_pid, signal.SIGTERM)
         return True

@@ -10,7 +10,8 @@ lines for it and changes nothing else: any other exit code is still an error, wi
 traceback, and torchrun's arguments and behaviour are its own (``torch.distributed.run``).
 
 A companion that a shrink gives back is ended by the wrapper itself (``agent.stopping``,
-``release.json``): SIGTERM to torchrun, torch's warning about it dropped, exit 0.
+``release.json``): SIGTERM to torchrun, torch's warning about it dropped, exit 0.  So is a
+node that a stop under the signal contract removes (``agent.left``).
 
 One more: a signal that stops torchrun itself -- the SIGTERM Slurm sends when the job or
 its step ends: a companion given back by the daemon, ``scancel``, the time limit -- makes
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     exits = ResizeExits(watcher.stopping, watcher.signum) if watcher else ResizeExits()
     logging.getLogger(TORCH_PROCESS_LOGGER).addFilter(exits)
     if watcher is not None:
-        logging.getLogger(TORCH_AGENT_LOGGER).addFilter(ReleasedStop(lambda: watcher.released))
+        planned = ReleasedStop(lambda: watcher.released or watcher.left)
+        logging.getLogger(TORCH_AGENT_LOGGER).addFilter(planned)
     try:
         run.main(sys.argv[1:] if argv is None else argv)
     except SignalException as exc:
@@ -119,6 +121,9 @@ def main(argv: list[str] | None = None) -> None:
         if watcher is not None and watcher.released:
             log.info("agent.released", node=watcher.node, job=watcher.job_id)
             sys.exit(0)  # the shrink's planned end of this companion, not a failure
+        if watcher is not None and watcher.left:
+            log.info("agent.left", node=watcher.node, reason="removed by the shrink")
+            sys.exit(0)  # the signal contract's planned end of this node
         log.info("agent.torchrun_stopped", signal=name)
         sys.exit(128 + int(exc.sigval))
 
