@@ -97,6 +97,8 @@ def main() -> None:
                 world=step.world_size,
                 nodes=trainer.nodes,
                 indices=mine,
+                generation=step.generation,
+                rank=step.rank,
             )
         if args.sample_sleep:
             time.sleep(args.sample_sleep * sum(len(idx) for idx in step.micro_batches))

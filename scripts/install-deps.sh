@@ -9,7 +9,8 @@
 #     debootstrap (scripts/cluster.sh builds the Slurm 24.11 and 26.05 roots with it).
 #   * two unprivileged test users, se-alice and se-bob (the hostile-user tests);
 #   * torch==2.13.0 (exactly this spec: a local CPU wheel) for the job side;
-#   * this package, editable, with its test and agent extras;
+#   * this package, editable, with its test, agent, torchft and plot extras (torchft after
+#     torch: it keeps the CPU wheel);
 #   * pyslurm 22.5 built against the host's Slurm 22.05 (scripts/build-pyslurm.sh; ~4 min the
 #     first time, skipped when /var/lib/slurm-elastic/pyslurm/22.05 holds the build).
 #
@@ -90,7 +91,8 @@ if json.loads(dist.read_text("direct_url.json") or "{}").get("url") != f"file://
     sys.exit(1)
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 extras = project.get("optional-dependencies", {})
-wanted = [project["dependencies"], *(extras.get(name, []) for name in ("test", "agent", "plot"))]
+extra_names = ("test", "agent", "torchft", "plot")
+wanted = [project["dependencies"], *(extras.get(name, []) for name in extra_names)]
 for text in (req for group in wanted for req in group):
     req = Requirement(text)
     try:
@@ -99,10 +101,10 @@ for text in (req for group in wanted for req in group):
     except PackageNotFoundError:
         sys.exit(1)
 EOF
-    say "slurm-elastic (editable, test+agent+plot extras) present"
+    say "slurm-elastic (editable, test+agent+torchft+plot extras) present"
 else
-    say "installing slurm-elastic (editable) with extras test, agent, plot"
-    "$PYTHON" -m pip install -q -e '.[test,agent,plot]'
+    say "installing slurm-elastic (editable) with extras test, agent, torchft, plot"
+    "$PYTHON" -m pip install -q -e '.[test,agent,torchft,plot]'
 fi
 
 # ------------------------------------------------------------------ test users

@@ -16,6 +16,7 @@ Per rank, between two steps::
     TRAINING --(SIGTERM on any rank)---------> EXIT 75   every node's first rank saves
     TRAINING --(a collective failed)---------> EXIT 75   a peer vanished: same save
     TRAINING --(SIGUSR1, or control.json: checkpoint, or every N steps)--> save, TRAINING
+    TRAINING --(control.json: leave, this node not kept)--> EXIT 0   torchft mode only
 
 Exit 75 (EX_TEMPFAIL) is the resize exit: torch elastic restarts the workers on any
 non-zero exit, and :mod:`slurm_elastic.agent.torchrun` logs it as a resize, not a failure.
@@ -50,6 +51,7 @@ except ModuleNotFoundError:
 
 from slurm_elastic.agent.checkpoint import atomic_write, checkpoint_path, list_checkpoints, prune
 from slurm_elastic.agent.jobdir import CHECKPOINTS, DONE, HELD, Control, ControlReader, write_json
+from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.sampler import SamplerState
 from slurm_elastic.agent.stopping import AGENT_MARKER
@@ -156,7 +158,9 @@ class StepBoundary:
         self.extra_state = extra_state
         self.progress = Progress()
         self._control = ControlReader(self.job_dir) if self.job_dir else None
-        self._flags = {"hold": False, "term": False, "ckpt": False}
+        self._flags = {"hold": False, "term": False, "ckpt": False, "leave": False}
+        # The torchft mode's replica group is its node (agent.replicas).
+        self.replica = os.environ.get(REPLICA_ENV, "")
         self._seen_seq = self._baseline_seq()
         self._saved_step = -1
         self._rates: deque[tuple[float, int]] = deque(maxlen=20)
@@ -283,7 +287,7 @@ class StepBoundary:
         """Offer the daemon a progress report (rank 0; never blocks training)."""
         now = time.monotonic()
         self._rates.append((now, samples))
-        if self.reporter is None:
+        if self.reporter is None or self.rank != 0:  # torchft: rank 0 moves between groups
             return
         rate = None
         if len(self._rates) > 1:
@@ -318,7 +322,15 @@ class StepBoundary:
             elif control.action == "checkpoint":
                 self._flags["ckpt"] = True
                 self._seen_seq = control.seq
+            elif control.action == LEAVE_ACTION:
+                self._flags["leave"] = bool(self.replica) and self.replica not in control.keep_nodes
+                self._seen_seq = control.seq
         return control
+
+    def leave_requested(self) -> bool:
+        """torchft mode: whether this rank's group is to leave the job (``leave``); read
+        after :meth:`take_flags`, which polls ``control.json``."""
+        return self._flags["leave"]
 
     def hold(self) -> None:
         """Checkpoint the agreed boundary, confirm, wait for the launcher's resume."""
@@ -394,6 +406,16 @@ class StepBoundary:
         sys.stderr.flush()
         # os._exit: tearing down a process group whose peers are gone can block.
         os._exit(RESTART_EXIT)
+
+    def leave(self) -> NoReturn:
+        """torchft mode: this group left the quorum after a completed step; nothing to save
+        (the groups that stay hold the state), nothing failed."""
+        log.info("trainer.left", rank=self.rank, step=self.progress.step, replica=self.replica)
+        if self.reporter is not None:
+            self.reporter.close(timeout_s=1.0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(LEFT_EXIT)  # as exit(): a process group whose peers moved on can block
 
     def finish(self) -> None:
         """Training is complete: the final checkpoint, ``done.json``, the last report."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -30,16 +31,29 @@ class SampleLog:
         self.rank = rank
         self._handle: TextIO = open(path / f"samples-g{generation}-r{rank}.jsonl", "a")  # noqa: SIM115
 
-    def write(self, *, step: int, epoch: int, world: int, nodes: int, indices: list[int]) -> None:
+    def write(
+        self,
+        *,
+        step: int,
+        epoch: int,
+        world: int,
+        nodes: int,
+        indices: list[int],
+        generation: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        """One step's record; ``generation`` and ``rank`` when they change from step to step
+        (the torchft mode's quorum and place in it), else the log's own."""
         record = {
-            "gen": self.generation,
+            "gen": self.generation if generation is None else generation,
             "step": step,
             "epoch": epoch,
-            "rank": self.rank,
+            "rank": self.rank if rank is None else rank,
             "world": world,
             "nodes": nodes,
             "idx": indices,
             "t": time.time(),
+            "pid": os.getpid(),
         }
         self._handle.write(json.dumps(record) + "\n")
         self._handle.flush()

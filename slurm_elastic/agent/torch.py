@@ -28,6 +28,10 @@ What it does for the script:
   collective (a peer vanished) the first rank of every node saves its last *completed*
   step before exiting, so the step survives whichever node vanished.
 * **Progress reports** from rank 0 (``agent.progress``), never blocking training.
+* **Stop-free resizes** in the torchft mode (``agent.replicas``): each node is a replica
+  group; every step starts with the quorum (a newcomer is healed there), its samples are
+  split over the groups taking part, and a step not committed everywhere is redone.  The
+  same script runs in both modes; ``optimizer_step`` returns whether the step counted.
 
 The step boundary itself (hold, terminate, checkpoint, restore) is
 :class:`~slurm_elastic.agent.boundary.StepBoundary`, shared with the drop-in API of
@@ -41,9 +45,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import structlog
 
 from slurm_elastic.errors import MissingExtra
 
@@ -55,6 +60,7 @@ except ModuleNotFoundError:
 
 from slurm_elastic.agent.batching import BatchRule
 from slurm_elastic.agent.boundary import RESTART_EXIT, StepBoundary, init_process_group
+from slurm_elastic.agent.modes import stop_free
 from slurm_elastic.agent.sampler import (
     ElasticSampler,
     SamplerState,
@@ -62,9 +68,15 @@ from slurm_elastic.agent.sampler import (
     rank_share,
 )
 
+if TYPE_CHECKING:
+    from slurm_elastic.agent.replicas import ReplicaGroup
+
 __all__ = ["RESTART_EXIT", "ElasticTrainer", "Step"]
 
-_FLAGS = 4  # hold, terminate, checkpoint, loss: appended to the gradient buffer
+log = structlog.get_logger("slurm_elastic.agent")
+
+_FLAGS = 5  # hold, terminate, checkpoint, leave, loss: appended to the gradient buffer
+_TERM, _LEAVE = -4, -2  # their places from the end
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,10 @@ class Step:
     micro_batches: list[np.ndarray]  # this rank's share, split into forward passes
     loss_scale: float  # multiply a per-sample *sum* loss by this (1 / global batch)
     world_size: int
+    rank: int  # this rank's place among the step's ranks
+    # The group of processes that ran this step: a torchrun group's start, or in the torchft
+    # mode the quorum (and how often it redid a step), which grows as membership changes.
+    generation: int
 
 
 class ElasticTrainer:
@@ -123,6 +139,13 @@ class ElasticTrainer:
         self._current: Step | None = None
         self.loss: float | None = None
         self.restored_extra = dict(self.boundary.restore().extra)
+        self.replicas: ReplicaGroup | None = None
+        if stop_free():
+            from slurm_elastic.agent.replicas import ReplicaGroup  # the torchft extra
+
+            self.replicas = ReplicaGroup(
+                self._replica_state, self._load_replica_state, step=self.completed
+            )
         self.boundary.announce()
 
     @property
@@ -142,12 +165,28 @@ class ElasticTrainer:
     # ------------------------------------------------------------------ the loop
 
     def __iter__(self) -> Iterator[Step]:
-        while self.state.epoch < self.epochs:
+        while True:
+            self._join_step()  # torchft: the quorum, where a newcomer catches up
+            if self.state.epoch >= self.epochs:
+                break
             self._current = self._next_step()
             yield self._current
             if self._current is not None:
                 raise RuntimeError("call trainer.optimizer_step() once per step")
         self._finish()
+
+    def _join_step(self) -> None:
+        """Who takes part in the next step: fixed under torchrun, the quorum under torchft."""
+        if self.replicas is None:
+            return
+        membership = self.replicas.begin()
+        self.world_size = membership.world_size
+        self.rank = membership.rank
+        self.nodes = membership.participants
+        self.generation = membership.generation
+        self.boundary.rank = self.rank
+        self.boundary.world_size = self.world_size
+        self.boundary.nodes = self.nodes
 
     def _next_step(self) -> Step:
         global_batch = self.rule.global_batch_for(self.world_size)
@@ -164,6 +203,8 @@ class ElasticTrainer:
             micro_batches=micro_batches(mine, self.rule.micro_batch),
             loss_scale=1.0 / len(indices),
             world_size=self.world_size,
+            rank=self.rank,
+            generation=self.generation,
         )
 
     @property
@@ -172,25 +213,59 @@ class ElasticTrainer:
         per_epoch = self.sampler.steps_per_epoch(self.rule.global_batch_for(self.world_size))
         return per_epoch * self.epochs
 
-    def optimizer_step(self, loss: float | torch.Tensor | None = None) -> None:
-        """Sum gradients job-wide, apply them, then act on hold/terminate/checkpoint flags."""
+    def optimizer_step(self, loss: float | torch.Tensor | None = None) -> bool:
+        """Sum gradients job-wide, apply them, then act on hold/terminate/checkpoint flags.
+
+        Returns whether the step counted: always under torchrun; under torchft False when a
+        group failed during it, and the same samples come again as the next step.
+        """
         step = self._current
         if step is None:
             raise RuntimeError("optimizer_step() called outside an iteration of the trainer")
         local_loss = float(loss) if loss is not None else 0.0
         buffer = self._flatten(local_loss)
+        if self.replicas is not None:
+            return self._replica_step(step, buffer, loss is not None)
         try:
             dist.all_reduce(buffer)
         except RuntimeError as exc:
             self.boundary.abort("collective_failed", exc)
-        hold, term, ckpt, total_loss = (float(v) for v in buffer[-_FLAGS:])
+        self._apply(step, buffer, loss is not None)
+        hold, term, ckpt = (float(v) > 0 for v in buffer[-_FLAGS:-2])
+        self.boundary.act(hold=hold, term=term, ckpt=ckpt)
+        return True
+
+    def _replica_step(self, step: Step, buffer: torch.Tensor, has_loss: bool) -> bool:
+        """The torchft mode's reduction (``agent.replicas``): leave and terminate are the
+        group's own (agreed inside it), checkpoint and loss the quorum's."""
+        assert self.replicas is not None
+        self.replicas.reduce_in_group(buffer)
+        leave, term = float(buffer[_LEAVE]) > 0, float(buffer[_TERM]) > 0
+        committed = self.replicas.reduce_across(buffer)
+        if committed:
+            self._apply(step, buffer, has_loss)
+        else:
+            self.optimizer.zero_grad(set_to_none=False)
+            self._current = None
+        if term or leave:
+            self.replicas.leave()
+            if term:
+                self.boundary.exit("terminate")
+            self.boundary.leave()
+        if committed:
+            ckpt = float(buffer[-3]) > 0
+            self.boundary.act(hold=False, term=False, ckpt=ckpt)
+        return committed
+
+    def _apply(self, step: Step, buffer: torch.Tensor, has_loss: bool) -> None:
+        total_loss = float(buffer[-1])
         self._unflatten(buffer)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)
         progress = self.boundary.progress
         progress.step += 1
         progress.data = self.sampler.advance(progress.data, len(step.indices))
-        self.loss = total_loss if loss is not None else None
+        self.loss = total_loss if has_loss else None
         self._current = None
         self.boundary.report(
             len(step.indices),
@@ -199,7 +274,6 @@ class ElasticTrainer:
             total_steps=self.total_steps,
             loss=self.loss,
         )
-        self.boundary.act(hold=hold > 0, term=term > 0, ckpt=ckpt > 0)
 
     def _flatten(self, local_loss: float) -> torch.Tensor:
         grads = [
@@ -208,8 +282,8 @@ class ElasticTrainer:
         ]
         dtype = grads[0].dtype if grads else torch.float32
         device = grads[0].device if grads else self.boundary.device
-        flags = torch.tensor([*self.boundary.take_flags(), local_loss], dtype=dtype, device=device)
-        return torch.cat([*grads, flags])
+        values = [*self.boundary.take_flags(), float(self.boundary.leave_requested()), local_loss]
+        return torch.cat([*grads, torch.tensor(values, dtype=dtype, device=device)])
 
     def _unflatten(self, buffer: torch.Tensor) -> None:
         offset = 0
@@ -228,8 +302,33 @@ class ElasticTrainer:
         """Checkpoint the last completed step (:meth:`StepBoundary.save`)."""
         self.boundary.save(every_node=every_node)
 
+    # ------------------------------------------------------------------ the torchft mode
+
+    def _replica_state(self) -> dict[str, Any]:
+        """What a new replica group is healed with (``agent.replicas``): read by torchft
+        while this group waits in the quorum, so nothing in it changes meanwhile."""
+        progress = self.boundary.progress
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "sampler": progress.data.to_json(),
+            "step": progress.step,
+            "extra": dict(progress.extra),
+        }
+
+    def _load_replica_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        progress = self.boundary.progress
+        progress.data = SamplerState.from_json(state["sampler"])
+        progress.step = int(state["step"])
+        progress.extra = dict(state["extra"])
+        log.info("trainer.healed", step=progress.step, epoch=progress.data.epoch)
+
     def _finish(self) -> None:
         self.boundary.finish()
+        if self.replicas is not None:
+            self.replicas.leave()
         if self._own_group:
             dist.barrier()
             dist.destroy_process_group()

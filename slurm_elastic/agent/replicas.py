@@ -1,0 +1,181 @@
+"""Stop-free mode (``slurm-elastic run --mode torchft``): one torchft replica group per node.
+
+In the torchrun mode every resize restarts every worker.  In this mode each node of the job
+(and of each companion job) is one *replica group*, its local ranks inside it, and the
+groups meet at every step in a quorum run by torchft's lighthouse (beside the launcher on the
+batch host).  Groups join and leave between steps; the processes of the groups that stay
+never restart:
+
+* **join**: a new group asks the lighthouse for the next quorum; in it the newcomer is
+  healed (weights, optimizer, position in the data) from a peer before its first step;
+* **planned leave**: ``control.json`` action ``leave`` names the nodes that stay
+  (``keep_nodes``); a group whose node is not among them finishes the step under way, leaves
+  the quorum and its processes exit 0 (:data:`LEFT_EXIT`); the rest carry on;
+* **unannounced loss** (a killed process, a node gone): the step under way is not committed
+  anywhere (``should_commit``), and the survivors redo it at the next quorum, after at most
+  the process group's timeout.
+
+Per step (:class:`ReplicaGroup`)::
+
+    begin()   the quorum (synchronous; a newcomer is healed inside it) -> Membership
+    reduce()  gradients summed inside the group (torchrun's process group), then across the
+              quorum's groups; True when every group commits the step, else it is redone
+
+A step's samples are split over participants x local ranks, so the sum of the gradients is
+the gradient of the whole global batch whatever the membership: the update equals that of an
+unresized run (``agent.torch``).  torch and torchft are imported only here and in
+``agent.torch``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from slurm_elastic.errors import AgentError, MissingExtra
+
+try:
+    import torch
+    import torch.distributed as dist
+    from torchft.manager import Manager
+    from torchft.process_group import ProcessGroupGloo
+except ModuleNotFoundError:
+    raise MissingExtra("the torchft mode", "torchft", "torchft") from None
+
+from slurm_elastic.agent.modes import ADVERTISE_ENV, LIGHTHOUSE_ENV, REPLICA_ENV, TIMEOUT_ENV
+
+log = structlog.get_logger("slurm_elastic.agent")
+
+DEFAULT_TIMEOUT_S = 5.0
+# A step's generation (agent.samplelog): the quorum, then how often it redid a step.
+_RETRIES_PER_QUORUM = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """This step's quorum as one rank sees it."""
+
+    participants: int  # replica groups taking part
+    group_rank: int  # this group's place among them
+    local_world: int  # ranks inside each group
+    local_rank: int
+    quorum_id: int
+    retries: int  # steps this quorum redid
+
+    @property
+    def generation(self) -> int:
+        return self.quorum_id * _RETRIES_PER_QUORUM + min(self.retries, _RETRIES_PER_QUORUM - 1)
+
+    @property
+    def world_size(self) -> int:
+        return self.participants * self.local_world
+
+    @property
+    def rank(self) -> int:
+        """This rank's place among all the step's ranks: the share of the batch it takes."""
+        return self.group_rank * self.local_world + self.local_rank
+
+
+def timeout_from_env(env: dict[str, str] | None = None) -> float:
+    text = (env if env is not None else os.environ).get(TIMEOUT_ENV, "")
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise AgentError(f"${TIMEOUT_ENV} is not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise AgentError(f"${TIMEOUT_ENV} must be in (0, 3600] seconds, got {value}")
+    return value
+
+
+class ReplicaGroup:
+    """One rank's side of its replica group and the quorum (module doc)."""
+
+    def __init__(
+        self,
+        state_dict: Callable[[], dict[str, Any]],
+        load_state_dict: Callable[[dict[str, Any]], None],
+        *,
+        step: int,
+        timeout_s: float | None = None,
+    ) -> None:
+        replica = os.environ.get(REPLICA_ENV, "")
+        lighthouse = os.environ.get(LIGHTHOUSE_ENV, "")
+        if not replica or not lighthouse:
+            raise AgentError(
+                f"the torchft mode needs ${REPLICA_ENV} and ${LIGHTHOUSE_ENV}: "
+                "run the script with slurm-elastic run --mode torchft"
+            )
+        timeout = timedelta(seconds=timeout_s if timeout_s is not None else timeout_from_env())
+        self.local_rank = dist.get_rank() if dist.is_initialized() else 0
+        self.local_world = dist.get_world_size() if dist.is_initialized() else 1
+        self.replica = replica
+        self.manager = Manager(
+            pg=ProcessGroupGloo(timeout=timeout),
+            load_state_dict=load_state_dict,
+            state_dict=state_dict,
+            min_replica_size=1,
+            use_async_quorum=False,  # the membership is known before the step's samples are
+            timeout=timeout,
+            quorum_timeout=timedelta(seconds=max(60.0, timeout.total_seconds())),
+            rank=self.local_rank,
+            world_size=self.local_world,
+            lighthouse_addr=lighthouse,
+            replica_id=replica,
+            hostname=os.environ.get(ADVERTISE_ENV) or "localhost",
+        )
+        # The quorum compares steps to choose who heals whom: a group that restored a
+        # checkpoint starts from its step.
+        self.manager.load_state_dict({"step": step, "batches_committed": 0})
+        self.retries = 0  # in the current quorum
+        self._last_quorum = -1
+
+    def begin(self) -> Membership:
+        """Join this step's quorum; a group behind the others is healed inside it."""
+        self.manager.start_quorum()
+        participants = self.manager.num_participants()
+        group_rank = self.manager.participating_rank()
+        if group_rank is None:  # not with use_async_quorum=False, which heals first
+            raise AgentError(f"replica group {self.replica} is not in the quorum it joined")
+        quorum_id = int(self.manager._quorum_id)  # torchft 0.2 has no public accessor
+        if quorum_id != self._last_quorum:
+            log.info(
+                "trainer.quorum",
+                replica=self.replica,
+                quorum=quorum_id,
+                participants=participants,
+                group_rank=group_rank,
+                step=self.manager.current_step(),
+            )
+            self._last_quorum = quorum_id
+            self.retries = 0
+        return Membership(
+            participants, group_rank, self.local_world, self.local_rank, quorum_id, self.retries
+        )
+
+    def reduce_in_group(self, buffer: torch.Tensor) -> None:
+        """Sum ``buffer`` over this group's ranks (torchrun's process group)."""
+        if self.local_world > 1:
+            dist.all_reduce(buffer)
+
+    def reduce_across(self, buffer: torch.Tensor) -> bool:
+        """Sum ``buffer`` over the quorum's groups; whether every group commits the step.
+
+        An uncommitted step (a peer failed) left ``buffer`` undefined: the caller drops it.
+        """
+        self.manager.allreduce(buffer, reduce_op=dist.ReduceOp.SUM).wait()
+        committed = bool(self.manager.should_commit())
+        if not committed:
+            self.retries += 1
+            log.warning("trainer.step_not_committed", replica=self.replica, retries=self.retries)
+        return committed
+
+    def leave(self) -> None:
+        """Stop answering the lighthouse: the next quorum forms without this group."""
+        self.manager.shutdown(wait=False)

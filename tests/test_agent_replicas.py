@@ -1,0 +1,236 @@
+"""The torchft mode with real processes (torchft lighthouse, torchrun, gloo, CPU), no Slurm.
+
+Each "node" is a ``torchrun --standalone`` of the example with the environment the node
+agent gives it in this mode; the lighthouse runs in the test process, as it runs in the
+launcher.  A group leaves on ``control.json``'s ``leave``, another joins mid-run and is
+healed from a peer, and one is killed: the survivors' processes never restart, every sample
+is trained on once per epoch, and the weights equal those of one process never resized.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.agent.jobdir import Control, write_json
+from slurm_elastic.agent.modes import (
+    ADVERTISE_ENV,
+    LIGHTHOUSE_ENV,
+    MODE_ENV,
+    REPLICA_ENV,
+    TIMEOUT_ENV,
+)
+from slurm_elastic.agent.samplelog import lineage, read_records, samples_per_epoch
+from slurm_elastic.agent.stopping import children
+
+pytestmark = [pytest.mark.torch]
+torch = pytest.importorskip("torch")
+coordination = pytest.importorskip("torchft.coordination")
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "train_mlp.py"
+SAMPLES = 600
+ARGS = ["--samples", str(SAMPLES), "--global-batch", "40", "--micro-batch", "8", "--seed", "5"]
+
+
+@pytest.fixture
+def lighthouse() -> Iterator[str]:
+    # heartbeat_timeout_ms: how soon a group that left stops counting for the next quorum.
+    server = coordination.LighthouseServer(
+        bind="[::]:0", min_replicas=1, join_timeout_ms=200, heartbeat_timeout_ms=1000
+    )
+    try:
+        yield server.address()
+    finally:
+        server.shutdown()
+
+
+def group_env(lighthouse: str, node: str, job_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TORCHFT"))}
+    return {
+        **env,
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "SLURM_ELASTIC_JOB_DIR": str(job_dir),
+        MODE_ENV: "torchft",
+        LIGHTHOUSE_ENV: lighthouse,
+        REPLICA_ENV: node,
+        ADVERTISE_ENV: "127.0.0.1",
+        TIMEOUT_ENV: "5",
+    }
+
+
+class Groups:
+    """The replica groups of one job: ``torchrun --standalone`` each, as the node agent runs."""
+
+    def __init__(self, tmp: Path, lighthouse: str, epochs: int, sleep: float) -> None:
+        self.tmp = tmp
+        self.lighthouse = lighthouse
+        self.job_dir = tmp / "job"
+        self.job_dir.mkdir()
+        self.log = tmp / "samples"
+        self.out = tmp / "final.pt"
+        self.args = [*ARGS, "--epochs", str(epochs), "--sample-sleep", str(sleep)]
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, node: str) -> None:
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        argv += ["--nproc-per-node=1", "--max-restarts=0", str(EXAMPLE), *self.args]
+        argv += ["--sample-log", str(self.log), "--out", str(self.out)]
+        argv += ["--checkpoint-dir", str(self.tmp / "ck")]
+        with open(self.tmp / f"{node}.out", "wb") as out:
+            self.procs[node] = subprocess.Popen(
+                argv,
+                env=group_env(self.lighthouse, node, self.job_dir),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def workers(self, node: str) -> set[int]:
+        """The worker processes of ``node``'s torchrun."""
+        return set(children(self.procs[node].pid))
+
+    def records(self) -> list[dict]:
+        return read_records(self.log)
+
+    def steps_done(self) -> int:
+        return max((r["step"] for r in self.records()), default=-1)
+
+    def wait_step(self, step: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.steps_done() < step:
+            if time.monotonic() > deadline:
+                pytest.fail(f"no step {step} in {timeout}s:\n{self.outputs()}")
+            time.sleep(0.05)
+
+    def wait_world(self, world: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(r["world"] == world for r in self.records()):
+            if time.monotonic() > deadline:
+                pytest.fail(f"no step at {world} groups in {timeout}s:\n{self.outputs()}")
+            time.sleep(0.05)
+
+    def wait(self, node: str, timeout: float = 120.0) -> int:
+        try:
+            return self.procs[node].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{node} did not end in {timeout}s:\n{self.outputs()}")
+
+    def outputs(self) -> str:
+        return "\n".join(
+            f"--- {node}\n{(self.tmp / f'{node}.out').read_text(errors='replace')[-3000:]}"
+            for node in self.procs
+        )
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def reference_weights(tmp: Path, epochs: int) -> dict[str, torch.Tensor]:
+    """One process, never resized, the same data and rule."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TORCHFT"))}
+    out = tmp / "reference.pt"
+    subprocess.run(
+        [sys.executable, str(EXAMPLE), *ARGS, "--epochs", str(epochs), "--out", str(out)],
+        env={**env, "OMP_NUM_THREADS": "1"},
+        check=True,
+        capture_output=True,
+        timeout=180,
+        cwd=tmp,
+    )
+    return torch.load(out)
+
+
+def assert_exactly_once(records: list[dict], epochs: int) -> None:
+    seen = samples_per_epoch(records)
+    assert sorted(seen) == list(range(epochs))
+    for epoch, samples in seen.items():
+        assert sorted(samples) == list(range(SAMPLES)), f"epoch {epoch}"
+
+
+def is_subsequence(wanted: list[int], seen: list[int]) -> bool:
+    it = iter(seen)
+    return all(any(w == s for s in it) for w in wanted)
+
+
+def test_a_group_leaves_and_another_joins_without_a_restart(
+    tmp_path: Path, lighthouse: str
+) -> None:
+    """2 groups -> n2 leaves on control.json -> 1 -> n3 and n4 join -> 3; to the end."""
+    groups = Groups(tmp_path, lighthouse, epochs=3, sleep=0.01)
+    try:
+        groups.start("n1")
+        groups.start("n2")
+        groups.wait_step(4)
+        workers = {node: groups.workers(node) for node in ("n1", "n2")}
+        write_json(
+            groups.job_dir / "control.json",
+            Control(1, "leave", instruction_id="t", keep_nodes=("n1",)).to_json(),
+        )
+        assert groups.wait("n2", 60) == 0, groups.outputs()  # left cleanly
+        left_at = groups.steps_done()
+        groups.wait_step(left_at + 3)
+        groups.start("n3")
+        groups.start("n4")
+        groups.wait_world(3)
+        workers |= {node: groups.workers(node) for node in ("n3", "n4")}
+        assert groups.workers("n1") == workers["n1"]
+        assert groups.wait("n1", 180) == 0, groups.outputs()
+        for node in ("n3", "n4"):
+            assert groups.wait(node, 60) == 0, groups.outputs()
+    finally:
+        groups.close()
+
+    records = groups.records()
+    by_world = sorted({(r["gen"], r["world"]) for r in records})
+    worlds = [w for _, w in by_world]
+    assert is_subsequence([2, 1, 3], worlds) and worlds[-1] == 3, by_world
+    assert_exactly_once(records, epochs=3)
+    steps = sorted(lineage(records))
+    assert steps == list(range(len(steps)))  # every step once in what the model kept
+    # One worker process per group, from its first step to its last: nobody restarted.
+    assert {r["pid"] for r in records} == set().union(*workers.values())
+    assert all(len(pids) == 1 for pids in workers.values()), workers
+    (n1,) = workers["n1"]
+    assert n1 in {r["pid"] for r in lineage(records)[steps[-1]]}
+    log = (tmp_path / "n3.out").read_text()
+    assert "trainer.healed" in log, log[-2000:]
+    final = torch.load(groups.out)
+    reference = reference_weights(tmp_path, epochs=3)
+    for key, value in reference.items():
+        assert torch.allclose(final[key], value, rtol=1e-9, atol=1e-10), key
+
+
+def test_a_killed_group_costs_the_others_a_redone_step_not_a_restart(
+    tmp_path: Path, lighthouse: str
+) -> None:
+    groups = Groups(tmp_path, lighthouse, epochs=1, sleep=0.004)
+    try:
+        for node in ("n1", "n2", "n3"):
+            groups.start(node)
+        groups.wait_step(4)
+        survivors = groups.workers("n1") | groups.workers("n2")
+        (victim,) = groups.workers("n3")
+        os.kill(victim, signal.SIGKILL)
+        assert groups.wait("n1", 180) == 0, groups.outputs()
+        assert groups.wait("n2", 60) == 0, groups.outputs()
+    finally:
+        groups.close()
+    records = groups.records()
+    assert_exactly_once(records, epochs=1)
+    assert {r["pid"] for r in records} == survivors | {victim}  # no survivor restarted
+    final = torch.load(groups.out)
+    reference = reference_weights(tmp_path, epochs=1)
+    for key, value in reference.items():
+        assert torch.allclose(final[key], value, rtol=1e-9, atol=1e-10), key
