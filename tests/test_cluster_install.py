@@ -53,7 +53,7 @@ def test_second_run_is_a_noop() -> None:
     assert lines == [
         "install-deps: Debian packages present",
         "install-deps: torch==2.13.0 present",
-        "install-deps: slurm-elastic (editable, test+agent+plot extras) present",
+        "install-deps: slurm-elastic (editable, test+agent+torchft+plot extras) present",
     ]
     assert pyslurm.startswith("build-pyslurm: /var/lib/slurm-elastic/pyslurm/22.05 already holds")
     assert pyslurm.endswith("; skipped")
