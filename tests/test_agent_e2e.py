@@ -15,6 +15,7 @@ daemon's API and fit its convergence and throughput models.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
@@ -280,6 +281,51 @@ def test_shrink_to_1_then_grow_to_3_trains_exactly(
     assert fit.total_steps is not None and fit.convergence is None
     curve = fit_convergence([r.step for r in reports], [r.loss for r in reports])
     assert curve.n_points == len(reports) and curve.kind in ("curve", "flat")
+
+
+def step_gaps(records: list[dict], node: str) -> list[tuple[float, int]]:
+    """(seconds between two consecutive steps, the later step) of ``node``'s first rank."""
+    mine = sorted((r["step"], r["t"]) for r in records if r["node"] == node)
+    return [(b[1] - a[1], b[0]) for a, b in itertools.pairwise(mine)]
+
+
+def test_stop_free_shrink_to_1_then_grow_to_3_never_restarts_the_survivors(
+    clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
+) -> None:
+    """Issue 14's acceptance: ``--mode torchft`` (one torchft replica group per node), 2 -> 1
+    -> 3 nodes by the daemon: the survivor's worker process never changes, every sample is
+    trained on once per epoch, no step is lost and the weights equal an unresized run's."""
+    job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=3, run_options="--mode torchft")
+    try:
+        job.wait_records(at_world(2, min_step=15), "training at 2 nodes")
+        shrink = drill.resize(job.job_id, 1)
+        assert shrink.outcome == "applied", shrink.detail
+        assert shrink.detail.startswith("stop-free: 1 of 1 replica groups left"), shrink.detail
+        at_one = job.wait_records(at_world(1), "training at 1 node after the shrink")
+        resumed = max(r["step"] for r in at_one)
+        job.wait_records(at_world(1, min_step=resumed + 5), "progress at 1 node")
+        grow = drill.resize(job.job_id, 3)
+        assert grow.outcome == "applied" and grow.companion_id, grow.detail
+        job.wait_records(at_world(3), "training at 3 nodes after the grow")
+        assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
+    finally:
+        clean_queue.run("scancel", str(job.job_id), check=False)
+
+    records = job.records()
+    assert_trained_exactly(job, [2, 1, 3], tmp_path)
+    by_node: dict[str, set[int]] = {}
+    for r in records:
+        by_node.setdefault(r["node"], set()).add(r["pid"])
+    assert len(by_node) == 4 and all(len(p) == 1 for p in by_node.values()), by_node
+    batch_host = min(by_node)  # n1: the batch host, the survivor from first step to last
+    steps = sorted(lineage(records))
+    assert {r["pid"] for r in lineage(records)[steps[-1]]} >= by_node[batch_host]
+    assert {r["step"] for r in records if r["node"] == batch_host} == set(steps)
+    pause = max(gap for gap, _ in step_gaps(records, batch_host))
+    log = job.log_text()
+    assert "trainer.healed" in log and "trainer.left" in log
+    assert not error_lines(log), error_lines(log)
+    print(f"stop-free: the survivor's largest gap between steps {pause:.2f}s; {shrink.detail}")
 
 
 @pytest.mark.default_slurm_only(

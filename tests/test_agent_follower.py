@@ -64,12 +64,15 @@ def post(
     return instruction
 
 
-def follower(tmp_path: Path, url: str, sizes: list[int], *, library: bool = True) -> Follower:
+def follower(
+    tmp_path: Path, url: str, sizes: list[int], *, library: bool = True, mode: str = "torchrun"
+) -> Follower:
     """``library``: the workers use the training library (it wrote agent.json), so shrinks
     go through the hold protocol; without it, through the signal contract."""
     if library:
         write_json(tmp_path / "agent.json", {"generation": 1})
     return Follower(
+        mode=mode,
         job_id=JOB,
         job_dir=tmp_path,
         api=url,
@@ -264,3 +267,53 @@ def test_the_signal_contract_goes_ahead_after_the_grace_when_nodes_stay_silent(
     assert ack is not None and ack.status is AckStatus.READY
     assert "0 of 2 nodes stopped" in ack.detail
     assert time.monotonic() - started < 15
+
+
+def test_a_stop_free_shrink_asks_the_leaving_groups_to_leave_and_acks_once_they_left(
+    tmp_path: Path, daemon
+) -> None:
+    """The torchft mode: ``leave`` names the nodes that stay; the group on n2 answers with
+    left-n2.json (as agent.boundary does); the ack says how many left after which step, and
+    nothing is held or resumed."""
+    server, board = daemon
+    sizes = [2]
+    instruction = post(board, 1, keep=("n1",))
+
+    def group_on_n2() -> None:
+        reader = ControlReader(tmp_path)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            control = reader.read()
+            if control is not None and control.action == "leave" and "n2" not in control.keep_nodes:
+                left = {"seq": control.seq, "step": 31, "node": "n2"}
+                write_json(tmp_path / "left-n2.json", left)
+                return
+            time.sleep(0.02)
+
+    def shrink_after_ack() -> None:
+        while board.ack_for(instruction.id) is None:
+            time.sleep(0.02)
+        sizes[0] = 1
+
+    threading.Thread(target=group_on_n2, daemon=True).start()
+    threading.Thread(target=shrink_after_ack, daemon=True).start()
+    follower(tmp_path, server.url, sizes, mode="torchft").poll_once()
+    ack = board.ack_for(instruction.id)
+    assert ack is not None and ack.status is AckStatus.READY and ack.step == 31, ack
+    assert ack.detail.startswith("stop-free: 1 of 1 replica groups left the quorum after step 31")
+    control = ControlReader(tmp_path).read()
+    assert control is not None and control.action == "leave" and control.keep_nodes == ("n1",)
+
+
+def test_a_stop_free_shrink_that_no_group_answers_fails(tmp_path: Path, daemon) -> None:
+    server, board = daemon
+    instruction = post(board, 1, keep=("n1",))
+    follower(tmp_path, server.url, [2], mode="torchft").poll_once()
+    ack = board.ack_for(instruction.id)
+    assert ack is not None and ack.status is AckStatus.FAILED
+    assert "no replica group left the quorum in time" in ack.detail
+    unnamed = post(board, 1, keep=())
+    follower(tmp_path, server.url, [2], mode="torchft").poll_once()
+    ack = board.ack_for(unnamed.id)
+    assert ack is not None and ack.status is AckStatus.FAILED
+    assert "must name the nodes that stay" in ack.detail

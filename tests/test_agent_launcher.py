@@ -22,6 +22,7 @@ from slurm_elastic.agent.rendezvous import (
     choose_port,
     parse_conf,
     preferred_port,
+    replica_group_argv,
     script_args,
     torchrun_argv,
 )
@@ -138,6 +139,21 @@ def test_node_env_sets_the_required_torch_switch_and_pins_gloo_to_loopback() -> 
     assert is_loopback("127.0.0.1") and not is_loopback("node-a") and not is_loopback(None)
 
 
+def test_the_torchft_mode_runs_one_replica_group_per_node_that_joins_the_lighthouse() -> None:
+    ft = info(mode="torchft", nproc_per_node=2, ft_timeout_s=7.5)
+    argv = replica_group_argv(ft, python="/py")
+    assert argv[:3] == ["/py", "-m", "slurm_elastic.agent.torchrun"]
+    assert "--standalone" in argv and "--nnodes=1" in argv and "--max-restarts=0" in argv
+    assert "--nproc-per-node=2" in argv and argv[-3:] == ["train.py", "--epochs", "3"]
+    env = node_env(ft, "127.0.0.1", {"PATH": "/bin"}, "n2")
+    assert env["SLURM_ELASTIC_MODE"] == "torchft"
+    assert env["TORCHFT_LIGHTHOUSE"] == "http://127.0.0.1:20042"
+    assert env["SLURM_ELASTIC_REPLICA"] == "n2" and env["SLURM_ELASTIC_NODE_ADDR"] == "127.0.0.1"
+    assert env["SLURM_ELASTIC_FT_TIMEOUT_S"] == "7.5" and env["RUST_LOG"] == "warn"
+    assert node_env(ft, None, {"RUST_LOG": "info"}, "n3")["RUST_LOG"] == "info"  # the user's
+    assert "SLURM_ELASTIC_MODE" not in node_env(info(), "127.0.0.1", {}, "n2")
+
+
 # --------------------------------------------------------------------------- Slurm side
 
 
@@ -196,6 +212,11 @@ def test_launch_json_round_trip_and_clear_errors(tmp_path: Path) -> None:
         LaunchInfo.load(tmp_path / "other")
     with pytest.raises(AgentError, match="malformed"):
         LaunchInfo.from_json({"job_id": "x"})
+    ft = info(job_dir=str(tmp_path), mode="torchft")
+    ft.save()
+    assert LaunchInfo.load(tmp_path) == ft and ft.lighthouse == "http://127.0.0.1:20042"
+    with pytest.raises(AgentError, match="unknown mode 'mpi'"):
+        LaunchInfo.from_json({**ft.to_json(), "mode": "mpi"})
 
 
 # --------------------------------------------------------------------------- instructions
@@ -272,6 +293,10 @@ def test_run_outside_a_slurm_job_is_a_one_line_error() -> None:
 def test_join_takes_no_command() -> None:
     result = CliRunner().invoke(cli, ["run", "--join", "5", "--", "python", "x.py"])
     assert result.exit_code == 2 and "--join takes the command" in result.output
+    result = CliRunner().invoke(cli, ["run", "--join", "5", "--mode", "torchft"])
+    assert result.exit_code == 2 and "--join takes the mode" in result.output
+    result = CliRunner().invoke(cli, ["run", "--mode", "mpi", "--", "python", "x.py"])
+    assert result.exit_code == 2 and "'mpi' is not one of" in result.output
 
 
 def test_cli_help_does_not_import_torch() -> None:

@@ -1,10 +1,11 @@
 """The torchft mode with real processes (torchft lighthouse, torchrun, gloo, CPU), no Slurm.
 
-Each "node" is a ``torchrun --standalone`` of the example with the environment the node
-agent gives it in this mode; the lighthouse runs in the test process, as it runs in the
-launcher.  A group leaves on ``control.json``'s ``leave``, another joins mid-run and is
-healed from a peer, and one is killed: the survivors' processes never restart, every sample
-is trained on once per epoch, and the weights equal those of one process never resized.
+Each "node" is the node agent's command and environment for this mode
+(``replica_group_argv``, ``node_env``) around the example; the lighthouse is the launcher's
+(``agent.lighthouse``).  A group leaves on ``control.json``'s ``leave``, another joins
+mid-run and is healed from a peer, and one is killed: the survivors' processes never
+restart, every sample is trained on once per epoch, and the weights equal those of one
+process never resized.
 """
 
 from __future__ import annotations
@@ -19,20 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.agent.jobdir import Control, write_json
-from slurm_elastic.agent.modes import (
-    ADVERTISE_ENV,
-    LIGHTHOUSE_ENV,
-    MODE_ENV,
-    REPLICA_ENV,
-    TIMEOUT_ENV,
-)
+from slurm_elastic.agent.jobdir import Control, LaunchInfo, read_json, write_json
+from slurm_elastic.agent.lighthouse import Lighthouse
+from slurm_elastic.agent.node import node_env
+from slurm_elastic.agent.rendezvous import choose_port, replica_group_argv
 from slurm_elastic.agent.samplelog import lineage, read_records, samples_per_epoch
 from slurm_elastic.agent.stopping import children
 
 pytestmark = [pytest.mark.torch]
 torch = pytest.importorskip("torch")
-coordination = pytest.importorskip("torchft.coordination")
+pytest.importorskip("torchft")
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "train_mlp.py"
@@ -41,37 +38,39 @@ ARGS = ["--samples", str(SAMPLES), "--global-batch", "40", "--micro-batch", "8",
 
 
 @pytest.fixture
-def lighthouse() -> Iterator[str]:
-    # heartbeat_timeout_ms: how soon a group that left stops counting for the next quorum.
-    server = coordination.LighthouseServer(
-        bind="[::]:0", min_replicas=1, join_timeout_ms=200, heartbeat_timeout_ms=1000
-    )
+def lighthouse() -> Iterator[Lighthouse]:
+    server = Lighthouse("127.0.0.1", choose_port(os.getpid(), "127.0.0.1"))
+    server.start()
     try:
-        yield server.address()
+        yield server
     finally:
-        server.shutdown()
+        server.stop()
 
 
-def group_env(lighthouse: str, node: str, job_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TORCHFT"))}
-    return {
-        **env,
-        "OMP_NUM_THREADS": "1",
-        "GLOO_SOCKET_IFNAME": "lo",
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-        "SLURM_ELASTIC_JOB_DIR": str(job_dir),
-        MODE_ENV: "torchft",
-        LIGHTHOUSE_ENV: lighthouse,
-        REPLICA_ENV: node,
-        ADVERTISE_ENV: "127.0.0.1",
-        TIMEOUT_ENV: "5",
-    }
+def launch_info(lighthouse: Lighthouse, job_dir: Path, argv: list[str]) -> LaunchInfo:
+    """What the parent launcher writes in the torchft mode (``agent.launcher``)."""
+    return LaunchInfo(
+        job_id=1,
+        argv=("python", *argv),
+        nproc_per_node=1,
+        rdzv_host=lighthouse.host,
+        rdzv_port=lighthouse.port,
+        rdzv_id="test",
+        min_nodes=1,
+        max_nodes=4,
+        batch_host="n1",
+        max_restarts=0,
+        api="",
+        job_dir=str(job_dir),
+        created_at=0.0,
+        mode="torchft",
+    )
 
 
 class Groups:
     """The replica groups of one job: ``torchrun --standalone`` each, as the node agent runs."""
 
-    def __init__(self, tmp: Path, lighthouse: str, epochs: int, sleep: float) -> None:
+    def __init__(self, tmp: Path, lighthouse: Lighthouse, epochs: int, sleep: float) -> None:
         self.tmp = tmp
         self.lighthouse = lighthouse
         self.job_dir = tmp / "job"
@@ -82,14 +81,15 @@ class Groups:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, node: str) -> None:
-        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        argv += ["--nproc-per-node=1", "--max-restarts=0", str(EXAMPLE), *self.args]
-        argv += ["--sample-log", str(self.log), "--out", str(self.out)]
-        argv += ["--checkpoint-dir", str(self.tmp / "ck")]
+        script = [str(EXAMPLE), *self.args, "--sample-log", str(self.log), "--out", str(self.out)]
+        script += ["--checkpoint-dir", str(self.tmp / "ck")]
+        info = launch_info(self.lighthouse, self.job_dir, script)
+        own = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TORCHFT"))}
+        env = node_env(info, "127.0.0.1", {**own, "SLURMD_NODENAME": node}, node)
         with open(self.tmp / f"{node}.out", "wb") as out:
             self.procs[node] = subprocess.Popen(
-                argv,
-                env=group_env(self.lighthouse, node, self.job_dir),
+                replica_group_argv(info, python=sys.executable),
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -165,7 +165,7 @@ def is_subsequence(wanted: list[int], seen: list[int]) -> bool:
 
 
 def test_a_group_leaves_and_another_joins_without_a_restart(
-    tmp_path: Path, lighthouse: str
+    tmp_path: Path, lighthouse: Lighthouse
 ) -> None:
     """2 groups -> n2 leaves on control.json -> 1 -> n3 and n4 join -> 3; to the end."""
     groups = Groups(tmp_path, lighthouse, epochs=3, sleep=0.01)
@@ -179,6 +179,8 @@ def test_a_group_leaves_and_another_joins_without_a_restart(
             Control(1, "leave", instruction_id="t", keep_nodes=("n1",)).to_json(),
         )
         assert groups.wait("n2", 60) == 0, groups.outputs()  # left cleanly
+        left = read_json(groups.job_dir / "left-n2.json")
+        assert left is not None and left["seq"] == 1 and left["node"] == "n2"
         left_at = groups.steps_done()
         groups.wait_step(left_at + 3)
         groups.start("n3")
@@ -213,7 +215,7 @@ def test_a_group_leaves_and_another_joins_without_a_restart(
 
 
 def test_a_killed_group_costs_the_others_a_redone_step_not_a_restart(
-    tmp_path: Path, lighthouse: str
+    tmp_path: Path, lighthouse: Lighthouse
 ) -> None:
     groups = Groups(tmp_path, lighthouse, epochs=1, sleep=0.004)
     try:

@@ -51,7 +51,7 @@ except ModuleNotFoundError:
 
 from slurm_elastic.agent.checkpoint import atomic_write, checkpoint_path, list_checkpoints, prune
 from slurm_elastic.agent.jobdir import CHECKPOINTS, DONE, HELD, Control, ControlReader, write_json
-from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV
+from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV, left_name
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.sampler import SamplerState
 from slurm_elastic.agent.stopping import AGENT_MARKER
@@ -161,6 +161,7 @@ class StepBoundary:
         self._flags = {"hold": False, "term": False, "ckpt": False, "leave": False}
         # The torchft mode's replica group is its node (agent.replicas).
         self.replica = os.environ.get(REPLICA_ENV, "")
+        self._leave_seq = 0
         self._seen_seq = self._baseline_seq()
         self._saved_step = -1
         self._rates: deque[tuple[float, int]] = deque(maxlen=20)
@@ -325,6 +326,7 @@ class StepBoundary:
             elif control.action == LEAVE_ACTION:
                 self._flags["leave"] = bool(self.replica) and self.replica not in control.keep_nodes
                 self._seen_seq = control.seq
+                self._leave_seq = control.seq
         return control
 
     def leave_requested(self) -> bool:
@@ -411,6 +413,9 @@ class StepBoundary:
         """torchft mode: this group left the quorum after a completed step; nothing to save
         (the groups that stay hold the state), nothing failed."""
         log.info("trainer.left", rank=self.rank, step=self.progress.step, replica=self.replica)
+        if self.local_rank == 0 and self.job_dir is not None:
+            record = {"seq": self._leave_seq, "step": self.progress.step, "node": self.replica}
+            write_json(self.job_dir / left_name(self.replica), record)
         if self.reporter is not None:
             self.reporter.close(timeout_s=1.0)
         sys.stdout.flush()

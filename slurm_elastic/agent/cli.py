@@ -53,6 +53,22 @@ from slurm_elastic.errors import SlurmElasticError
     show_default=True,
     help="Seconds a script has to exit on --stop-signal before it is killed.",
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["torchrun", "torchft"]),
+    default="torchrun",
+    show_default=True,
+    help="torchrun: every resize restarts the workers from a checkpoint; torchft: stop-free "
+    "(one replica group per node; the groups that stay keep running; needs the library).",
+)
+@click.option(
+    "--ft-timeout",
+    "ft_timeout_s",
+    type=click.FloatRange(min=0.5, max=3600.0),
+    default=5.0,
+    show_default=True,
+    help="torchft mode: seconds a collective may wait for a group that vanished unannounced.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     nproc_per_node: int,
@@ -64,6 +80,8 @@ def run(
     rdzv_conf: str,
     stop_signal: str,
     stop_grace_s: float,
+    mode: str,
+    ft_timeout_s: float,
     command: tuple[str, ...],
 ) -> None:
     """Run elastic torch training in this Slurm job: slurm-elastic run -- python train.py ...
@@ -80,6 +98,8 @@ def run(
 
     if join is not None and command:
         raise click.UsageError("--join takes the command from the parent's launch.json")
+    if join is not None and mode != "torchrun":
+        raise click.UsageError("--join takes the mode from the parent's launch.json")
     try:
         extra_conf = parse_conf(rdzv_conf)
     except ValueError as exc:
@@ -100,6 +120,8 @@ def run(
         rdzv_conf=tuple(extra_conf.items()),
         stop_signal=stop_signal,
         stop_grace_s=stop_grace_s,
+        mode=mode,
+        ft_timeout_s=ft_timeout_s,
     )
     try:
         code = launch(options)

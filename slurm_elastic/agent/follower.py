@@ -17,6 +17,11 @@ For each new ``shrink`` instruction:
    at the new size and restores the checkpoint; without it (nothing changed) they simply
    carry on from where they held.
 
+In the torchft mode (``agent.replicas``) nothing holds and nothing restarts: step 2 is
+``leave`` (``keep_nodes``: the replica groups on the other nodes finish their step, leave
+the quorum and exit; each writes ``left-<node>.json``), and after the ack the daemon's
+``scontrol update`` takes nodes whose groups are already gone.
+
 The pure part (``refusal``) decides; ``Follower`` only moves data between the daemon, the
 job directory and Slurm.  Time comes from the injected ``clock``.
 """
@@ -34,6 +39,7 @@ import structlog
 
 from slurm_elastic.agent.allocation import still_running
 from slurm_elastic.agent.jobdir import CONTROL, HELD, RELEASE, Control, read_json, write_json
+from slurm_elastic.agent.modes import LEAVE_ACTION, TORCHFT, TORCHRUN
 from slurm_elastic.agent.srunlog import PlannedRemoval
 from slurm_elastic.agent.stopping import AGENT_MARKER, STOP_ACTION
 from slurm_elastic.errors import AgentError
@@ -119,6 +125,7 @@ class Follower:
     stop_grace_s: float = 30.0  # the signal contract's grace (agent.stopping)
     running: Callable[[tuple[int, ...]], set[int]] = still_running  # of the given job ids
     answered: set[str] = field(default_factory=set)
+    mode: str = TORCHRUN  # agent.modes
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -179,8 +186,13 @@ class Follower:
             min_nodes=self.min_nodes,
             batch_host=self.batch_host,
         )
+        if why is None and self.mode == TORCHFT and not instruction.keep_nodes:
+            why = "a stop-free shrink must name the nodes that stay"
         if why is not None:
             self.ack(instruction, AckStatus.FAILED, 0, why)
+            return
+        if self.mode == TORCHFT:
+            self.leave_by_quorum(instruction, before)
             return
         if not (self.job_dir / AGENT_MARKER).exists():
             self.stop_by_signal(instruction, before)
@@ -225,6 +237,45 @@ class Follower:
         self.ack(instruction, AckStatus.READY, 0, detail)
         after = self.wait_applied(instruction, before)
         log.info("agent.stopped_for_shrink", id=instruction.id, nodes=after, redone_up_to_s=lost)
+
+    def leave_by_quorum(self, instruction: Instruction, before: int) -> None:
+        """The torchft mode's shrink (module doc): the groups outside ``keep_nodes`` leave
+        between two steps; the others never stop."""
+        request = self.control.issue(
+            LEAVE_ACTION, instruction_id=instruction.id, keep_nodes=instruction.keep_nodes
+        )
+        leaving = before - instruction.target_nodes
+        until = min(instruction.deadline, self.clock() + self.hold_timeout_s)
+        left = self.wait_left(request.seq, leaving, until)
+        if not left:
+            self.ack(instruction, AckStatus.FAILED, 0, "no replica group left the quorum in time")
+            return
+        window = instruction.deadline - self.clock() + self.applied_grace_s + REMOVAL_TAIL_S
+        self.removal.open(instruction.keep_nodes, max(window, REMOVAL_TAIL_S))
+        self.release(instruction)
+        step = max(int(record.get("step", 0)) for record in left)
+        detail = (
+            f"stop-free: {len(left)} of {leaving} replica groups left the quorum after step "
+            f"{step}; the others kept training"
+        )
+        self.ack(instruction, AckStatus.READY, step, detail)
+        after = self.wait_applied(instruction, before)
+        log.info("agent.shrunk_stop_free", id=instruction.id, nodes=after, step=step)
+
+    def wait_left(self, seq: int, groups: int, until: float) -> list[dict[str, Any]]:
+        """The ``left-<node>.json`` of request ``seq``, once ``groups`` wrote theirs or
+        ``until`` passed."""
+        found: list[dict[str, Any]] = []
+        while not self._stop.is_set():
+            found = []
+            for path in self.job_dir.glob("left-*.json"):
+                record = read_json(path)
+                if record is not None and record.get("seq") == seq:
+                    found.append(record)
+            if len(found) >= groups or self.clock() >= until:
+                break
+            time.sleep(0.05)
+        return found
 
     def release(self, instruction: Instruction) -> None:
         """End the companions the shrink gives back, before the ack: each one's node agents

@@ -9,7 +9,8 @@ It is the only channel between the launcher (batch host), the workers on every n
 companion jobs, so it must live on a file system every node sees (the submit directory
 normally is).  Every file is written atomically (temporary + rename) and read whole:
 
-* ``launch.json``  what a companion needs to join: argv, rendezvous endpoint and id, sizes.
+* ``launch.json``  what a companion needs to join: argv, mode, rendezvous endpoint and id
+  (in the torchft mode the lighthouse's address), sizes.
 * ``environment.json`` the parent batch script's environment (what its ``export`` lines and
   ``module load`` / venv activation made), less what belongs to one job, node or process
   (:func:`job_local`): a companion's workers run in it, as the parent's do, not in the
@@ -18,6 +19,8 @@ normally is).  Every file is written atomically (temporary + rename) and read wh
   wait), ``resume`` (continue, or exit so torch elastic re-forms the group at a new size),
   ``checkpoint`` (save soon, keep training).  ``seq`` increases with every new request.
 * ``held.json``    workers -> launcher: rank 0 says all ranks stopped at ``step`` for ``seq``.
+* ``left-<node>.json`` workers -> launcher (torchft mode): the node's replica group left the
+  quorum on ``leave`` request ``seq`` after ``step``.
 * ``done.json``    rank 0 says training finished (so a non-zero srun status after a shrink,
   whose killed tasks Slurm counts, is not mistaken for a failure).
 * ``checkpoints/`` the training checkpoints (see ``agent.checkpoint``).
@@ -35,6 +38,7 @@ from typing import Any, BinaryIO
 import structlog
 
 from slurm_elastic.agent.checkpoint import atomic_write
+from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S, MODES, TORCHRUN
 from slurm_elastic.errors import AgentError
 
 LAUNCH = "launch.json"
@@ -167,10 +171,21 @@ class LaunchInfo:
     rdzv_conf: dict[str, str] = field(default_factory=dict)
     stop_signal: str = "USR1"  # the signal contract (agent.stopping)
     stop_grace_s: float = 30.0
+    mode: str = TORCHRUN  # agent.modes; in the torchft mode rdzv_* is the lighthouse's
+    ft_timeout_s: float = DEFAULT_FT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise AgentError(f"launch.json names an unknown mode {self.mode!r}")
 
     @property
     def rdzv_endpoint(self) -> str:
         return f"{self.rdzv_host}:{self.rdzv_port}"
+
+    @property
+    def lighthouse(self) -> str:
+        """The torchft lighthouse's address (the torchft mode)."""
+        return f"http://{self.rdzv_endpoint}"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -198,6 +213,8 @@ class LaunchInfo:
                 rdzv_conf={str(k): str(v) for k, v in data.get("rdzv_conf", {}).items()},
                 stop_signal=str(data.get("stop_signal", "USR1")),
                 stop_grace_s=float(data.get("stop_grace_s", 30.0)),
+                mode=str(data.get("mode", TORCHRUN)),
+                ft_timeout_s=float(data.get("ft_timeout_s", DEFAULT_FT_TIMEOUT_S)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise AgentError(f"launch.json is incomplete or malformed: {exc}") from None

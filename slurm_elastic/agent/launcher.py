@@ -15,6 +15,11 @@ read the parent's ``launch.json`` and run the same node agents in this job's all
 the parent's environment (``environment.json``); they join the parent's rendezvous and
 torch elastic widens the group.
 
+In the torchft mode (``--mode torchft``, ``agent.modes``) the endpoint in ``launch.json`` is
+the torchft lighthouse's, which the parent launcher runs beside itself
+(``agent.lighthouse``); every node agent runs one replica group that joins it, the parent's
+as a companion's, and a shrink makes the leaving groups leave (``agent.follower``).
+
 torch is never imported here: the launcher runs wherever ``slurm-elastic`` is installed.
 """
 
@@ -45,6 +50,8 @@ from slurm_elastic.agent.jobdir import (
     read_json,
     save_environment,
 )
+from slurm_elastic.agent.lighthouse import Lighthouse
+from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S, TORCHFT, TORCHRUN
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
 from slurm_elastic.agent.rendezvous import choose_port
 from slurm_elastic.agent.srunlog import PlannedRemoval, StepReport, copy_stderr
@@ -68,6 +75,8 @@ class RunOptions:
     rdzv_conf: tuple[tuple[str, str], ...] = ()
     stop_signal: str = "USR1"  # the signal contract (agent.stopping)
     stop_grace_s: float = 30.0
+    mode: str = TORCHRUN  # agent.modes
+    ft_timeout_s: float = DEFAULT_FT_TIMEOUT_S
 
 
 def _env_int(name: str) -> int:
@@ -128,6 +137,8 @@ def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
         rdzv_conf=dict(opts.rdzv_conf),
         stop_signal=opts.stop_signal,
         stop_grace_s=opts.stop_grace_s,
+        mode=opts.mode,
+        ft_timeout_s=opts.ft_timeout_s,
     )
 
 
@@ -290,7 +301,10 @@ def launch_steps(
             break
         if attempt:
             end_old_steps(own_job)
-            info = fresh_rendezvous(info, attempt) if role == PARENT else reload(info)
+            if role != PARENT:
+                info = reload(info)
+            elif info.mode == TORCHRUN:  # the torchft mode's lighthouse outlives a step
+                info = fresh_rendezvous(info, attempt)
         if role == COMPANION and training_done(info):
             log.info("agent.training_done", parent=info.job_id, job=own_job)
             return 0
@@ -347,10 +361,22 @@ def run(opts: RunOptions) -> int:
     Path(info.job_dir).mkdir(parents=True, exist_ok=True)
     (Path(info.job_dir) / DONE).unlink(missing_ok=True)
     save_environment(Path(info.job_dir), os.environ)
+    lighthouse = Lighthouse(info.rdzv_host, info.rdzv_port) if info.mode == TORCHFT else None
+    if lighthouse is not None:
+        lighthouse.start()
+    try:
+        return _run_parent(info, opts, job_id, step)
+    finally:
+        if lighthouse is not None:
+            lighthouse.stop()
+
+
+def _run_parent(info: LaunchInfo, opts: RunOptions, job_id: int, step: _Step) -> int:
     info.save()
     log.info(
         "agent.launch",
         job=job_id,
+        mode=info.mode,
         endpoint=info.rdzv_endpoint,
         nodes=f"{info.min_nodes}:{info.max_nodes}",
         argv=list(info.argv),
@@ -370,6 +396,7 @@ def run(opts: RunOptions) -> int:
         poll_s=opts.poll_s,
         removal=step.removal,
         stop_grace_s=info.stop_grace_s,
+        mode=info.mode,
     )
     follower.start()
     try:

@@ -22,6 +22,13 @@ ADVERTISE_ENV = "SLURM_ELASTIC_NODE_ADDR"  # where peers reach a group (Slurm's 
 TIMEOUT_ENV = "SLURM_ELASTIC_FT_TIMEOUT_S"  # collectives and commits: what a loss costs
 LEAVE_ACTION = "leave"  # control.json: the groups on nodes outside keep_nodes leave
 LEFT_EXIT = 0  # a group that left on request: its step is done, nothing failed
+DEFAULT_FT_TIMEOUT_S = 5.0  # what an unannounced loss costs the survivors, at most
+
+
+def left_name(node: str) -> str:
+    """``left-<node>.json``: the group on ``node`` left the quorum (its first rank writes
+    it, with the request's ``seq`` and the last step it took part in)."""
+    return f"left-{node}.json"
 
 
 def stop_free(env: Mapping[str, str] | None = None) -> bool:

@@ -1,7 +1,8 @@
 """What ``srun`` runs on every node: ``python -m slurm_elastic.agent.node <job_dir> <role>``.
 
 It turns the job's ``launch.json`` into this node's torchrun command and ``exec``s it, so the
-task Slurm tracks *is* the torch elastic agent:
+task Slurm tracks *is* the torch elastic agent (in the torchft mode: the node's replica
+group, ``agent.replicas``, which joins the lighthouse named in ``launch.json``):
 
 * SIGUSR1 is ignored before the exec (the ``trap '' USR1`` of SLURM-FACTS.md): torchrun does
   not handle it and dies silently on it, orphaning its workers.  The ignore is inherited
@@ -23,7 +24,15 @@ import sys
 from pathlib import Path
 
 from slurm_elastic.agent.jobdir import LaunchInfo
-from slurm_elastic.agent.rendezvous import torchrun_argv
+from slurm_elastic.agent.modes import (
+    ADVERTISE_ENV,
+    LIGHTHOUSE_ENV,
+    MODE_ENV,
+    REPLICA_ENV,
+    TIMEOUT_ENV,
+    TORCHFT,
+)
+from slurm_elastic.agent.rendezvous import replica_group_argv, torchrun_argv
 
 PARENT = "parent"
 COMPANION = "companion"
@@ -54,9 +63,18 @@ def is_loopback(addr: str | None) -> bool:
         return addr == "localhost"
 
 
-def node_env(info: LaunchInfo, addr: str | None, env: dict[str, str]) -> dict[str, str]:
+def node_env(
+    info: LaunchInfo, addr: str | None, env: dict[str, str], node: str = ""
+) -> dict[str, str]:
     """Environment of the torch agent and its workers on this node."""
     out = dict(env)
+    if info.mode == TORCHFT:
+        out[MODE_ENV] = TORCHFT
+        out[LIGHTHOUSE_ENV] = info.lighthouse
+        out[REPLICA_ENV] = node
+        out[ADVERTISE_ENV] = addr or node
+        out[TIMEOUT_ENV] = str(info.ft_timeout_s)
+        out.setdefault("RUST_LOG", "warn")  # torchft's Rust side logs every quorum at INFO
     out["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     out["SLURM_ELASTIC_JOB_ID"] = str(info.job_id)
     out["SLURM_ELASTIC_JOB_DIR"] = info.job_dir
@@ -82,10 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     me = os.environ.get("SLURMD_NODENAME", "")
     is_host = args[1] == PARENT and me == info.batch_host
     addr = node_addr(me) if me else None
-    command = torchrun_argv(info, python=sys.executable, is_host=is_host, local_addr=addr)
+    if info.mode == TORCHFT:
+        command = replica_group_argv(info, python=sys.executable)
+    else:
+        command = torchrun_argv(info, python=sys.executable, is_host=is_host, local_addr=addr)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    print(f"slurm-elastic node {me or '?'}: is_host={int(is_host)} addr={addr}", file=sys.stderr)
-    os.execvpe(command[0], command, node_env(info, addr, dict(os.environ)))
+    print(
+        f"slurm-elastic node {me or '?'}: mode={info.mode} is_host={int(is_host)} addr={addr}",
+        file=sys.stderr,
+    )
+    os.execvpe(command[0], command, node_env(info, addr, dict(os.environ), me))
 
 
 if __name__ == "__main__":

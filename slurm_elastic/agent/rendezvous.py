@@ -93,6 +93,22 @@ def script_args(argv: Sequence[str]) -> list[str]:
     return ["--no-python", *argv]
 
 
+def replica_group_argv(info: LaunchInfo, *, python: str) -> list[str]:
+    """The torchft mode's command for one node: one replica group, its local ranks under a
+    torchrun of their own (``--standalone``: the group's store on this node), never
+    restarted by it -- a group that fails leaves the quorum and the others go on."""
+    argv = [
+        python,
+        "-m",
+        "slurm_elastic.agent.torchrun",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={info.nproc_per_node}",
+        "--max-restarts=0",
+    ]
+    return argv + script_args(info.argv)
+
+
 def torchrun_argv(
     info: LaunchInfo, *, python: str, is_host: bool, local_addr: str | None
 ) -> list[str]:

@@ -54,6 +54,7 @@ class SampleLog:
             "idx": indices,
             "t": time.time(),
             "pid": os.getpid(),
+            "node": os.environ.get("SLURMD_NODENAME", ""),
         }
         self._handle.write(json.dumps(record) + "\n")
         self._handle.flush()
