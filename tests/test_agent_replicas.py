@@ -208,6 +208,11 @@ def test_a_group_leaves_and_another_joins_without_a_restart(
     assert n1 in {r["pid"] for r in lineage(records)[steps[-1]]}
     log = (tmp_path / "n3.out").read_text()
     assert "trainer.healed" in log, log[-2000:]
+    # torchft's chatter about normal operation stays out of the job's output.
+    for node in ("n1", "n2", "n3", "n4"):
+        out = (tmp_path / f"{node}.out").read_text()
+        assert "flight recorder" not in out and "GET /checkpoint" not in out, out[-2000:]
+        assert "Warning" not in out and "Traceback" not in out, out[-2000:]
     final = torch.load(groups.out)
     reference = reference_weights(tmp_path, epochs=3)
     for key, value in reference.items():

@@ -29,7 +29,9 @@ unresized run (``agent.torch``).  torch and torchft are imported only here and i
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,6 +44,7 @@ from slurm_elastic.errors import AgentError, MissingExtra
 try:
     import torch
     import torch.distributed as dist
+    from torchft.checkpointing import HTTPTransport
     from torchft.manager import Manager
     from torchft.process_group import ProcessGroupGloo
 except ModuleNotFoundError:
@@ -81,6 +84,35 @@ class Membership:
         return self.group_rank * self.local_world + self.local_rank
 
 
+class _WithoutFlightRecorder(logging.Filter):
+    """torchft warns at every new quorum that it cannot reset NCCL's flight recorder: a
+    debugging aid of NCCL's that gloo and this build do not have.  Nothing is wrong."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Unable to reset NCCL flight recorder" not in str(record.msg)
+
+
+def quiet_torchft() -> None:
+    """Keep what torchft says about normal operation out of the job's output (its errors
+    stay): the flight-recorder warning, and torch's warning that the weights a newcomer
+    receives arrive in a read-only buffer (they are copied into the model)."""
+    logging.getLogger("torchft.manager").addFilter(_WithoutFlightRecorder())
+    warnings.filterwarnings(
+        "ignore", message="The given buffer is not writable", category=UserWarning
+    )
+
+
+def quiet_transport(timeout: timedelta) -> HTTPTransport:
+    """torchft's checkpoint transport (how a newcomer gets the weights from a peer) without
+    its HTTP server's access log, one stderr line per newcomer."""
+    transport = HTTPTransport(timeout=timeout, num_chunks=0)
+    server = getattr(transport, "_server", None)  # torchft 0.2 has no option for it
+    handler = getattr(server, "RequestHandlerClass", None)
+    if handler is not None:
+        handler.log_message = lambda *_args, **_kwargs: None
+    return transport
+
+
 def timeout_from_env(env: dict[str, str] | None = None) -> float:
     text = (env if env is not None else os.environ).get(TIMEOUT_ENV, "")
     if not text:
@@ -116,6 +148,7 @@ class ReplicaGroup:
         self.local_rank = dist.get_rank() if dist.is_initialized() else 0
         self.local_world = dist.get_world_size() if dist.is_initialized() else 1
         self.replica = replica
+        quiet_torchft()
         self.manager = Manager(
             pg=ProcessGroupGloo(timeout=timeout),
             load_state_dict=load_state_dict,
@@ -129,6 +162,7 @@ class ReplicaGroup:
             lighthouse_addr=lighthouse,
             replica_id=replica,
             hostname=os.environ.get(ADVERTISE_ENV) or "localhost",
+            checkpoint_transport=quiet_transport(timeout),
         )
         # The quorum compares steps to choose who heals whom: a group that restored a
         # checkpoint starts from its step.
