@@ -14,18 +14,27 @@ so a daemon with ``interval_s: 10`` adds up to 10 s more) to the first
 training step at the new size, taken from the training's own per-step sample log.  Steps
 lost: steps the old process group ran that the new one had to redo.
 
-    python scripts/bench_resize.py [--instance 4] [--repeat 1]
+``--mode torchft`` runs the same job stop-free (``slurm-elastic run --mode torchft``) and
+measures what its survivors feel: a *pause* is the largest gap between two consecutive steps
+of the batch host's worker from the decision until the job trains at the new size, and
+``join_ready_s`` runs from the companion job's start (Slurm's StartTime, whole seconds) to
+the first step its groups took part in.  ``--mode both`` (the default) runs both modes.
+
+    python scripts/bench_resize.py [--instance 4] [--repeat 1] [--mode both]
 
 Last line: ``shrink_resume_s=... grow_resume_s=... requeue_resume_s=... steps_lost=...``
-(medians over ``--repeat`` runs; ``steps_lost`` is the worst single resize; ``load_avg``, the
-5-minute load average at the end, says how contended the machine was: every resize starts
-fresh Python + torch processes, which is CPU-bound).
+for the torchrun mode, ``shrink_pause_s=... grow_pause_s=... join_ready_s=...
+ft_steps_lost=...`` for the torchft mode (medians over ``--repeat`` runs; steps lost: the worst
+single resize; ``load_avg``, the 5-minute load average at the end, says how contended the
+machine was: every torchrun resize starts fresh Python + torch processes, which is
+CPU-bound).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import shutil
 import statistics
@@ -49,7 +58,7 @@ def cluster_env(version: str, instance: int) -> None:
     use_cluster(version, instance)
 
 
-def submit(work: Path, api: str) -> int:
+def submit(work: Path, api: str, mode: str = "torchrun") -> int:
     from slurm_elastic.slurm.cli import CliBackend
 
     work.mkdir(parents=True, exist_ok=True)
@@ -57,7 +66,7 @@ def submit(work: Path, api: str) -> int:
     script = (
         "#!/bin/bash\n#SBATCH --nodes=1-3\n#SBATCH --comment=elastic:min=1,max=3\n"
         f"#SBATCH --output={work}/job-%j.out\n#SBATCH --requeue\n"
-        f"slurm-elastic run -- python {' '.join(train)}\n"
+        f"slurm-elastic run --mode {mode} -- python {' '.join(train)}\n"
     )
     (work / "job.sbatch").write_text(script)
     out = subprocess.run(
@@ -155,6 +164,65 @@ def elastic_run(root: Path) -> tuple[float, float, list[int]]:
         return shrink_s, grow_s, steps_lost(read_records(work / "log"))
 
 
+def largest_gap(records: list[dict], node: str, start: float, end: float) -> float:
+    """The longest wait between two consecutive steps of ``node``'s worker that ends in
+    [start, end]: what a survivor lost to the change."""
+    times = sorted(r["t"] for r in records if r["node"] == node)
+    gaps = [b - a for a, b in itertools.pairwise(times) if start <= b <= end]
+    return max(gaps, default=0.0)
+
+
+def started_at(job: int) -> float:
+    """Slurm's StartTime of ``job`` (whole seconds)."""
+    from slurm_elastic.slurm.cli import CliBackend
+
+    view = CliBackend().read_job(job)
+    if view is None or view.start_time is None:
+        raise SystemExit(f"bench_resize: job {job} has no start time")
+    return float(view.start_time)
+
+
+def stop_free_run(root: Path) -> tuple[float, float, float, list[int]]:
+    """(shrink_pause_s, grow_pause_s, join_ready_s, steps lost per change) in the torchft mode."""
+    from slurm_elastic.agent.samplelog import first_time_at, read_records, steps_lost
+    from slurm_elastic.daemon.drill import ResizeDrill
+    from slurm_elastic.slurm.cli import CliBackend
+
+    work = root / "torchft"
+    with ResizeDrill(CliBackend(), root / "daemon-state-ft") as drill:
+        job = submit(work, drill.url, mode="torchft")
+        try:
+            wait(lambda: steps_at(work, 2) >= 15, 120, "training at 2 nodes")
+            survivor = min(r["node"] for r in read_records(work / "log"))  # the batch host
+            shrink = drill.resize(job, 1)
+            if shrink.outcome != "applied":
+                raise SystemExit(f"bench_resize: shrink {shrink.outcome}: {shrink.detail}")
+            at_one = resumed_at(work, 1, shrink.decided_at)
+            wait(lambda: steps_at(work, 1) >= steps_at(work, 2) + 6, 60, "steps at 1 node")
+            shrink_pause = largest_gap(
+                read_records(work / "log"), survivor, shrink.decided_at, at_one + 1.0
+            )
+            print(f"shrink 2->1: pause {shrink_pause:.2f} s ({shrink.detail})", flush=True)
+            grow = drill.resize(job, 3)
+            if grow.outcome != "applied" or grow.companion_id is None:
+                raise SystemExit(f"bench_resize: grow {grow.outcome}: {grow.detail}")
+            at_three = resumed_at(work, 3, grow.decided_at)
+            wait(lambda: steps_at(work, 3) >= steps_at(work, 1) + 6, 60, "steps at 3 nodes")
+            records = read_records(work / "log")
+            grow_pause = largest_gap(records, survivor, grow.decided_at, at_three + 1.0)
+            joined = {r["node"] for r in records if r["world"] == 3} - {survivor}
+            first = first_time_at([r for r in records if r["node"] in joined], 3, grow.decided_at)
+            join_ready = (first or at_three) - started_at(grow.companion_id)
+            print(
+                f"grow 1->3: pause {grow_pause:.2f} s, companion {grow.companion_id} "
+                f"trained {join_ready:.2f} s after its start",
+                flush=True,
+            )
+        finally:
+            cancel(job)
+        return shrink_pause, grow_pause, join_ready, steps_lost(read_records(work / "log"))
+
+
 def requeue_run(root: Path) -> tuple[float, int]:
     """(requeue_resume_s, steps lost) for the stock-Slurm baseline, 2 -> 1 nodes."""
     from slurm_elastic.agent.samplelog import read_records, steps_lost
@@ -181,6 +249,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_cluster_arguments(parser)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--mode", choices=["torchrun", "torchft", "both"], default="both")
     parser.add_argument("--keep", type=Path, default=None, help="keep the job logs in this dir")
     args = parser.parse_args()
     if shutil.which("slurm-elastic") is None:
@@ -194,31 +263,50 @@ def main() -> int:
         capture_output=True,
     )
     cluster_env(args.slurm, args.instance)
+    torchrun = args.mode in ("torchrun", "both")
+    torchft = args.mode in ("torchft", "both")
     shrinks: list[float] = []
     grows: list[float] = []
     requeues: list[float] = []
     lost: list[int] = []
     requeue_lost: list[int] = []
+    pauses: dict[str, list[float]] = {"shrink": [], "grow": [], "join": []}
+    ft_lost: list[int] = []
     keep = contextlib.nullcontext(str(args.keep)) if args.keep else None
     with keep or tempfile.TemporaryDirectory(prefix="bench-resize-") as tmp:
         for i in range(args.repeat):
-            shrink_s, grow_s, lost_each = elastic_run(Path(tmp) / f"run{i}")
-            shrinks.append(shrink_s)
-            grows.append(grow_s)
-            lost += lost_each
-            requeue_s, requeue_steps = requeue_run(Path(tmp) / f"run{i}")
-            requeues.append(requeue_s)
-            requeue_lost.append(requeue_steps)
-    print(
-        f"runs={args.repeat} "
-        f"shrink_resume_s={statistics.median(shrinks):.2f} "
-        f"grow_resume_s={statistics.median(grows):.2f} "
-        f"requeue_resume_s={statistics.median(requeues):.2f} "
-        f"steps_lost={max(lost, default=0)} "
-        f"requeue_steps_lost={max(requeue_lost, default=0)} "
-        f"cores={os.cpu_count()} "
-        f"load_avg={os.getloadavg()[1]:.1f}"
-    )
+            if torchrun:
+                shrink_s, grow_s, lost_each = elastic_run(Path(tmp) / f"run{i}")
+                shrinks.append(shrink_s)
+                grows.append(grow_s)
+                lost += lost_each
+                requeue_s, requeue_steps = requeue_run(Path(tmp) / f"run{i}")
+                requeues.append(requeue_s)
+                requeue_lost.append(requeue_steps)
+            if torchft:
+                shrink_pause, grow_pause, join_ready, lost_ft = stop_free_run(Path(tmp) / f"run{i}")
+                pauses["shrink"].append(shrink_pause)
+                pauses["grow"].append(grow_pause)
+                pauses["join"].append(join_ready)
+                ft_lost += lost_ft
+    figures = [f"runs={args.repeat}"]
+    if torchrun:
+        figures += [
+            f"shrink_resume_s={statistics.median(shrinks):.2f}",
+            f"grow_resume_s={statistics.median(grows):.2f}",
+            f"requeue_resume_s={statistics.median(requeues):.2f}",
+            f"steps_lost={max(lost, default=0)}",
+            f"requeue_steps_lost={max(requeue_lost, default=0)}",
+        ]
+    if torchft:
+        figures += [
+            f"shrink_pause_s={statistics.median(pauses['shrink']):.2f}",
+            f"grow_pause_s={statistics.median(pauses['grow']):.2f}",
+            f"join_ready_s={statistics.median(pauses['join']):.2f}",
+            f"ft_steps_lost={max(ft_lost, default=0)}",
+        ]
+    figures += [f"cores={os.cpu_count()}", f"load_avg={os.getloadavg()[1]:.1f}"]
+    print(" ".join(figures))
     return 0
 
 
