@@ -167,6 +167,9 @@ class ModelSection(_Section):
     """The progress and speed models' defaults."""
 
     default_resize_cost_s: Number = _number(30.0, 0.0, DAY)
+    # The same before a measurement, for a job that reports it resizes stop-free
+    # (``slurm-elastic run --mode torchft``): its survivors only pause (bench_resize.py).
+    stop_free_resize_cost_s: Number = _number(2.0, 0.0, DAY)
     # The convergence curve family (``model.convergence``): "exp" is the default validated
     # on public training curves; "auto" selects per job by holdout on its own reports.
     curve_family: Literal["exp", "optimus", "power", "auto"] = "exp"

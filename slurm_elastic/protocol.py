@@ -74,6 +74,9 @@ class ReportBody(BaseModel):
     grad_noise_scale: float | None = Field(None, ge=0, le=MAX_VALUE)
     target_metric: float | None = Field(None, ge=-MAX_VALUE, le=MAX_VALUE)
     total_steps: int | None = Field(None, ge=1, le=MAX_STEP)
+    # How the job resizes (``slurm-elastic run --mode``): its own claim, which prices only
+    # its own resizes until the daemon has measured one.
+    mode: Literal["torchrun", "torchft"] | None = None
     job_id: int | None = None  # tolerated when equal to the path's id
 
 

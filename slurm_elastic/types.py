@@ -283,6 +283,7 @@ class ProgressReport:
     target_metric: float | None = None  # user-given convergence target
     total_steps: int | None = None  # user-given budget, when known
     claimed_nodes: int | None = None  # the size the job said it ran at (API reports only)
+    mode: str | None = None  # "torchft": resizes are stop-free (the job's claim)
 
 
 # --------------------------------------------------------------------------- estimate

@@ -155,3 +155,25 @@ def test_priors_follow_the_history_and_the_job_size() -> None:
             )
             got = estimator._priors[j]
             assert got == want, (step, j)
+
+
+def test_a_job_that_resizes_stop_free_is_priced_by_its_own_default_until_measured() -> None:
+    """Reports saying ``mode: torchft`` (``slurm-elastic run --mode torchft``) price that job's
+    resizes at ``model.stop_free_resize_cost_s`` until one is measured; the claim moves only
+    its own job: the other job keeps ``model.default_resize_cost_s``."""
+    reports = ReportStore()
+    estimator = Estimator(reports, 30.0, stop_free_resize_cost_s=2.0)
+    for r in _reports(7, 6, 4000):
+        reports.add(replace(r, mode="torchft"))
+    for r in _reports(8, 6, 4000):
+        reports.add(r)
+    views = {
+        7: job(7, nodes=("n1", "n2"), lo=1, hi=4, start=0.0),
+        8: job(8, nodes=("n3", "n4"), lo=1, hi=4, start=0.0),
+    }
+    got = estimator.outlooks({i: ElasticJob(v, SPEC) for i, v in views.items()}, 700.0)
+    assert got[7].resize_cost_s == 2.0 and got[8].resize_cost_s == 30.0
+    # The job's word holds only until it says otherwise.
+    reports.add(replace(_reports(7, 7, 4000)[-1], mode=None))
+    got = estimator.outlooks({7: ElasticJob(views[7], SPEC)}, 800.0)
+    assert got[7].resize_cost_s == 30.0

@@ -49,6 +49,17 @@ def test_report_is_recorded_at_slurms_size_and_arrival_time() -> None:
     assert parse_report(LIAR, body, received_at=1.0, slurm_nodes=None).nodes == 0
 
 
+def test_a_claimed_mode_is_one_of_two_words_and_prices_only_the_claimant() -> None:
+    """``mode`` is the job's word on how it resizes: ``torchft`` or ``torchrun``, anything
+    else is a 400; what it claims changes the default price of its own resizes only
+    (test_daemon_estimate.py: ..._priced_by_its_own_default_until_measured)."""
+    body = {"step": 5, "nodes": 1, "mode": "torchft"}
+    assert parse_report(LIAR, body, received_at=1.0, slurm_nodes=1).mode == "torchft"
+    for bad in ("free", "", "TORCHFT", 1):
+        with pytest.raises(ReportRejected, match="mode"):
+            parse_report(LIAR, {**body, "mode": bad}, received_at=1.0, slurm_nodes=1)
+
+
 def _bodies(claims: list[tuple[int, int]], every_s: float = 5.0) -> list[dict]:
     """Report bodies, one per ``every_s``: per entry (claimed nodes, steps made since the
     previous report), with the rate those claims imply."""

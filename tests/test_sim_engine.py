@@ -18,12 +18,18 @@ from pathlib import Path
 import pytest
 import structlog
 
+from slurm_elastic.errors import ConfigError
 from slurm_elastic.sim.audit import conservation_errors
 from slurm_elastic.sim.engine import Cluster, ClusterSpec, PartitionSpec
 from slurm_elastic.sim.metrics import summarize
 from slurm_elastic.sim.runner import ORIGIN, ControllerDriver, SimSettings, simulate
 from slurm_elastic.sim.traces import read_trace
-from slurm_elastic.sim.workload import Workload, WorkloadConfig, build_workload
+from slurm_elastic.sim.workload import (
+    STOP_FREE_PAUSE_S,
+    Workload,
+    WorkloadConfig,
+    build_workload,
+)
 
 HAND = """job_id,submit_s,duration_s,gpus,model,batch_size
 j1,0,100,2,resnet50,64
@@ -236,3 +242,23 @@ def test_driver_passes_policy_options_and_shows_each_result(
     assert solved_with and all(
         o == PolicyOptions(fair_floor=False, isolate=False) for o in solved_with
     )
+
+
+def test_the_stop_free_mode_prices_a_resize_at_the_measured_pause(
+    hand_trace: Path, traces: Path
+) -> None:
+    """``resize_mode="torchft"``: a resize stops a job for the survivors' measured pause and
+    writes no checkpoint; its reports say so, and the daemon's estimator prices it with
+    ``model.stop_free_resize_cost_s``.  The torchrun mode keeps the restart and checkpoint."""
+    ft = _workload(hand_trace, traces, 4, resize_mode="torchft")
+    spec = ft.jobs[0]
+    assert spec.stop_free and spec.resize_cost_s == STOP_FREE_PAUSE_S
+    plain = _workload(hand_trace, traces, 4).jobs[0]
+    assert not plain.stop_free and plain.resize_cost_s == 15.0 + plain.profile.checkpoint_s
+    chosen = _workload(hand_trace, traces, 4, resize_mode="torchft", restart_s=3.0)
+    assert chosen.jobs[0].restart_s == 3.0  # --restart-s still wins
+    with pytest.raises(ConfigError, match="resize mode must be torchrun or torchft"):
+        WorkloadConfig(resize_mode="mpi")
+    settings = SimSettings(policy="mip", interval_s=10.0)
+    out = simulate(ft, _spec(4), settings, driver_factory=ControllerDriver)
+    assert summarize(out)["jobs_finished"] == len(EXPECTED)

@@ -51,7 +51,7 @@ except ModuleNotFoundError:
 
 from slurm_elastic.agent.checkpoint import atomic_write, checkpoint_path, list_checkpoints, prune
 from slurm_elastic.agent.jobdir import CHECKPOINTS, DONE, HELD, Control, ControlReader, write_json
-from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV, left_name
+from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV, TORCHFT, left_name
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.sampler import SamplerState
 from slurm_elastic.agent.stopping import AGENT_MARKER
@@ -296,7 +296,9 @@ class StepBoundary:
             done = sum(s for _, s in list(self._rates)[1:])
             rate = done / span if span > 0 else None
         data = self.progress.data
+        mode = {"mode": TORCHFT} if self.replica else {}  # its resizes are priced as such
         self.reporter.offer(
+            **mode,
             step=self.progress.step,
             nodes=max(1, self.nodes),
             epoch=data.epoch + data.offset / samples_per_epoch,

@@ -125,6 +125,7 @@ class Controller:
             config.model.default_resize_cost_s,
             config.model.curve_family,
             _grow_check(config),
+            stop_free_resize_cost_s=config.model.stop_free_resize_cost_s,
         )
         self._reconciled = False
         self._sizes: dict[int, int] = {}  # effective size of each running elastic job
@@ -147,6 +148,7 @@ class Controller:
         self.config = config
         self.knobs = GuardKnobs.from_config(config)
         self.estimator.default_resize_cost_s = config.model.default_resize_cost_s
+        self.estimator.stop_free_resize_cost_s = config.model.stop_free_resize_cost_s
         self.estimator.bank.use_family(config.model.curve_family)
         self.estimator.bank.check = _grow_check(config)
         self.executor = Executor(

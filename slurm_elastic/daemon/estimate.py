@@ -77,9 +77,14 @@ class Estimator:
         default_resize_cost_s: float,
         curve_family: str = "exp",
         grow_check: GrowCheck | None = None,
+        stop_free_resize_cost_s: float | None = None,
     ) -> None:
         self.reports = reports
         self.default_resize_cost_s = default_resize_cost_s
+        # A job that says it resizes stop-free (its reports' mode) before one is measured.
+        self.stop_free_resize_cost_s = (
+            default_resize_cost_s if stop_free_resize_cost_s is None else stop_free_resize_cost_s
+        )
         self.bank = ModelBank(curve_family, grow_check or GrowCheck())
         self._fed_until: dict[int, float] = {}  # per job: time of the last report fed
         # Per job, the newest report at the last look: while it is still the newest,
@@ -174,7 +179,9 @@ class Estimator:
         elapsed = now - job.start_time if job.is_running and job.start_time is not None else None
         fit = fits.get(job.job_id) if fits is not None else self.bank.fit(job.job_id, prior)
         nodes = ej.effective_nodes
-        cost = spec.resize_cost_s or self.default_resize_cost_s
+        stop_free = fit is not None and fit.stop_free
+        default = self.stop_free_resize_cost_s if stop_free else self.default_resize_cost_s
+        cost = spec.resize_cost_s or default
         last = self._estimated.get(job.job_id)
         if last is None or not last.holds(fit, prior, spec, nodes, cost):
             basis = outlook_basis(

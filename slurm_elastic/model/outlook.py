@@ -131,6 +131,7 @@ class JobFit:
     # Progress at which the criterion already held on the reported metric (see
     # ``convergence.observed_convergence``); None while it has not.
     converged_at: float | None = None
+    stop_free: bool = False  # its newest report says it resizes stop-free (torchft)
 
 
 class JobModel:
@@ -170,6 +171,7 @@ class JobModel:
         self._cache_key: tuple[int, int, ScalingParams | None] | None = None
         self._last_prior: Prior | None = None  # the prior the cached fit was given
         self._n_costs = 0
+        self._stop_free = False
         self._ref_batch: int | None = None
         self._phi: float | None = None
         self._progress = 0.0  # reference steps at the newest report
@@ -231,6 +233,7 @@ class JobModel:
         if last is None or report.time >= last.time:
             self._last = report
             self._progress = k
+            self._stop_free = report.mode == "torchft"
         if ignored:
             log.info("model.report_ignored", job_id=self.job_id, reasons=ignored)
         return tuple(ignored)
@@ -463,6 +466,7 @@ class JobModel:
             )
             if conv is not None
             else None,
+            stop_free=self._stop_free,
         )
         self._cache_key = self._key(prior)
         self._last_prior = prior

@@ -77,7 +77,20 @@ def _quiet_logs() -> None:
     show_default=True,
     help="Elastic max = floor(requested × this).",
 )
-@click.option("--restart-s", type=click.FloatRange(min=0), default=15.0, show_default=True)
+@click.option(
+    "--restart-s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds a resize stops a job [default: the resize mode's measured figure: "
+    "15 for torchrun, the survivors' pause for torchft].",
+)
+@click.option(
+    "--resize-mode",
+    type=click.Choice(["torchrun", "torchft"]),
+    default="torchrun",
+    show_default=True,
+    help="How elastic jobs resize: torchrun restarts from a checkpoint, torchft is stop-free.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N jobs of the trace.")
 @click.option(
@@ -131,7 +144,8 @@ def _run(
     elastic_fraction: float,
     min_fraction: float,
     max_multiple: float,
-    restart_s: float,
+    restart_s: float | None,
+    resize_mode: str,
     seed: int,
     limit: int | None,
     interval_s: float | None,
@@ -169,6 +183,7 @@ def _run(
         max_multiple=max_multiple,
         restart_s=restart_s,
         seed=seed,
+        resize_mode=resize_mode,
     )
     parts = study.parse_partitions(partitions) if partitions else ()
     if parts:

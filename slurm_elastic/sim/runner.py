@@ -213,6 +213,7 @@ def report_for(job: SimJob, cluster: Cluster, now: float, *, total_steps: bool) 
         samples_per_s=rate * spec.profile.batch,
         global_batch=spec.profile.batch,
         total_steps=math.ceil(spec.work) if total_steps else None,
+        mode="torchft" if spec.stop_free else None,
     )
 
 

@@ -24,7 +24,10 @@ Rules (all configurable through :class:`WorkloadConfig`, all seeded):
   ``gcd(min, req)`` so the requested size is always an allowed size.
 * **Resize cost** = measured restart overhead (``restart_s``, default 15 s: grow 12-19 s,
   shrink 9-13 s with tuned rendezvous timeouts in SLURM-FACTS) + the model's checkpoint
-  time (``profiles.CHECKPOINT_S``, assumed).
+  time (``profiles.CHECKPOINT_S``, assumed).  With ``resize_mode="torchft"`` (stop-free,
+  ``slurm-elastic run --mode torchft``) nothing restarts and no checkpoint is written: the
+  cost is the survivors' pause, ``STOP_FREE_PAUSE_S`` by default, and the jobs' reports say
+  so (the daemon prices them with ``model.stop_free_resize_cost_s`` until it measures).
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ from slurm_elastic.sim import profiles
 from slurm_elastic.sim.profiles import Profile
 from slurm_elastic.sim.traces import Trace, TraceJob
 
+RESIZE_MODES = ("torchrun", "torchft")
+TORCHRUN_RESTART_S = 15.0  # SLURM-FACTS: grow 12-19 s, shrink 9-13 s (tuned rendezvous)
+# The torchft mode's survivor pause per resize: scripts/bench_resize.py --mode torchft on
+# the local cluster (docs/benchmarks.md), the larger of its shrink and grow medians.
+STOP_FREE_PAUSE_S = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class WorkloadConfig:
@@ -48,11 +57,25 @@ class WorkloadConfig:
     elastic_fraction: float = 1.0
     min_fraction: float = 0.5
     max_multiple: float = 2.0
-    restart_s: float = 15.0
-    checkpoint_s: float | None = None  # None: per-model table
+    restart_s: float | None = None  # None: the resize mode's measured figure
+    checkpoint_s: float | None = None  # None: per-model table (torchft: none is written)
     seed: int = 0
+    resize_mode: str = "torchrun"
+
+    @property
+    def resize_restart_s(self) -> float:
+        if self.restart_s is not None:
+            return self.restart_s
+        return STOP_FREE_PAUSE_S if self.resize_mode == "torchft" else TORCHRUN_RESTART_S
+
+    def resize_checkpoint_s(self, profile: Profile) -> float:
+        if self.resize_mode == "torchft":
+            return 0.0  # the state moves from a peer; nothing is written for a resize
+        return self.checkpoint_s if self.checkpoint_s is not None else profile.checkpoint_s
 
     def __post_init__(self) -> None:
+        if self.resize_mode not in RESIZE_MODES:
+            raise ConfigError(f"resize mode must be torchrun or torchft, got {self.resize_mode!r}")
         if self.gpus_per_node < 1:
             raise ConfigError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 0.0 <= self.elastic_fraction <= 1.0:
@@ -80,8 +103,9 @@ class JobSpec:
     step: int
     profile: Profile
     work: float  # steps to finish
-    restart_s: float  # relaunch of the workers at the new size
+    restart_s: float  # relaunch of the workers at the new size (torchft: the survivors' pause)
     checkpoint_s: float  # write + read of one checkpoint
+    stop_free: bool = False  # resizes through torchft replica groups (reported as such)
 
     @property
     def resize_cost_s(self) -> float:
@@ -180,8 +204,9 @@ def build_workload(
             step=step if elastic else 1,
             profile=profile,
             work=0.0,
-            restart_s=cfg.restart_s,
-            checkpoint_s=cfg.checkpoint_s if cfg.checkpoint_s is not None else profile.checkpoint_s,
+            restart_s=cfg.resize_restart_s,
+            checkpoint_s=cfg.resize_checkpoint_s(profile),
+            stop_free=cfg.resize_mode == "torchft",
         )
         if job.duration_s is not None:
             work = job.duration_s * probe.rate_at(req_nodes)
