@@ -75,8 +75,9 @@ __all__ = ["RESTART_EXIT", "ElasticTrainer", "Step"]
 
 log = structlog.get_logger("slurm_elastic.agent")
 
-_FLAGS = 5  # hold, terminate, checkpoint, leave, loss: appended to the gradient buffer
-_TERM, _LEAVE = -4, -2  # their places from the end
+# Appended to the gradient buffer, at these places from its end: hold, terminate,
+# checkpoint, leave (the torchft mode), and the loss.
+_HOLD, _TERM, _CKPT, _LEAVE, _LOSS = -5, -4, -3, -2, -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +232,7 @@ class ElasticTrainer:
         except RuntimeError as exc:
             self.boundary.abort("collective_failed", exc)
         self._apply(step, buffer, loss is not None)
-        hold, term, ckpt = (float(v) > 0 for v in buffer[-_FLAGS:-2])
+        hold, term, ckpt = (float(buffer[i]) > 0 for i in (_HOLD, _TERM, _CKPT))
         self.boundary.act(hold=hold, term=term, ckpt=ckpt)
         return True
 
@@ -253,12 +254,11 @@ class ElasticTrainer:
                 self.boundary.exit("terminate")
             self.boundary.leave()
         if committed:
-            ckpt = float(buffer[-3]) > 0
-            self.boundary.act(hold=False, term=False, ckpt=ckpt)
+            self.boundary.act(hold=False, term=False, ckpt=float(buffer[_CKPT]) > 0)
         return committed
 
     def _apply(self, step: Step, buffer: torch.Tensor, has_loss: bool) -> None:
-        total_loss = float(buffer[-1])
+        total_loss = float(buffer[_LOSS])
         self._unflatten(buffer)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)
