@@ -289,6 +289,11 @@ def step_gaps(records: list[dict], node: str) -> list[tuple[float, int]]:
     return [(b[1] - a[1], b[0]) for a, b in itertools.pairwise(mine)]
 
 
+@pytest.mark.default_slurm_only(
+    "the Slurm side is the NumNodes shrink and companion grow of "
+    "test_shrink_to_1_then_grow_to_3_trains_exactly; passed by hand on 24.11 and 26.05, "
+    "kept off their legs for CI's time budget until the suite is trimmed"
+)
 def test_stop_free_shrink_to_1_then_grow_to_3_never_restarts_the_survivors(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:
