@@ -145,6 +145,13 @@ def test_the_torchft_mode_runs_one_replica_group_per_node_that_joins_the_lightho
     assert argv[:3] == ["/py", "-m", "slurm_elastic.agent.torchrun"]
     assert "--standalone" in argv and "--nnodes=1" in argv and "--max-restarts=0" in argv
     assert "--nproc-per-node=2" in argv and argv[-3:] == ["train.py", "--epochs", "3"]
+    # One process per node runs the script itself (no torchrun: one Python start less).
+    one = info(mode="torchft")
+    assert replica_group_argv(one, python="/py") == ["/py", "train.py", "--epochs", "3"]
+    module = info(mode="torchft", argv=("python3", "-m", "pkg.train", "-x"))
+    assert replica_group_argv(module, python="/py") == ["/py", "-m", "pkg.train", "-x"]
+    wrapper = info(mode="torchft", argv=("./run.sh", "a"))
+    assert replica_group_argv(wrapper, python="/py") == ["./run.sh", "a"]
     env = node_env(ft, "127.0.0.1", {"PATH": "/bin"}, "n2")
     assert env["SLURM_ELASTIC_MODE"] == "torchft"
     assert env["TORCHFT_LIGHTHOUSE"] == "http://127.0.0.1:20042"

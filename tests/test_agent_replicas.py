@@ -25,7 +25,6 @@ from slurm_elastic.agent.lighthouse import Lighthouse
 from slurm_elastic.agent.node import node_env
 from slurm_elastic.agent.rendezvous import choose_port, replica_group_argv
 from slurm_elastic.agent.samplelog import lineage, read_records, samples_per_epoch
-from slurm_elastic.agent.stopping import children
 
 pytestmark = [pytest.mark.torch]
 torch = pytest.importorskip("torch")
@@ -47,12 +46,14 @@ def lighthouse() -> Iterator[Lighthouse]:
         server.stop()
 
 
-def launch_info(lighthouse: Lighthouse, job_dir: Path, argv: list[str]) -> LaunchInfo:
+def launch_info(
+    lighthouse: Lighthouse, job_dir: Path, argv: list[str], nproc: int = 1
+) -> LaunchInfo:
     """What the parent launcher writes in the torchft mode (``agent.launcher``)."""
     return LaunchInfo(
         job_id=1,
         argv=("python", *argv),
-        nproc_per_node=1,
+        nproc_per_node=nproc,
         rdzv_host=lighthouse.host,
         rdzv_port=lighthouse.port,
         rdzv_id="test",
@@ -70,7 +71,10 @@ def launch_info(lighthouse: Lighthouse, job_dir: Path, argv: list[str]) -> Launc
 class Groups:
     """The replica groups of one job: ``torchrun --standalone`` each, as the node agent runs."""
 
-    def __init__(self, tmp: Path, lighthouse: Lighthouse, epochs: int, sleep: float) -> None:
+    def __init__(
+        self, tmp: Path, lighthouse: Lighthouse, epochs: int, sleep: float, nproc: int = 1
+    ) -> None:
+        self.nproc = nproc
         self.tmp = tmp
         self.lighthouse = lighthouse
         self.job_dir = tmp / "job"
@@ -83,7 +87,7 @@ class Groups:
     def start(self, node: str) -> None:
         script = [str(EXAMPLE), *self.args, "--sample-log", str(self.log), "--out", str(self.out)]
         script += ["--checkpoint-dir", str(self.tmp / "ck")]
-        info = launch_info(self.lighthouse, self.job_dir, script)
+        info = launch_info(self.lighthouse, self.job_dir, script, self.nproc)
         own = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TORCHFT"))}
         env = node_env(info, "127.0.0.1", {**own, "SLURMD_NODENAME": node}, node)
         with open(self.tmp / f"{node}.out", "wb") as out:
@@ -95,8 +99,9 @@ class Groups:
             )
 
     def workers(self, node: str) -> set[int]:
-        """The worker processes of ``node``'s torchrun."""
-        return set(children(self.procs[node].pid))
+        """The worker processes of ``node``: with one per node, the node agent's command is
+        the worker itself (``replica_group_argv``)."""
+        return {self.procs[node].pid}
 
     def records(self) -> list[dict]:
         return read_records(self.log)
@@ -240,4 +245,24 @@ def test_a_killed_group_costs_the_others_a_redone_step_not_a_restart(
     final = torch.load(groups.out)
     reference = reference_weights(tmp_path, epochs=1)
     for key, value in reference.items():
+        assert torch.allclose(final[key], value, rtol=1e-9, atol=1e-10), key
+
+
+def test_groups_of_two_processes_train_exactly(tmp_path: Path, lighthouse: Lighthouse) -> None:
+    """Two processes per node: each group runs under its own torchrun (``--standalone``),
+    sums its gradients inside, then across the quorum; a group joins mid-run."""
+    groups = Groups(tmp_path, lighthouse, epochs=2, sleep=0.02, nproc=2)
+    try:
+        groups.start("n1")
+        groups.wait_step(3)
+        groups.start("n2")
+        groups.wait_world(4)
+        for node in ("n1", "n2"):
+            assert groups.wait(node, 120) == 0, groups.outputs()
+    finally:
+        groups.close()
+    records = groups.records()
+    assert_exactly_once(records, epochs=2)
+    final = torch.load(groups.out)
+    for key, value in reference_weights(tmp_path, epochs=2).items():
         assert torch.allclose(final[key], value, rtol=1e-9, atol=1e-10), key

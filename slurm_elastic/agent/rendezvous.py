@@ -94,9 +94,21 @@ def script_args(argv: Sequence[str]) -> list[str]:
 
 
 def replica_group_argv(info: LaunchInfo, *, python: str) -> list[str]:
-    """The torchft mode's command for one node: one replica group, its local ranks under a
-    torchrun of their own (``--standalone``: the group's store on this node), never
-    restarted by it -- a group that fails leaves the quorum and the others go on."""
+    """The torchft mode's command for one node: one replica group.
+
+    One process per node runs the script itself: a torchrun around it would cost a second
+    Python and ``import torch`` before a new group can join (seconds on a loaded node), and
+    its process group is then a one-process one (``agent.boundary``).  Several processes
+    run under a torchrun of their own (``--standalone``: the group's store on this node),
+    never restarted by it: a group that fails leaves the quorum and the others go on.
+    """
+    script = script_args(info.argv)
+    if info.nproc_per_node == 1:
+        if script[:1] == ["--no-python"]:
+            return script[1:]
+        if script[:1] == ["--module"]:
+            return [python, "-m", *script[1:]]
+        return [python, *script]
     argv = [
         python,
         "-m",
@@ -106,7 +118,7 @@ def replica_group_argv(info: LaunchInfo, *, python: str) -> list[str]:
         f"--nproc-per-node={info.nproc_per_node}",
         "--max-restarts=0",
     ]
-    return argv + script_args(info.argv)
+    return argv + script
 
 
 def torchrun_argv(

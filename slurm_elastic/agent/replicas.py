@@ -148,6 +148,16 @@ class ReplicaGroup:
         self.local_rank = dist.get_rank() if dist.is_initialized() else 0
         self.local_world = dist.get_world_size() if dist.is_initialized() else 1
         self.replica = replica
+        # The group's store, which the other groups reach too (torchft configures the
+        # quorum's process group through one group's store): at the node's address, never
+        # "localhost".  Under torchrun its workers' store; a one-process group hosts its own.
+        advertise = os.environ.get(ADVERTISE_ENV) or "localhost"
+        self._own_store: dist.TCPStore | None = None
+        if "MASTER_PORT" in os.environ:
+            store_port = int(os.environ["MASTER_PORT"])
+        else:
+            self._own_store = dist.TCPStore(advertise, 0, is_master=True, wait_for_workers=False)
+            store_port = self._own_store.port
         quiet_torchft()
         self.manager = Manager(
             pg=ProcessGroupGloo(timeout=timeout),
@@ -159,9 +169,11 @@ class ReplicaGroup:
             quorum_timeout=timedelta(seconds=max(60.0, timeout.total_seconds())),
             rank=self.local_rank,
             world_size=self.local_world,
+            store_addr=advertise,
+            store_port=store_port,
             lighthouse_addr=lighthouse,
             replica_id=replica,
-            hostname=os.environ.get(ADVERTISE_ENV) or "localhost",
+            hostname=advertise,
             checkpoint_transport=quiet_transport(timeout),
         )
         # The quorum compares steps to choose who heals whom: a group that restored a
