@@ -45,8 +45,9 @@ from slurm_elastic.sim.traces import Trace, TraceJob
 RESIZE_MODES = ("torchrun", "torchft")
 TORCHRUN_RESTART_S = 15.0  # SLURM-FACTS: grow 12-19 s, shrink 9-13 s (tuned rendezvous)
 # The torchft mode's survivor pause per resize: scripts/bench_resize.py --mode torchft on
-# the local cluster (docs/benchmarks.md), the larger of its shrink and grow medians.
-STOP_FREE_PAUSE_S = 1.0
+# the local cluster (docs/benchmarks.md: shrink 0.84 s, grow 0.21 s, medians of 3), the
+# larger of the two.
+STOP_FREE_PAUSE_S = 0.84
 
 
 @dataclass(frozen=True, slots=True)
