@@ -159,6 +159,12 @@ def test_the_torchft_mode_runs_one_replica_group_per_node_that_joins_the_lightho
     assert env["SLURM_ELASTIC_FT_TIMEOUT_S"] == "7.5" and env["RUST_LOG"] == "warn"
     assert node_env(ft, None, {"RUST_LOG": "info"}, "n3")["RUST_LOG"] == "info"  # the user's
     assert "SLURM_ELASTIC_MODE" not in node_env(info(), "127.0.0.1", {}, "n2")
+    # A one-process group runs the script without torchrun: a MASTER_PORT or RANK from the
+    # batch script's environment would be every node's, so none reaches it.
+    leaked = {"MASTER_ADDR": "n1", "MASTER_PORT": "29500", "RANK": "0", "WORLD_SIZE": "2"}
+    alone = node_env(info(mode="torchft"), "127.0.0.1", leaked, "n2")
+    assert not set(leaked) & set(alone)
+    assert node_env(info(), "127.0.0.1", leaked, "n2")["MASTER_PORT"] == "29500"  # torchrun's
 
 
 # --------------------------------------------------------------------------- Slurm side

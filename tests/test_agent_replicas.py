@@ -22,7 +22,7 @@ import pytest
 
 from slurm_elastic.agent.jobdir import Control, LaunchInfo, read_json, write_json
 from slurm_elastic.agent.lighthouse import Lighthouse
-from slurm_elastic.agent.node import node_env
+from slurm_elastic.agent.node import TORCHRUN_VARIABLES, node_env
 from slurm_elastic.agent.rendezvous import choose_port, replica_group_argv
 from slurm_elastic.agent.samplelog import lineage, read_records, samples_per_epoch
 
@@ -88,8 +88,7 @@ class Groups:
         script = [str(EXAMPLE), *self.args, "--sample-log", str(self.log), "--out", str(self.out)]
         script += ["--checkpoint-dir", str(self.tmp / "ck")]
         info = launch_info(self.lighthouse, self.job_dir, script, self.nproc)
-        own = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TORCHFT"))}
-        env = node_env(info, "127.0.0.1", {**own, "SLURMD_NODENAME": node}, node)
+        env = node_env(info, "127.0.0.1", {**own_environment(), "SLURMD_NODENAME": node}, node)
         with open(self.tmp / f"{node}.out", "wb") as out:
             self.procs[node] = subprocess.Popen(
                 replica_group_argv(info, python=sys.executable),
@@ -142,9 +141,19 @@ class Groups:
                 proc.wait()
 
 
+def own_environment() -> dict[str, str]:
+    """This process's environment less what belongs to a job or a torchrun: importing
+    ``agent.elastic`` (an earlier test) gives it a one-process RANK and MASTER_PORT."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM", "TORCHFT")) and k not in TORCHRUN_VARIABLES
+    }
+
+
 def reference_weights(tmp: Path, epochs: int) -> dict[str, torch.Tensor]:
     """One process, never resized, the same data and rule."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TORCHFT"))}
+    env = own_environment()
     out = tmp / "reference.pt"
     subprocess.run(
         [sys.executable, str(EXAMPLE), *ARGS, "--epochs", str(epochs), "--out", str(out)],

@@ -36,6 +36,19 @@ from slurm_elastic.agent.rendezvous import replica_group_argv, torchrun_argv
 
 PARENT = "parent"
 COMPANION = "companion"
+# What torchrun sets for its workers.
+TORCHRUN_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 def node_addr(node: str) -> str | None:
@@ -75,6 +88,12 @@ def node_env(
         out[ADVERTISE_ENV] = addr or node
         out[TIMEOUT_ENV] = str(info.ft_timeout_s)
         out.setdefault("RUST_LOG", "warn")  # torchft's Rust side logs every quorum at INFO
+        if info.nproc_per_node == 1:
+            # The script runs without torchrun (rendezvous.replica_group_argv): nothing of a
+            # torchrun's may reach it from the batch script's environment (a MASTER_PORT set
+            # there would be every node's), so it starts as a one-process group of its own.
+            for name in TORCHRUN_VARIABLES:
+                out.pop(name, None)
     out["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     out["SLURM_ELASTIC_JOB_ID"] = str(info.job_id)
     out["SLURM_ELASTIC_JOB_DIR"] = info.job_dir
