@@ -226,7 +226,9 @@ class Follower:
         # Every node's workers are stopped, so every task may end: not an error.
         window = instruction.deadline - self.clock() + self.applied_grace_s + REMOVAL_TAIL_S
         self.removal.open((), max(window, REMOVAL_TAIL_S) + self.stop_grace_s)
-        stopped = self.wait_stopped(request.seq, before, self.clock() + self.stop_grace_s + 5.0)
+        stopped = self.wait_answers(
+            "stopped", request.seq, before, self.clock() + self.stop_grace_s + 5.0
+        )
         lost = max((float(r.get("trained_since_start_s", 0.0)) for r in stopped), default=0.0)
         detail = (
             f"signal contract: {len(stopped)} of {before} nodes stopped their workers; up to "
@@ -246,7 +248,7 @@ class Follower:
         )
         leaving = before - instruction.target_nodes
         until = min(instruction.deadline, self.clock() + self.hold_timeout_s)
-        left = self.wait_left(request.seq, leaving, until)
+        left = self.wait_answers("left", request.seq, leaving, until)
         if not left:
             self.ack(instruction, AckStatus.FAILED, 0, "no replica group left the quorum in time")
             return
@@ -261,21 +263,6 @@ class Follower:
         self.ack(instruction, AckStatus.READY, step, detail)
         after = self.wait_applied(instruction, before)
         log.info("agent.shrunk_stop_free", id=instruction.id, nodes=after, step=step)
-
-    def wait_left(self, seq: int, groups: int, until: float) -> list[dict[str, Any]]:
-        """The ``left-<node>.json`` of request ``seq``, once ``groups`` wrote theirs or
-        ``until`` passed."""
-        found: list[dict[str, Any]] = []
-        while not self._stop.is_set():
-            found = []
-            for path in self.job_dir.glob("left-*.json"):
-                record = read_json(path)
-                if record is not None and record.get("seq") == seq:
-                    found.append(record)
-            if len(found) >= groups or self.clock() >= until:
-                break
-            time.sleep(0.05)
-        return found
 
     def release(self, instruction: Instruction) -> None:
         """End the companions the shrink gives back, before the ack: each one's node agents
@@ -306,19 +293,20 @@ class Follower:
             still_running=sorted(left),
         )
 
-    def wait_stopped(self, seq: int, nodes: int, until: float) -> list[dict[str, Any]]:
-        """The nodes' ``stopped-<node>.json`` for request ``seq``, once all ``nodes`` wrote
-        theirs or ``until`` passed."""
+    def wait_answers(self, prefix: str, seq: int, count: int, until: float) -> list[dict[str, Any]]:
+        """The nodes' answers to request ``seq`` (``<prefix>-<node>.json``: ``stopped`` under
+        the signal contract, ``left`` in the torchft mode), once ``count`` of them are there
+        or ``until`` passed."""
         found: list[dict[str, Any]] = []
         while not self._stop.is_set():
             found = []
-            for path in self.job_dir.glob("stopped-*.json"):
+            for path in self.job_dir.glob(f"{prefix}-*.json"):
                 record = read_json(path)
                 if record is not None and record.get("seq") == seq:
                     found.append(record)
-            if len(found) >= nodes or self.clock() >= until:
+            if len(found) >= count or self.clock() >= until:
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
         return found
 
     def wait_held(self, seq: int, until: float) -> int | None:
