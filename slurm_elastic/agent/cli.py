@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S
 from slurm_elastic.errors import SlurmElasticError
 
 
@@ -65,7 +66,7 @@ from slurm_elastic.errors import SlurmElasticError
     "--ft-timeout",
     "ft_timeout_s",
     type=click.FloatRange(min=0.5, max=3600.0),
-    default=5.0,
+    default=DEFAULT_FT_TIMEOUT_S,
     show_default=True,
     help="torchft mode: seconds a collective may wait for a group that vanished unannounced.",
 )

@@ -50,11 +50,16 @@ try:
 except ModuleNotFoundError:
     raise MissingExtra("the torchft mode", "torchft", "torchft") from None
 
-from slurm_elastic.agent.modes import ADVERTISE_ENV, LIGHTHOUSE_ENV, REPLICA_ENV, TIMEOUT_ENV
+from slurm_elastic.agent.modes import (
+    ADVERTISE_ENV,
+    DEFAULT_FT_TIMEOUT_S,
+    LIGHTHOUSE_ENV,
+    REPLICA_ENV,
+    TIMEOUT_ENV,
+)
 
 log = structlog.get_logger("slurm_elastic.agent")
 
-DEFAULT_TIMEOUT_S = 5.0
 # A step's generation (agent.samplelog): the quorum, then how often it redid a step.
 _RETRIES_PER_QUORUM = 1000
 
@@ -116,7 +121,7 @@ def quiet_transport(timeout: timedelta) -> HTTPTransport:
 def timeout_from_env(env: dict[str, str] | None = None) -> float:
     text = (env if env is not None else os.environ).get(TIMEOUT_ENV, "")
     if not text:
-        return DEFAULT_TIMEOUT_S
+        return DEFAULT_FT_TIMEOUT_S
     try:
         value = float(text)
     except ValueError:
