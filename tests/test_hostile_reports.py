@@ -277,6 +277,7 @@ _VALID = st.fixed_dictionaries(
         "grad_noise_scale": _bounded(0, protocol.MAX_VALUE),
         "target_metric": _bounded(-protocol.MAX_VALUE, protocol.MAX_VALUE),
         "total_steps": st.sampled_from([1, protocol.MAX_STEP]) | st.integers(1, protocol.MAX_STEP),
+        "mode": st.sampled_from(["torchrun", "torchft"]),
     },
 )
 
