@@ -115,6 +115,14 @@ class Groups:
                 pytest.fail(f"no step {step} in {timeout}s:\n{self.outputs()}")
             time.sleep(0.05)
 
+    def wait_trained(self, pid: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(r["pid"] == pid for r in self.records()):
+            failed = any(proc.poll() not in (None, 0) for proc in self.procs.values())
+            if failed or time.monotonic() > deadline:
+                pytest.fail(f"process {pid} trained nothing in {timeout}s:\n{self.outputs()}")
+            time.sleep(0.05)
+
     def wait_world(self, world: int, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while not any(r["world"] == world for r in self.records()):
@@ -186,8 +194,11 @@ def test_a_group_leaves_and_another_joins_without_a_restart(
     try:
         groups.start("n1")
         groups.start("n2")
-        groups.wait_step(4)
         workers = {node: groups.workers(node) for node in ("n1", "n2")}
+        for pids in workers.values():
+            for pid in pids:
+                groups.wait_trained(pid)  # both in the quorum, however late one started
+        groups.wait_step(groups.steps_done() + 2)
         write_json(
             groups.job_dir / "control.json",
             Control(1, "leave", instruction_id="t", keep_nodes=("n1",)).to_json(),
@@ -236,13 +247,19 @@ def test_a_group_leaves_and_another_joins_without_a_restart(
 def test_a_killed_group_costs_the_others_a_redone_step_not_a_restart(
     tmp_path: Path, lighthouse: Lighthouse
 ) -> None:
-    groups = Groups(tmp_path, lighthouse, epochs=1, sleep=0.004)
+    groups = Groups(tmp_path, lighthouse, epochs=1, sleep=0.02)
     try:
         for node in ("n1", "n2", "n3"):
             groups.start(node)
-        groups.wait_step(4)
         survivors = groups.workers("n1") | groups.workers("n2")
         (victim,) = groups.workers("n3")
+        # Under load a group may start late and the others train without it for a while:
+        # the kill lands once all three are in the quorum and have trained.
+        for pid in survivors | {victim}:
+            groups.wait_trained(pid)
+        groups.wait_step(groups.steps_done() + 1)
+        assert groups.procs["n3"].poll() is None, "the training ended before the kill"
+        killed_at = groups.steps_done()
         os.kill(victim, signal.SIGKILL)
         assert groups.wait("n1", 180) == 0, groups.outputs()
         assert groups.wait("n2", 60) == 0, groups.outputs()
@@ -251,6 +268,7 @@ def test_a_killed_group_costs_the_others_a_redone_step_not_a_restart(
     records = groups.records()
     assert_exactly_once(records, epochs=1)
     assert {r["pid"] for r in records} == survivors | {victim}  # no survivor restarted
+    assert max(r["step"] for r in records) > killed_at + 1  # the survivors trained on
     final = torch.load(groups.out)
     reference = reference_weights(tmp_path, epochs=1)
     for key, value in reference.items():
