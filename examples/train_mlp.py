@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from slurm_elastic.agent.batching import BatchMode, BatchRule
-from slurm_elastic.agent.samplelog import SampleLog
 from slurm_elastic.agent.torch import ElasticTrainer
+from slurm_elastic.samplelog import SampleLog
 
 
 def make_data(samples: int, features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

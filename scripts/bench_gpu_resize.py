@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from slurm_elastic.agent.jobdir import Control, read_json, write_json
-from slurm_elastic.agent.samplelog import read_records, samples_per_epoch, steps_lost
+from slurm_elastic.samplelog import read_records, samples_per_epoch, steps_lost
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "examples" / "ddp_tutorial" / "train_elastic.py"

@@ -94,13 +94,13 @@ def wait(predicate: Callable[[], object], timeout: float, what: str) -> object:
 
 
 def steps_at(work: Path, world: int) -> int:
-    from slurm_elastic.agent.samplelog import read_records
+    from slurm_elastic.samplelog import read_records
 
     return max((r["step"] for r in read_records(work / "log") if r["world"] == world), default=-1)
 
 
 def resumed_at(work: Path, world: int, after: float) -> float:
-    from slurm_elastic.agent.samplelog import first_time_at, read_records
+    from slurm_elastic.samplelog import first_time_at, read_records
 
     found = wait(
         lambda: first_time_at(read_records(work / "log"), world, after), 120, f"world {world}"
@@ -140,8 +140,8 @@ def cancel(job: int) -> None:
 
 def elastic_run(root: Path) -> tuple[float, float, list[int]]:
     """(shrink_resume_s, grow_resume_s, steps lost per resize) for one job."""
-    from slurm_elastic.agent.samplelog import read_records, steps_lost
     from slurm_elastic.daemon.drill import ResizeDrill
+    from slurm_elastic.samplelog import read_records, steps_lost
     from slurm_elastic.slurm.cli import CliBackend
 
     work = root / "elastic"
@@ -184,8 +184,8 @@ def started_at(job: int) -> float:
 
 def stop_free_run(root: Path) -> tuple[float, float, float, list[int]]:
     """(shrink_pause_s, grow_pause_s, join_ready_s, steps lost per change) in the torchft mode."""
-    from slurm_elastic.agent.samplelog import first_time_at, read_records, steps_lost
     from slurm_elastic.daemon.drill import ResizeDrill
+    from slurm_elastic.samplelog import first_time_at, read_records, steps_lost
     from slurm_elastic.slurm.cli import CliBackend
 
     work = root / "torchft"
@@ -225,7 +225,7 @@ def stop_free_run(root: Path) -> tuple[float, float, float, list[int]]:
 
 def requeue_run(root: Path) -> tuple[float, int]:
     """(requeue_resume_s, steps lost) for the stock-Slurm baseline, 2 -> 1 nodes."""
-    from slurm_elastic.agent.samplelog import read_records, steps_lost
+    from slurm_elastic.samplelog import read_records, steps_lost
 
     work = root / "requeue"
     job = submit(work, "http://127.0.0.1:9")  # no daemon: the job must not care

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.agent.samplelog import lineage, read_records, samples_per_epoch, steps_lost
 from slurm_elastic.daemon.drill import ResizeDrill
 from slurm_elastic.model.convergence import fit_convergence
+from slurm_elastic.samplelog import lineage, read_records, samples_per_epoch, steps_lost
 from slurm_elastic.slurm.cli import CliBackend
 from tests.slurm_cluster import SlurmCluster, wait_until
 
@@ -338,6 +338,52 @@ def test_stop_free_shrink_to_1_then_grow_to_3_never_restarts_the_survivors(
     assert "trainer.healed" in log and "trainer.left" in log
     assert not error_lines(log), error_lines(log)
     print(f"stop-free: the survivor's largest gap between steps {pause:.2f}s; {shrink.detail}")
+
+
+@pytest.mark.default_slurm_only(
+    "the torchft side of test_stop_free_shrink_to_1_then_grow_to_3_never_restarts_the_survivors"
+)
+def test_stop_free_a_killed_group_costs_the_survivor_its_timeout_not_a_restart(
+    clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
+) -> None:
+    """Issue 14's second acceptance test: one of the job's two replica groups is SIGKILLed
+    (no instruction, no shrink): the other trains on alone in the same process after at most
+    the configured timeout (``--ft-timeout``), and the job completes with every sample once
+    per epoch and the weights of an unresized run (the broken step is redone, not lost)."""
+    timeout_s = 3.0
+    job = TrainingJob(
+        clean_queue,
+        tmp_path,
+        drill.url,
+        epochs=2,
+        run_options=f"--mode torchft --ft-timeout {timeout_s:g}",
+    )
+    try:
+        records = job.wait_records(at_world(2, min_step=10), "training at 2 nodes")
+        by_node: dict[str, set[int]] = {}
+        for r in records:
+            by_node.setdefault(r["node"], set()).add(r["pid"])
+        survivor, victim = sorted(by_node)  # the batch host (n1) survives
+        (pid,) = by_node[victim]
+        killed_at = time.time()
+        os.kill(pid, signal.SIGKILL)  # the fake nodes are processes of this machine
+        job.wait_records(lambda rs: any(r["t"] > killed_at and r["world"] == 1 for r in rs), "1")
+        assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
+    finally:
+        clean_queue.run("scancel", str(job.job_id), check=False)
+
+    records = job.records()
+    assert {r["pid"] for r in records if r["node"] == survivor} == by_node[survivor]
+    assert not any(r["t"] > killed_at for r in records if r["node"] == victim)
+    worlds = [w for _, w in sorted({(r["gen"], r["world"]) for r in records})]
+    assert is_subsequence([2, 1], worlds) and worlds[-1] == 1, worlds
+    assert_exactly_once(records, samples=2400, epochs=job.epochs)
+    assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 2))
+    pause = max(gap for gap, _ in step_gaps(records, survivor))
+    # The process group's timeout, then the quorum without the dead group: a bound with
+    # room for a loaded CI machine, not a timing (bench_resize measures).
+    assert pause < timeout_s + 5.0, pause
+    print(f"stop-free: a SIGKILLed group cost the survivor {pause:.2f}s (timeout {timeout_s}s)")
 
 
 @pytest.mark.default_slurm_only(

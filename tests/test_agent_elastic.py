@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_elastic.agent.jobdir import Control, read_json, write_json
-from slurm_elastic.agent.samplelog import read_records, samples_per_epoch, steps_lost
+from slurm_elastic.samplelog import read_records, samples_per_epoch, steps_lost
 
 pytestmark = [pytest.mark.torch]
 torch = pytest.importorskip("torch")

@@ -24,7 +24,7 @@ from slurm_elastic.agent.jobdir import Control, LaunchInfo, read_json, write_jso
 from slurm_elastic.agent.lighthouse import Lighthouse
 from slurm_elastic.agent.node import TORCHRUN_VARIABLES, node_env
 from slurm_elastic.agent.rendezvous import choose_port, replica_group_argv
-from slurm_elastic.agent.samplelog import lineage, read_records, samples_per_epoch
+from slurm_elastic.samplelog import lineage, read_records, samples_per_epoch
 
 pytestmark = [pytest.mark.torch]
 torch = pytest.importorskip("torch")

@@ -18,7 +18,7 @@ import pytest
 
 from slurm_elastic.agent.checkpoint import list_checkpoints
 from slurm_elastic.agent.jobdir import Control, read_json, write_json
-from slurm_elastic.agent.samplelog import read_records
+from slurm_elastic.samplelog import read_records
 
 pytestmark = [pytest.mark.torch]
 torch = pytest.importorskip("torch")

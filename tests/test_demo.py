@@ -70,6 +70,11 @@ def test_quick_demo_shows_start_at_size_shrink_grow(clean_queue: SlurmCluster, t
         if job["kind"] == "elastic":
             assert job["done_steps"] == job["total_steps"], job  # trained to the end
             assert job["steps_per_s"], f"{job['name']}: no speed measured"
+    # Stop-free by default: the workers that stayed paused, none restarted.
+    assert summary["resize_mode"] == "torchft"
+    survivors = summary["survivors"]
+    assert survivors["pauses"] >= 1 and survivors["restarted"] == 0, survivors
+    assert "the workers that stayed paused" in done.stdout, done.stdout[-4000:]
     sim = summary["simulated"]
     assert sim["label"].startswith("SIMULATED")
     assert set(sim["static"]["jobs"]) == {j.name for j in QUICK}
@@ -206,7 +211,16 @@ def test_batch_scripts_mark_only_elastic_jobs(tmp_path: Path) -> None:
         assert script.startswith("#!/bin/bash\n")
         assert f"#SBATCH --nodes={job.nodes_option}" in script
         assert ("#SBATCH --elastic\n" in script) is job.elastic
-        assert ("slurm-elastic run -- /usr/bin/python3" in script) is job.elastic
+        assert ("slurm-elastic run --mode torchft -- /usr/bin/python3" in script) is job.elastic
+        assert (f"--sample-log {tmp_path}/samples\n" in script) is job.elastic
+        restart = batch_script(
+            job,
+            python="/usr/bin/python3",
+            example=tmp_path / "t.py",
+            work_dir=tmp_path,
+            mode="torchrun",
+        )
+        assert ("slurm-elastic run --mode torchrun -- " in restart) is job.elastic
     elastic = [j for j in FULL if j.elastic]
     assert len(elastic) >= 3 and any(not j.elastic for j in FULL)
     assert all(j.total_steps and j.total_steps > 100 for j in elastic)

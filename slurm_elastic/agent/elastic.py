@@ -66,8 +66,8 @@ except ModuleNotFoundError:
 
 from slurm_elastic.agent import boundary as _boundary
 from slurm_elastic.agent.boundary import Progress, StepBoundary
-from slurm_elastic.agent.samplelog import SampleLog
 from slurm_elastic.agent.sampler import ElasticSampler, SamplerState, rank_share
+from slurm_elastic.samplelog import SampleLog
 
 __all__ = ["BatchSampler", "Progress", "init_process_group", "restore", "step_done"]
 

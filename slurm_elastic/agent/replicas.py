@@ -60,7 +60,7 @@ from slurm_elastic.agent.modes import (
 
 log = structlog.get_logger("slurm_elastic.agent")
 
-# A step's generation (agent.samplelog): the quorum, then how often it redid a step.
+# A step's generation (samplelog): the quorum, then how often it redid a step.
 _RETRIES_PER_QUORUM = 1000
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from slurm_elastic.demo.harness import DEFAULT_SLURM, SLURM_VERSIONS
+from slurm_elastic.demo.workload import DEFAULT_MODE, MODES
 from slurm_elastic.errors import SlurmElasticError
 
 
@@ -43,7 +44,17 @@ from slurm_elastic.errors import SlurmElasticError
     default=None,
     help="Stop after this many seconds (default 560, --quick 200).",
 )
-def demo(quick: bool, instance: int, slurm: str, out: Path, time_limit_s: float | None) -> None:
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default=DEFAULT_MODE,
+    show_default=True,
+    help="How the elastic jobs resize: torchft keeps the staying nodes' workers running "
+    "(stop-free), torchrun restarts them all from a checkpoint.",
+)
+def demo(
+    quick: bool, instance: int, slurm: str, out: Path, time_limit_s: float | None, mode: str
+) -> None:
     """Run the daemon and a mixed elastic workload on the local Slurm cluster.
 
     Ctrl-C stops it cleanly: the daemon is stopped, the demo's jobs are cancelled, and
@@ -56,7 +67,7 @@ def demo(quick: bool, instance: int, slurm: str, out: Path, time_limit_s: float 
     # in-process Slurm reads and of the simulator's controller reach the terminal.
     configure_logging("error", json_lines=False)
     opts = DemoOptions(
-        out=out, instance=instance, slurm=slurm, quick=quick, time_limit_s=time_limit_s
+        out=out, instance=instance, slurm=slurm, quick=quick, time_limit_s=time_limit_s, mode=mode
     )
     runner = Demo(opts, click.echo)
     try:

@@ -38,16 +38,29 @@ class MixJob:
 
 
 def simulate_mix(
-    jobs: Sequence[MixJob], nodes: int, config: Config, policies: Sequence[str] = ("static", "mip")
+    jobs: Sequence[MixJob],
+    nodes: int,
+    config: Config,
+    policies: Sequence[str] = ("static", "mip"),
+    *,
+    resize_s: float | None = None,
+    stop_free: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Policy -> {"jobs": {name: {"jct_s", "start_s", "end_s", "sizes"}}, "summary": {...}}."""
+    """Policy -> {"jobs": {name: {"jct_s", "start_s", "end_s", "sizes"}}, "summary": {...}}.
+
+    ``resize_s``: what one resize of an elastic job costs it: a restart (default
+    ``RESTART_S``), or in the stop-free mode the survivors' pause, with no checkpoint
+    written (default the simulator's measured ``STOP_FREE_PAUSE_S``)."""
     # The simulator (numpy/scipy/highspy) loads only when a comparison is made.
     from slurm_elastic.sim.engine import ClusterSpec, PartitionSpec
     from slurm_elastic.sim.metrics import summarize
     from slurm_elastic.sim.runner import ORIGIN, ControllerDriver, SimSettings, simulate
-    from slurm_elastic.sim.workload import Workload
+    from slurm_elastic.sim.workload import STOP_FREE_PAUSE_S, Workload
 
-    workload = Workload(jobs=tuple(_spec(i, j) for i, j in enumerate(jobs, 1)), rejected=())
+    if resize_s is None:
+        resize_s = STOP_FREE_PAUSE_S if stop_free else RESTART_S
+    specs = tuple(_spec(i, j, resize_s, stop_free) for i, j in enumerate(jobs, 1))
+    workload = Workload(jobs=specs, rejected=())
     spec = ClusterSpec(partitions=(PartitionSpec("batch", nodes),), gpus_per_node=1)
     names = {i: j.name for i, j in enumerate(jobs, 1)}
     first = min(j.submit_s for j in jobs)
@@ -79,7 +92,7 @@ def simulate_mix(
     return results
 
 
-def _spec(sim_id: int, job: MixJob) -> Any:
+def _spec(sim_id: int, job: MixJob, resize_s: float, stop_free: bool) -> Any:
     from slurm_elastic.sim.profiles import Curve, Profile
     from slurm_elastic.sim.workload import JobSpec
 
@@ -109,8 +122,9 @@ def _spec(sim_id: int, job: MixJob) -> Any:
         step=1,
         profile=profile,
         work=job.work,
-        restart_s=RESTART_S,
-        checkpoint_s=CHECKPOINT_S,
+        restart_s=resize_s,
+        checkpoint_s=0.0 if stop_free else CHECKPOINT_S,
+        stop_free=stop_free,
     )
 
 

@@ -19,6 +19,8 @@ from slurm_elastic.config import Config
 from slurm_elastic.demo.compare import MixJob, measured_rates, simulate_mix
 from slurm_elastic.demo.observe import GROW, SHRINK, START, START_AT_SIZE, JobTrack, segments
 from slurm_elastic.demo.session import RunRecord
+from slurm_elastic.demo.workload import sample_log_dir
+from slurm_elastic.samplelog import read_records, survivor_pauses
 from slurm_elastic.types import ActionKind, JobHistory
 
 SIM_LABEL = (
@@ -89,6 +91,7 @@ def build_summary(
                 ),
                 "steps_per_s": {str(n): round(r, 3) for n, r in rates.items()},
                 "startup_s": startup_s(progress, tr.sizes, rates),
+                "pauses": pauses(record.out / "jobs" / spec.name, t0) if spec.elastic else [],
             }
         )
     counts = {
@@ -104,9 +107,11 @@ def build_summary(
         else None,
         "makespan_s": round(max(ends) - min(j["submit_s"] for j in jobs), 1) if ends else None,
     }
+    all_pauses = [p for j in jobs for p in j["pauses"]]
     return {
         "version": 1,
         "quick": quick,
+        "resize_mode": record.mode,
         "instance": instance,
         "started_at": t0,  # the first submission (POSIX s)
         "duration_s": round(record.finished_at - t0, 1),
@@ -123,6 +128,14 @@ def build_summary(
         "counts": counts,
         "all_completed": bool(jobs) and all(j["completed"] for j in jobs),
         "observed": observed,
+        "survivors": {
+            "pauses": len(all_pauses),
+            "median_s": round(statistics.median(p["s"] for p in all_pauses), 2)
+            if all_pauses
+            else None,
+            "max_s": round(max(p["s"] for p in all_pauses), 2) if all_pauses else None,
+            "restarted": sum(1 for p in all_pauses if p["restarted"]),
+        },
         "daemon_actions": journal,
     }
 
@@ -154,8 +167,34 @@ def add_simulation(summary: dict[str, Any], config: Config, nodes: int) -> None:
             )
         )
     left_out = sorted({j["name"] for j in summary["jobs"]} - {m.name for m in mix})
-    sim = simulate_mix(mix, nodes, config) if mix else {}
+    survivors = summary.get("survivors") or {}
+    stop_free = summary.get("resize_mode") == "torchft"
+    # The cost of a resize in the simulated mip column: in the stop-free mode the pauses
+    # measured above; under torchrun a restart's assumed cost (compare.RESTART_S).
+    resize_s = survivors.get("median_s") if stop_free else None
+    sim = simulate_mix(mix, nodes, config, resize_s=resize_s, stop_free=stop_free) if mix else {}
     summary["simulated"] = {"label": SIM_LABEL, "left_out": left_out, **sim}
+
+
+def pauses(job_dir: Path, t0: float) -> list[dict[str, Any]]:
+    """What each worker that stayed felt at each resize of the job (its sample log,
+    ``samplelog.survivor_pauses``): the seconds between its last step at the old size and
+    its first at the new one, and whether it was a new process (restarted)."""
+    try:
+        records = read_records(sample_log_dir(job_dir))
+    except (OSError, ValueError):
+        return []  # a log cut mid-write by a cancel: no pauses rather than no summary
+    return [
+        {
+            "t_s": _rel(p.at, t0),
+            "node": p.node,
+            "from": p.from_world,
+            "to": p.to_world,
+            "s": round(p.seconds, 2),
+            "restarted": p.restarted,
+        }
+        for p in survivor_pauses(records)
+    ]
 
 
 def startup_s(
@@ -219,6 +258,13 @@ def summary_text(summary: dict[str, Any]) -> list[str]:
         f"changes made by the daemon: start-at-size {c['start_at_size']}, shrink {c['shrink']}, "
         f"grow {c['grow']}; every job completed: {'yes' if summary['all_completed'] else 'NO'}"
     )
+    s = summary.get("survivors") or {}
+    if s.get("pauses"):
+        lines.append(
+            f"resizes with --mode {summary.get('resize_mode')}: the workers that stayed paused "
+            f"{s['pauses']} times, median {s['median_s']:.2f}s, max {s['max_s']:.2f}s; "
+            f"restarted {s['restarted']} times (the jobs' sample logs)"
+        )
     sim = summary.get("simulated") or {}
     if "static" in sim:
         lines.append("")

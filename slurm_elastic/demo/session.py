@@ -25,7 +25,7 @@ from typing import Any
 
 from slurm_elastic.demo import harness
 from slurm_elastic.demo.observe import Event, JobTrack, Observer
-from slurm_elastic.demo.workload import FULL, QUICK, DemoJob, batch_script
+from slurm_elastic.demo.workload import DEFAULT_MODE, FULL, QUICK, DemoJob, batch_script
 from slurm_elastic.errors import SlurmError, SlurmRejected
 from slurm_elastic.slurm.cli import CliBackend
 
@@ -41,6 +41,7 @@ class DemoOptions:
     slurm: str = harness.DEFAULT_SLURM
     quick: bool = False
     time_limit_s: float | None = None  # default: 560 s (full) / 200 s (quick)
+    mode: str = DEFAULT_MODE  # how the elastic jobs resize (slurm-elastic run --mode)
     poll_s: float = 1.0
     refresh_s: float = 3.0
 
@@ -61,6 +62,7 @@ class RunRecord:
 
     started_at: float
     out: Path = Path("demo-out")
+    mode: str = DEFAULT_MODE
     finished_at: float = 0.0
     stop_reason: str = ""
     cluster_line: str = ""
@@ -82,7 +84,7 @@ class Demo:
         self.backend = CliBackend(timeout_s=20)
         self.observer = Observer()
         self.stop_reason = ""
-        self.record = RunRecord(started_at=time.time(), out=self.out)
+        self.record = RunRecord(started_at=time.time(), out=self.out, mode=opts.mode)
         self.daemon: harness.Daemon | None = None
         self.config_path = self.out / "daemon.yaml"
         self.submit_dir = self.out / "jobs"
@@ -165,6 +167,8 @@ class Demo:
             f"{self.config.interval_s:g}s, cooldown {g.cooldown_s:g}s, dwell {g.min_dwell_s:g}s, "
             f"API {self.api} (config {self.config_path}, log {self.out / 'daemon.log'})"
         )
+        how = {"torchft": "stop-free: the nodes that stay keep training", "torchrun": "restart"}
+        self.echo(f"elastic jobs resize with --mode {self.opts.mode} ({how[self.opts.mode]})")
         self.echo("job mix (arrival after start, nodes, role):")
         for job in self.opts.jobs:
             kind = "elastic" if job.elastic else "rigid"
@@ -214,7 +218,13 @@ class Demo:
         work.mkdir(parents=True, exist_ok=True)
         script = work / "job.sbatch"
         script.write_text(
-            batch_script(job, python=sys.executable, example=harness.EXAMPLE, work_dir=work)
+            batch_script(
+                job,
+                python=sys.executable,
+                example=harness.EXAMPLE,
+                work_dir=work,
+                mode=self.opts.mode,
+            )
         )
         env = {**dict(os.environ), "SLURM_ELASTIC_API": self.api}
         # Submitted from demo-out/jobs, where the daemon runs too: whether the launcher keeps

@@ -13,7 +13,11 @@ of change happen on a 4-node cluster:
 * ``mlp-small`` arrives to a full cluster again (start-at-size, shrinks), and ``sleep-b``
   (rigid) holds the FIFO line, which the daemon respects.
 
-Elastic jobs run the real ``examples/train_mlp.py`` under ``slurm-elastic run``.  Their
+Elastic jobs run the real ``examples/train_mlp.py`` under ``slurm-elastic run``, stop-free
+(``--mode torchft``: the nodes that stay keep their processes) unless the demo is run with
+``--mode torchrun`` (every resize restarts the workers from a checkpoint).  Each writes a
+sample log (``jobs/<name>/samples``), from which the summary reads what its surviving
+workers felt at each resize.  Their
 ``--sample-sleep`` makes a step's time mostly per-sample work, which the ranks split, so
 speed grows with nodes even on this 2-core machine; ``mlp-narrow`` has a larger share of
 fixed per-step cost (smaller micro-batches, less sleep per sample), so it gains less from
@@ -25,6 +29,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+
+MODES = ("torchft", "torchrun")
+DEFAULT_MODE = "torchft"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +130,16 @@ QUICK: tuple[DemoJob, ...] = (
 )
 
 
-def batch_script(job: DemoJob, *, python: str, example: Path, work_dir: Path) -> str:
+def sample_log_dir(work_dir: Path) -> Path:
+    return work_dir / "samples"
+
+
+def batch_script(
+    job: DemoJob, *, python: str, example: Path, work_dir: Path, mode: str = DEFAULT_MODE
+) -> str:
     """The sbatch script a user would write: the elastic flag is ``--elastic`` (the SPANK
-    option, etc/spank/elastic.c; the range is the job's ``--nodes``)."""
+    option, etc/spank/elastic.c; the range is the job's ``--nodes``); ``mode`` is how its
+    training resizes (``slurm-elastic run --mode``)."""
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job.name}",
@@ -134,8 +148,9 @@ def batch_script(job: DemoJob, *, python: str, example: Path, work_dir: Path) ->
     ]
     if job.elastic:
         lines.append("#SBATCH --elastic")
-        train = shlex.join([python, str(example), *job.train_args])
-        lines.append(f"slurm-elastic run -- {train}")
+        samples = ["--sample-log", str(sample_log_dir(work_dir))]
+        train = shlex.join([python, str(example), *job.train_args, *samples])
+        lines.append(f"slurm-elastic run --mode {mode} -- {train}")
     else:
         lines.append(f"sleep {job.sleep_s:g}")
     return "\n".join(lines) + "\n"

@@ -6,8 +6,9 @@ actually learned from: for each step, the records of the latest *generation* (on
 group, numbered by rank 0's start time) that ran it — an older generation's records of a
 step are superseded when a newer group restored a checkpoint from before it and redid it.
 
-Used by the end-to-end tests (exactly once per epoch, steps lost) and by
-``scripts/bench_resize.py`` (time to the first step at a new size).  No torch.
+Used by the end-to-end tests (exactly once per epoch, steps lost), by
+``scripts/bench_resize.py`` (time to the first step at a new size) and by the demo's summary
+(the survivors' pauses).  No torch: written on the job side, read on the head node too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -102,3 +104,45 @@ def first_time_at(records: list[dict[str, Any]], world: int, after: float) -> fl
     """When the first step at world size ``world`` started after time ``after``."""
     times = [r["t"] for r in records if r["world"] == world and r["t"] >= after]
     return min(times) if times else None
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """What one node's worker felt at one change of the job's size."""
+
+    node: str
+    at: float  # its first step at the new size (POSIX s)
+    from_world: int
+    to_world: int
+    seconds: float  # from its last step at the old size to its first at the new one
+    restarted: bool  # that first step came from a process the node had not run before
+
+
+def survivor_pauses(records: list[dict[str, Any]]) -> list[Pause]:
+    """Per node that trained on both sides of a change of world size, the pause it saw.
+
+    A node that left and came back later (its step jumps ahead) did not survive the change
+    and is not counted.  Under torchrun every survivor restarts (``restarted``); in the
+    torchft mode none should.  Sorted by time.
+    """
+    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_node[r["node"]].append(r)
+    pauses: list[Pause] = []
+    for node, rows in by_node.items():
+        rows.sort(key=lambda r: r["t"])
+        seen_pids: set[int] = set()
+        for before, after in itertools.pairwise(rows):
+            seen_pids.add(before["pid"])
+            if before["world"] != after["world"] and after["step"] <= before["step"] + 1:
+                pauses.append(
+                    Pause(
+                        node=node,
+                        at=after["t"],
+                        from_world=before["world"],
+                        to_world=after["world"],
+                        seconds=after["t"] - before["t"],
+                        restarted=after["pid"] not in seen_pids,
+                    )
+                )
+    return sorted(pauses, key=lambda p: p.at)
