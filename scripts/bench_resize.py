@@ -16,18 +16,23 @@ lost: steps the old process group ran that the new one had to redo.
 
 ``--mode torchft`` runs the same job stop-free (``slurm-elastic run --mode torchft``) and
 measures what its survivors feel: a *pause* is the largest gap between two consecutive steps
-of the batch host's worker from the decision until the job trains at the new size, and
+of the batch host's worker from the decision until the job trains at the new size;
 ``join_ready_s`` runs from the companion job's start (Slurm's StartTime, whole seconds) to
-the first step its groups took part in.  ``--mode both`` (the default) runs both modes.
+its first step (the first step one of its two replica groups took part in), and
+``all_joined_s`` to the first step both took part in (the job at 3).  The same run then
+measures the torchrun mode too, for comparison, unless ``--no-compare``.
 
-    python scripts/bench_resize.py [--instance 4] [--repeat 1] [--mode both]
+    python scripts/bench_resize.py [--instance 4] [--repeat 1] [--mode torchrun|torchft]
 
-Last line: ``shrink_resume_s=... grow_resume_s=... requeue_resume_s=... steps_lost=...``
-for the torchrun mode, ``shrink_pause_s=... grow_pause_s=... join_ready_s=...
-ft_steps_lost=...`` for the torchft mode (medians over ``--repeat`` runs; steps lost: the worst
-single resize; ``load_avg``, the 5-minute load average at the end, says how contended the
-machine was: every torchrun resize starts fresh Python + torch processes, which is
-CPU-bound).
+(``--mode torchrun``, the default, measures what it always did.)
+
+Last line (medians over ``--repeat`` runs; steps lost: the worst single resize):
+``--mode torchrun``: ``shrink_resume_s=... grow_resume_s=... requeue_resume_s=...
+steps_lost=... requeue_steps_lost=...``; ``--mode torchft``: ``shrink_pause_s=...
+grow_pause_s=... join_ready_s=... all_joined_s=... steps_lost=...`` then the torchrun
+figures as ``torchrun_shrink_resume_s=...`` and so on.  ``load_avg``, the 5-minute load
+average at the end, says how contended the machine was: every new worker process pays for
+Python and ``import torch``, which is CPU-bound.
 """
 
 from __future__ import annotations
@@ -182,8 +187,9 @@ def started_at(job: int) -> float:
     return float(view.start_time)
 
 
-def stop_free_run(root: Path) -> tuple[float, float, float, list[int]]:
-    """(shrink_pause_s, grow_pause_s, join_ready_s, steps lost per change) in the torchft mode."""
+def stop_free_run(root: Path) -> tuple[float, float, float, float, list[int]]:
+    """(shrink_pause_s, grow_pause_s, join_ready_s, all_joined_s, steps lost per change) in
+    the torchft mode."""
     from slurm_elastic.daemon.drill import ResizeDrill
     from slurm_elastic.samplelog import first_time_at, read_records, steps_lost
     from slurm_elastic.slurm.cli import CliBackend
@@ -211,16 +217,20 @@ def stop_free_run(root: Path) -> tuple[float, float, float, list[int]]:
             records = read_records(work / "log")
             grow_pause = largest_gap(records, survivor, grow.decided_at, at_three + 1.0)
             joined = {r["node"] for r in records if r["world"] == 3} - {survivor}
-            first = first_time_at([r for r in records if r["node"] in joined], 3, grow.decided_at)
-            join_ready = (first or at_three) - started_at(grow.companion_id)
+            theirs = [r for r in records if r["node"] in joined and r["t"] >= grow.decided_at]
+            started = started_at(grow.companion_id)
+            join_ready = min(r["t"] for r in theirs) - started
+            all_joined = (first_time_at(theirs, 3, grow.decided_at) or at_three) - started
             print(
                 f"grow 1->3: pause {grow_pause:.2f} s, companion {grow.companion_id} "
-                f"trained {join_ready:.2f} s after its start",
+                f"trained {join_ready:.2f} s after its start, all its groups "
+                f"{all_joined:.2f} s after",
                 flush=True,
             )
         finally:
             cancel(job)
-        return shrink_pause, grow_pause, join_ready, steps_lost(read_records(work / "log"))
+        lost = steps_lost(read_records(work / "log"))
+        return shrink_pause, grow_pause, join_ready, all_joined, lost
 
 
 def requeue_run(root: Path) -> tuple[float, int]:
@@ -249,7 +259,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_cluster_arguments(parser)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--mode", choices=["torchrun", "torchft", "both"], default="both")
+    parser.add_argument("--mode", choices=["torchrun", "torchft"], default="torchrun")
+    parser.add_argument(
+        "--no-compare", action="store_true", help="--mode torchft without the torchrun runs"
+    )
     parser.add_argument("--keep", type=Path, default=None, help="keep the job logs in this dir")
     args = parser.parse_args()
     if shutil.which("slurm-elastic") is None:
@@ -263,14 +276,14 @@ def main() -> int:
         capture_output=True,
     )
     cluster_env(args.slurm, args.instance)
-    torchrun = args.mode in ("torchrun", "both")
-    torchft = args.mode in ("torchft", "both")
+    torchft = args.mode == "torchft"
+    torchrun = not torchft or not args.no_compare
     shrinks: list[float] = []
     grows: list[float] = []
     requeues: list[float] = []
     lost: list[int] = []
     requeue_lost: list[int] = []
-    pauses: dict[str, list[float]] = {"shrink": [], "grow": [], "join": []}
+    pauses: dict[str, list[float]] = {"shrink": [], "grow": [], "join": [], "all": []}
     ft_lost: list[int] = []
     keep = contextlib.nullcontext(str(args.keep)) if args.keep else None
     with keep or tempfile.TemporaryDirectory(prefix="bench-resize-") as tmp:
@@ -284,26 +297,31 @@ def main() -> int:
                 requeues.append(requeue_s)
                 requeue_lost.append(requeue_steps)
             if torchft:
-                shrink_pause, grow_pause, join_ready, lost_ft = stop_free_run(Path(tmp) / f"run{i}")
+                shrink_pause, grow_pause, join, all_joined, lost_ft = stop_free_run(
+                    Path(tmp) / f"run{i}"
+                )
                 pauses["shrink"].append(shrink_pause)
                 pauses["grow"].append(grow_pause)
-                pauses["join"].append(join_ready)
+                pauses["join"].append(join)
+                pauses["all"].append(all_joined)
                 ft_lost += lost_ft
     figures = [f"runs={args.repeat}"]
-    if torchrun:
-        figures += [
-            f"shrink_resume_s={statistics.median(shrinks):.2f}",
-            f"grow_resume_s={statistics.median(grows):.2f}",
-            f"requeue_resume_s={statistics.median(requeues):.2f}",
-            f"steps_lost={max(lost, default=0)}",
-            f"requeue_steps_lost={max(requeue_lost, default=0)}",
-        ]
     if torchft:
         figures += [
             f"shrink_pause_s={statistics.median(pauses['shrink']):.2f}",
             f"grow_pause_s={statistics.median(pauses['grow']):.2f}",
             f"join_ready_s={statistics.median(pauses['join']):.2f}",
-            f"ft_steps_lost={max(ft_lost, default=0)}",
+            f"all_joined_s={statistics.median(pauses['all']):.2f}",
+            f"steps_lost={max(ft_lost, default=0)}",
+        ]
+    if torchrun:
+        prefix = "torchrun_" if torchft else ""
+        figures += [
+            f"{prefix}shrink_resume_s={statistics.median(shrinks):.2f}",
+            f"{prefix}grow_resume_s={statistics.median(grows):.2f}",
+            f"{prefix}requeue_resume_s={statistics.median(requeues):.2f}",
+            f"{prefix}steps_lost={max(lost, default=0)}",
+            f"{prefix}requeue_steps_lost={max(requeue_lost, default=0)}",
         ]
     figures += [f"cores={os.cpu_count()}", f"load_avg={os.getloadavg()[1]:.1f}"]
     print(" ".join(figures))

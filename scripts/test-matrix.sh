@@ -86,8 +86,8 @@ root_of() { # version: its root directory, as cluster.sh prints it
 
 for leg in $LEGS; do
     case $leg in
-        22.05) run_leg 22.05 22.05 -q tests ;;
-        24.11 | 26.05) run_leg "$leg" "$leg" -q -m slurm tests ;;
+        22.05) run_leg 22.05 22.05 -q --durations=20 tests ;;
+        24.11 | 26.05) run_leg "$leg" "$leg" -q --durations=20 -m slurm tests ;;
         pyslurm-24.11) IN_ROOT=1 run_leg "$leg" 24.11 -q -m slurm tests/test_slurm_backend_live.py \
             tests/test_hostile_read_live.py ;;
         *) echo "test-matrix.sh: unknown leg '$leg'" >&2; exit 2 ;;
