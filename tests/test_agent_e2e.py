@@ -289,11 +289,6 @@ def step_gaps(records: list[dict], node: str) -> list[tuple[float, int]]:
     return [(b[1] - a[1], b[0]) for a, b in itertools.pairwise(mine)]
 
 
-@pytest.mark.default_slurm_only(
-    "the Slurm side is the NumNodes shrink and companion grow of "
-    "test_shrink_to_1_then_grow_to_3_trains_exactly; passed by hand on 24.11 and 26.05, "
-    "kept off their legs for CI's time budget until the suite is trimmed"
-)
 def test_stop_free_shrink_to_1_then_grow_to_3_never_restarts_the_survivors(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:
@@ -340,9 +335,6 @@ def test_stop_free_shrink_to_1_then_grow_to_3_never_restarts_the_survivors(
     print(f"stop-free: the survivor's largest gap between steps {pause:.2f}s; {shrink.detail}")
 
 
-@pytest.mark.default_slurm_only(
-    "the torchft side of test_stop_free_shrink_to_1_then_grow_to_3_never_restarts_the_survivors"
-)
 def test_stop_free_a_killed_group_costs_the_survivor_its_timeout_not_a_restart(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:

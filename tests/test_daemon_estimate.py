@@ -177,3 +177,34 @@ def test_a_job_that_resizes_stop_free_is_priced_by_its_own_default_until_measure
     reports.add(replace(_reports(7, 7, 4000)[-1], mode=None))
     got = estimator.outlooks({7: ElasticJob(views[7], SPEC)}, 800.0)
     assert got[7].resize_cost_s == 30.0
+
+
+def test_a_claimed_stop_free_mode_yields_to_the_resize_cost_measured() -> None:
+    """``mode`` in a report is the user's word: it lowers the price of that job's resizes
+    only until the daemon has seen one.  A job that claims torchft but restarts (22 s
+    without progress after a shrink) is then priced at what it cost."""
+    reports = ReportStore()
+    estimator = Estimator(reports, 30.0, stop_free_resize_cost_s=2.0)
+    for r in _reports(7, 6, 4000):  # 2 nodes, 0.5 steps/s, up to t=600
+        reports.add(replace(r, mode="torchft"))
+    view = job(7, nodes=("n1", "n2"), lo=1, hi=4, start=0.0)
+    assert estimator.outlooks({7: ElasticJob(view, SPEC)}, 650.0)[7].resize_cost_s == 2.0
+    estimator.resized(7, 650.0, 1)
+    # At 1 node: it resumed at t=672 and trained 0.25 steps/s from there on.
+    for t, step in ((700.0, 307), (800.0, 332), (900.0, 357)):
+        reports.add(
+            ProgressReport(
+                job_id=7,
+                time=t,
+                step=step,
+                nodes=1,
+                loss=1.0 / (0.01 * step + 0.5) + 0.2,
+                samples_per_s=16.0,
+                global_batch=64,
+                total_steps=4000,
+                mode="torchft",
+            )
+        )
+    shrunk = job(7, nodes=("n1",), lo=1, hi=4, start=0.0)
+    cost = estimator.outlooks({7: ElasticJob(shrunk, SPEC)}, 950.0)[7].resize_cost_s
+    assert cost == pytest.approx(22.0, abs=1.0)
