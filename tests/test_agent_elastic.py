@@ -103,6 +103,27 @@ def test_a_world_larger_than_the_global_batch_is_refused() -> None:
         next(BatchSampler(100, 3).batches(SamplerState(), 4, 0))
 
 
+def test_the_drop_ins_refuse_the_stop_free_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``--mode torchft`` DDP would average inside each node only: each node would
+    train alone, silently.  The drop-ins say so instead."""
+    from slurm_elastic.agent import elastic
+    from slurm_elastic.agent.modes import MODE_ENV
+    from slurm_elastic.errors import AgentError
+
+    monkeypatch.setenv(MODE_ENV, "torchft")
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for call in (
+        lambda: BatchSampler(100, 10),
+        elastic.init_process_group,
+        lambda: elastic.restore(model, optimizer),
+    ):
+        with pytest.raises(AgentError, match="run this script with slurm-elastic run --mode"):
+            call()
+    monkeypatch.setenv(MODE_ENV, "torchrun")
+    assert BatchSampler(100, 10).global_batch == 10
+
+
 # --------------------------------------------------------------------------- processes
 
 

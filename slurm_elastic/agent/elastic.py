@@ -35,6 +35,12 @@ What the library owns, and what stays the script's:
   and may keep its own snapshots: :func:`restore` loads the newer of the library's
   checkpoints over them.
 
+The drop-ins resize by restarting the workers (``slurm-elastic run``'s default ``--mode
+torchrun``).  Under ``--mode torchft`` every node would be a replica group on its own, and
+DDP would average gradients only inside it: each node would train alone.  So they refuse
+that mode (:class:`~slurm_elastic.errors.AgentError`); stop-free training is
+``slurm_elastic.agent.torch.ElasticTrainer``'s.
+
 One DataLoader batch is one optimizer step.  The update equals an unresized run's (up to
 float rounding) when every rank's share is the same size: the dataset a multiple of the
 global batch, the global batch a multiple of every world size.  Otherwise the samples are
@@ -56,7 +62,8 @@ from typing import Any
 
 import structlog
 
-from slurm_elastic.errors import MissingExtra
+from slurm_elastic.agent.modes import stop_free
+from slurm_elastic.errors import AgentError, MissingExtra
 
 try:
     import torch
@@ -95,9 +102,20 @@ def single_process_defaults(env: MutableMapping[str, str]) -> None:
         env.setdefault(name, value)
 
 
+def refuse_stop_free() -> None:
+    """The drop-ins under ``--mode torchft`` would let every node train alone (module doc)."""
+    if stop_free():
+        raise AgentError(
+            "slurm_elastic.agent.elastic resizes by restarting the workers: run this script "
+            "with slurm-elastic run --mode torchrun (the default); the stop-free --mode "
+            "torchft needs slurm_elastic.agent.torch.ElasticTrainer"
+        )
+
+
 def init_process_group(backend: str | None = None, timeout_s: float = 120.0) -> None:
     """Join torchrun's process group (a one-process one under plain ``python``), with the
     backend named or else the one the hardware calls for (module doc)."""
+    refuse_stop_free()
     _boundary.init_process_group(backend, timeout_s)
 
 
@@ -130,6 +148,7 @@ class BatchSampler:
         seed: int = 0,
         max_world_size: int | None = None,
     ) -> None:
+        refuse_stop_free()
         num_samples = data if isinstance(data, int) else len(data)
         self.sampler = ElasticSampler(num_samples, seed)
         if global_batch < 1:
@@ -240,6 +259,7 @@ def restore(
     to continue; the :class:`BatchSampler` continues inside it.  ``model`` may be wrapped in
     DDP already; the checkpoint holds the inner module's weights.
     """
+    refuse_stop_free()
     if _session.boundary is not None:
         raise RuntimeError("elastic.restore() was already called in this process")
     if not dist.is_initialized():
