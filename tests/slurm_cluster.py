@@ -35,6 +35,7 @@ from types import ModuleType
 import pytest
 
 from scripts.cluster_env import DEFAULT_VERSION, VERSIONS, use_cluster
+from slurm_elastic.demo.harness import DEFAULT_SLURM as DEMO_DEFAULT_SLURM
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
@@ -129,6 +130,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         # A job-side test whose Slurm calls another live test makes on every version: the
         # matrix's minutes go to what differs between versions (docs/testing.md).
         pytest.skip(f"job-side only, run on Slurm {DEFAULT_VERSION}: {one.args[0]}")
+    demo = item.get_closest_marker("demo_slurm_only")
+    if demo is not None and test_version() != DEMO_DEFAULT_SLURM:
+        pytest.skip(f"the demo runs on its default Slurm {DEMO_DEFAULT_SLURM}: {demo.args[0]}")
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:

@@ -48,6 +48,11 @@ def _daemon_pids(out: Path) -> list[int]:
 @pytest.mark.slurm
 @pytest.mark.torch
 @pytest.mark.slow
+@pytest.mark.demo_slurm_only(
+    "its Slurm calls (start-at-size pins, NumNodes shrinks, companion grows, cancels) are "
+    "the daemon's and the launcher's, which the live daemon and end-to-end tests make on "
+    "every version; `make demo SLURM=22.05|26.05` was run by hand (docs/benchmarks.md)"
+)
 def test_quick_demo_shows_start_at_size_shrink_grow(clean_queue: SlurmCluster, tmp_path: Path):
     pytest.importorskip("torch")
     _needs_four_nodes(clean_queue)
