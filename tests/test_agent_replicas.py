@@ -293,3 +293,35 @@ def test_groups_of_two_processes_train_exactly(tmp_path: Path, lighthouse: Light
     final = torch.load(groups.out)
     for key, value in reference_weights(tmp_path, epochs=2).items():
         assert torch.allclose(final[key], value, rtol=1e-9, atol=1e-10), key
+
+
+def test_a_per_group_batch_follows_the_quorum_and_sees_each_sample_once(
+    tmp_path: Path, lighthouse: Lighthouse
+) -> None:
+    """``--batch-mode linear`` (each rank keeps its batch, the global batch follows the
+    world): a step's global batch is the micro batch times the groups in that step's quorum,
+    and a group leaving mid-epoch loses no sample and repeats none."""
+    groups = Groups(tmp_path, lighthouse, epochs=1, sleep=0.01)
+    groups.args += ["--batch-mode", "linear"]
+    try:
+        groups.start("n1")
+        groups.start("n2")
+        for node in ("n1", "n2"):
+            for pid in groups.workers(node):
+                groups.wait_trained(pid)
+        groups.wait_step(groups.steps_done() + 2)
+        write_json(
+            groups.job_dir / "control.json",
+            Control(1, "leave", instruction_id="t", keep_nodes=("n1",)).to_json(),
+        )
+        assert groups.wait("n2", 60) == 0, groups.outputs()
+        assert groups.wait("n1", 180) == 0, groups.outputs()
+    finally:
+        groups.close()
+    records = groups.records()
+    assert_exactly_once(records, epochs=1)
+    kept = lineage(records)
+    sizes = {(rows[0]["world"], sum(len(r["idx"]) for r in rows)) for rows in kept.values()}
+    # micro batch 8 per group; an epoch's last step may be short (600 is no multiple of 16).
+    assert {(2, 16), (1, 8)} <= sizes, sizes
+    assert all(n <= 8 * world for world, n in sizes), sizes

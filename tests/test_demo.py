@@ -80,6 +80,7 @@ def test_quick_demo_shows_start_at_size_shrink_grow(clean_queue: SlurmCluster, t
     survivors = summary["survivors"]
     assert survivors["pauses"] >= 1 and survivors["restarted"] == 0, survivors
     assert "the workers that stayed paused" in done.stdout, done.stdout[-4000:]
+    assert f"({counts['shrink'] + counts['grow']} resizes)" in done.stdout, done.stdout[-4000:]
     sim = summary["simulated"]
     assert sim["label"].startswith("SIMULATED")
     assert set(sim["static"]["jobs"]) == {j.name for j in QUICK}

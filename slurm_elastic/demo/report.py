@@ -256,7 +256,8 @@ def summary_text(summary: dict[str, Any]) -> list[str]:
     c = summary["counts"]
     lines.append(
         f"changes made by the daemon: start-at-size {c['start_at_size']}, shrink {c['shrink']}, "
-        f"grow {c['grow']}; every job completed: {'yes' if summary['all_completed'] else 'NO'}"
+        f"grow {c['grow']} ({c['shrink'] + c['grow']} resizes); "
+        f"every job completed: {'yes' if summary['all_completed'] else 'NO'}"
     )
     s = summary.get("survivors") or {}
     if s.get("pauses"):
