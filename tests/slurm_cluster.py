@@ -127,9 +127,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             _skip_or_fail(reason)
     one = item.get_closest_marker("default_slurm_only")
     if one is not None and test_version() != DEFAULT_VERSION:
-        # A job-side test whose Slurm calls another live test makes on every version: the
-        # matrix's minutes go to what differs between versions (docs/testing.md).
-        pytest.skip(f"job-side only, run on Slurm {DEFAULT_VERSION}: {one.args[0]}")
+        # A test whose Slurm calls and Slurm output another live test exercises on every
+        # version: the matrix's minutes go to what differs between versions
+        # (docs/local-clusters.md).
+        pytest.skip(f"run on Slurm {DEFAULT_VERSION} only: {one.args[0]}")
     demo = item.get_closest_marker("demo_slurm_only")
     if demo is not None and test_version() != DEMO_DEFAULT_SLURM:
         pytest.skip(f"the demo runs on its default Slurm {DEMO_DEFAULT_SLURM}: {demo.args[0]}")
