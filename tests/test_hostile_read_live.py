@@ -32,7 +32,10 @@ new_backend = backend_fixture  # the backends of the live backend suite: cli, an
 
 # Bytes that are not UTF-8 reach sbatch's argv through Python's surrogateescape.
 BAD_BYTES = "\udcfe\udcff"
-FORGED_ID = 4242  # the job id the forged rows claim
+# The job id the forged rows claim: one no real job of a test cluster reaches (the clusters'
+# counters persist across runs; a whole CI run submits a few thousand jobs, and 4242, the
+# captured fixtures' id, was reached once), below Slurm's default MaxJobId (67043328).
+FORGED_ID = 66_004_242
 
 
 def forged_comment(now: str = "2026-01-01T00:00:00") -> str:
