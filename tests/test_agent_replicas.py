@@ -123,6 +123,21 @@ class Groups:
                 pytest.fail(f"process {pid} trained nothing in {timeout}s:\n{self.outputs()}")
             time.sleep(0.05)
 
+    def wait_all_trained(self, nodes: tuple[str, ...]) -> None:
+        """Every process of ``nodes`` in the quorum, however late one started, and two more
+        steps taken together."""
+        for node in nodes:
+            for pid in self.workers(node):
+                self.wait_trained(pid)
+        self.wait_step(self.steps_done() + 2)
+
+    def ask_to_leave(self, keep: tuple[str, ...]) -> None:
+        """What the follower writes for a stop-free shrink: the groups outside ``keep`` leave."""
+        write_json(
+            self.job_dir / "control.json",
+            Control(1, "leave", instruction_id="t", keep_nodes=keep).to_json(),
+        )
+
     def wait_world(self, world: int, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while not any(r["world"] == world for r in self.records()):
@@ -195,14 +210,8 @@ def test_a_group_leaves_and_another_joins_without_a_restart(
         groups.start("n1")
         groups.start("n2")
         workers = {node: groups.workers(node) for node in ("n1", "n2")}
-        for pids in workers.values():
-            for pid in pids:
-                groups.wait_trained(pid)  # both in the quorum, however late one started
-        groups.wait_step(groups.steps_done() + 2)
-        write_json(
-            groups.job_dir / "control.json",
-            Control(1, "leave", instruction_id="t", keep_nodes=("n1",)).to_json(),
-        )
+        groups.wait_all_trained(("n1", "n2"))
+        groups.ask_to_leave(keep=("n1",))
         assert groups.wait("n2", 60) == 0, groups.outputs()  # left cleanly
         left = read_json(groups.job_dir / "left-n2.json")
         assert left is not None and left["seq"] == 1 and left["node"] == "n2"
@@ -306,14 +315,8 @@ def test_a_per_group_batch_follows_the_quorum_and_sees_each_sample_once(
     try:
         groups.start("n1")
         groups.start("n2")
-        for node in ("n1", "n2"):
-            for pid in groups.workers(node):
-                groups.wait_trained(pid)
-        groups.wait_step(groups.steps_done() + 2)
-        write_json(
-            groups.job_dir / "control.json",
-            Control(1, "leave", instruction_id="t", keep_nodes=("n1",)).to_json(),
-        )
+        groups.wait_all_trained(("n1", "n2"))
+        groups.ask_to_leave(keep=("n1",))
         assert groups.wait("n2", 60) == 0, groups.outputs()
         assert groups.wait("n1", 180) == 0, groups.outputs()
     finally:
