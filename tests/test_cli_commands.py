@@ -549,7 +549,8 @@ def test_plan_json_lists_the_elastic_jobs_of_this_version(clean_queue, tmp_path:
     for job_id in elastic:
         row = rows[job_id]
         assert (row["min"], row["max"]) == (1, 3), row
-        seen = {(views[job_id].state.value, len(views[job_id].nodes)) for views in (before, after)}
+        # A pending job's row gives its requested minimum (JobView.node_count), as status does.
+        seen = {(views[job_id].state.value, views[job_id].node_count) for views in (before, after)}
         assert (row["state"], row["nodes"]) in seen, (row, seen)
         assert 1 <= row["target"] <= 3
     assert rows[elastic[0]]["state"] == "RUNNING" and 1 <= rows[elastic[0]]["nodes"] <= 3
