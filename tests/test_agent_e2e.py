@@ -16,6 +16,7 @@ daemon's API and fit its convergence and throughput models.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import shutil
@@ -381,6 +382,47 @@ def test_stop_free_a_killed_group_costs_the_survivor_its_timeout_not_a_restart(
     # room for a loaded CI machine, not a timing (bench_resize measures).
     assert pause < timeout_s + 5.0, pause
     print(f"stop-free: a SIGKILLed group cost the survivor {pause:.2f}s (timeout {timeout_s}s)")
+
+
+def test_stop_free_a_dead_lighthouse_falls_back_to_a_restart_never_a_hang(
+    clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
+) -> None:
+    """Issue 20: the job's torchft lighthouse is SIGKILLed in the middle of training.  The
+    launcher starts a new one at the same address and relaunches the step at once: both
+    groups restart from the last checkpoint, as the torchrun mode does at every resize, and
+    the job completes with every sample once per epoch and the weights of an unresized run,
+    long before the quorum timeout (60 s) would have ended the groups waiting for it."""
+    job = TrainingJob(clean_queue, tmp_path, drill.url, epochs=2, run_options="--mode torchft")
+    try:
+        before = job.wait_records(at_world(2, min_step=10), "training at 2 nodes")
+        old = {r["pid"] for r in before}
+        launch = json.loads((tmp_path / ".slurm-elastic" / f"job-{job.job_id}" / "launch.json")
+                            .read_text())  # fmt: skip
+        bind = f"torchft_lighthouse --bind={launch['rdzv_host']}:{launch['rdzv_port']} "
+        pids = subprocess.run(["pgrep", "-f", bind], capture_output=True, text=True).stdout
+        assert len(pids.split()) == 1, f"not one lighthouse for {bind!r}: {pids!r}"
+        killed_at = time.time()
+        os.kill(int(pids), signal.SIGKILL)
+        job.wait_records(lambda rs: any(r["pid"] not in old for r in rs), "training again")
+        assert job.wait_finished() == "COMPLETED", job.log_text()[-3000:]
+    finally:
+        clean_queue.run("scancel", str(job.job_id), check=False)
+
+    records = job.records()
+    assert_exactly_once(records, samples=2400, epochs=job.epochs)
+    assert_same_weights(torch.load(tmp_path / "final.pt"), reference_weights(tmp_path, 2))
+    # Every group restarted (the fallback), in a generation after every step of the old ones
+    # (a step in flight at the kill may still have logged its record after it).
+    last_old = max(r["gen"] for r in records if r["pid"] in old)
+    new = [r for r in records if r["pid"] not in old]
+    assert {r["node"] for r in new} == {"n1", "n2"} and min(r["gen"] for r in new) > last_old
+    assert all(0 <= n < 50 for n in steps_lost(records))  # back to the last checkpoint
+    resumed = min(r["t"] for r in new) - killed_at
+    # The quorum timeout is 60 s: a bound with room for a loaded machine, not a timing.
+    assert resumed < 40, resumed
+    log = job.log_text()
+    assert "agent.lighthouse_died" in log and '"attempt": 1' in log
+    print(f"lighthouse killed: training resumed {resumed:.1f}s later, every group restarted")
 
 
 @pytest.mark.default_slurm_only(

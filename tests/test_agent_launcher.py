@@ -3,6 +3,7 @@ instruction refusal, progress reporting, and the CLI's errors."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import threading
@@ -12,10 +13,19 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_elastic.agent import launcher
 from slurm_elastic.agent.allocation import cpus_per_node, srun_env
 from slurm_elastic.agent.follower import refusal
 from slurm_elastic.agent.jobdir import LaunchInfo, companion_environment, save_environment
-from slurm_elastic.agent.launcher import RunOptions, resolve_sizes, srun_argv, watch_parent
+from slurm_elastic.agent.launcher import (
+    RunOptions,
+    resolve_sizes,
+    srun_argv,
+    watch_lighthouse,
+    watch_parent,
+)
+from slurm_elastic.agent.lighthouse import LighthouseSettings
+from slurm_elastic.agent.modes import FtTimeouts
 from slurm_elastic.agent.node import is_loopback, node_env
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.rendezvous import (
@@ -30,6 +40,7 @@ from slurm_elastic.cli import cli
 from slurm_elastic.errors import AgentError
 from slurm_elastic.protocol import Instruction
 from slurm_elastic.types import JobState, JobView
+from tests.slurm_cluster import wait_until
 
 
 def info(**changes: object) -> LaunchInfo:
@@ -157,6 +168,7 @@ def test_the_torchft_mode_runs_one_replica_group_per_node_that_joins_the_lightho
     assert env["TORCHFT_LIGHTHOUSE"] == "http://127.0.0.1:20042"
     assert env["SLURM_ELASTIC_REPLICA"] == "n2" and env["SLURM_ELASTIC_NODE_ADDR"] == "127.0.0.1"
     assert env["SLURM_ELASTIC_FT_TIMEOUT_S"] == "7.5" and env["RUST_LOG"] == "warn"
+    assert env["SLURM_ELASTIC_LIGHTHOUSE_EPOCH"] == "0"  # the job's first lighthouse
     assert node_env(ft, None, {"RUST_LOG": "info"}, "n3")["RUST_LOG"] == "info"  # the user's
     assert "SLURM_ELASTIC_MODE" not in node_env(info(), "127.0.0.1", {}, "n2")
     # A one-process group runs the script without torchrun: a MASTER_PORT or RANK from the
@@ -291,6 +303,83 @@ def test_reports_count_successes() -> None:
     assert reporter.sent == 1 and reporter.failed == 0
 
 
+# --------------------------------------------------------------------------- torchft timeouts
+
+
+def test_torchft_timeouts_follow_from_one_setting_in_their_hierarchy() -> None:
+    levels = FtTimeouts.derive(5.0, {})
+    assert (levels.heartbeat_s, levels.join_window_s) == (0.75, 1.5)  # the lighthouse's
+    assert levels.collective_s == 5.0 and levels.quorum_s == levels.connect_s == 60.0
+    # A long collective timeout lengthens the quorum's: a recovery must fit inside it.
+    long = FtTimeouts.derive(100.0, {})
+    assert long.quorum_s == long.connect_s == 201.5
+    # The lighthouse runs with the same levels.
+    assert LighthouseSettings().argv("h", 1)[2:4] == [
+        "--join_timeout_ms=1500",
+        "--heartbeat_timeout_ms=750",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "env", "message"),
+    [
+        # The survivors would give up on a lost group before the lighthouse drops it.
+        (0.5, {}, "collective timeout 0.5 s breaks torchft's timeout hierarchy"),
+        # torchft's own overrides win over what the library passes: checked the same way.
+        (5.0, {"TORCHFT_QUORUM_TIMEOUT_SEC": "10"}, "quorum timeout 10 s breaks"),
+        (5.0, {"TORCHFT_TIMEOUT_SEC": "40", "TORCHFT_QUORUM_TIMEOUT_SEC": "60"}, "needs 81.5 s"),
+        (5.0, {"TORCHFT_CONNECT_TIMEOUT_SEC": "90"}, "connect timeout 90 s breaks"),
+        # torchft reads them with int(): a fraction would crash every worker at start.
+        (5.0, {"TORCHFT_TIMEOUT_SEC": "2.5"}, "$TORCHFT_TIMEOUT_SEC must be a positive whole"),
+        (5.0, {"TORCHFT_QUORUM_TIMEOUT_SEC": "0"}, "must be a positive whole number"),
+        (5000.0, {}, "--ft-timeout must be in (0, 3600] seconds"),
+    ],
+)
+def test_torchft_timeouts_out_of_order_are_refused(
+    timeout_s: float, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(AgentError, match=re.escape(message)):
+        FtTimeouts.derive(timeout_s, env)
+
+
+def test_torchft_overrides_that_keep_the_hierarchy_are_taken() -> None:
+    env = {
+        "TORCHFT_TIMEOUT_SEC": "20",
+        "TORCHFT_QUORUM_TIMEOUT_SEC": "300",
+        "TORCHFT_CONNECT_TIMEOUT_SEC": " 30",
+    }
+    levels = FtTimeouts.derive(5.0, env)
+    assert (levels.collective_s, levels.quorum_s, levels.connect_s) == (20.0, 300.0, 30.0)
+    # The levels above an override follow it.
+    levels = FtTimeouts.derive(5.0, {"TORCHFT_TIMEOUT_SEC": "40"})
+    assert (levels.collective_s, levels.quorum_s, levels.connect_s) == (40.0, 81.5, 81.5)
+
+
+def test_run_refuses_a_torchft_timeout_out_of_order_in_one_line() -> None:
+    result = CliRunner().invoke(
+        cli, ["run", "--mode", "torchft", "--ft-timeout", "0.6", "--", "python", "x.py"]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "slurm-elastic run: collective timeout 0.6 s breaks torchft's timeout hierarchy "
+        "(slurm-elastic run --help, --ft-timeout): it must be longer than the lighthouse's "
+        "heartbeat timeout (0.75 s)"
+    ]
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--mode", "torchft", "--", "python", "x.py"],
+        env={"TORCHFT_QUORUM_TIMEOUT_SEC": "5", "SLURM_JOB_ID": ""},
+    )
+    assert result.exit_code == 2 and "quorum timeout 5 s breaks" in result.output
+    # The torchrun mode has no such levels: the same environment is not its concern.
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--", "python", "x.py"],
+        env={"TORCHFT_QUORUM_TIMEOUT_SEC": "5", "SLURM_JOB_ID": ""},
+    )
+    assert result.exit_code == 2 and "$SLURM_JOB_ID is not set" in result.output
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -388,9 +477,11 @@ def test_an_environment_file_others_may_write_is_ignored(tmp_path: Path) -> None
 class _RecordedStep:
     def __init__(self) -> None:
         self.forwarded: list[int] = []
+        self.stopping = False
 
     def forward(self, signum: int, _frame: object) -> None:
         self.forwarded.append(signum)
+        self.stopping = True
 
 
 @pytest.mark.parametrize(
@@ -446,3 +537,105 @@ def test_a_companion_that_joins_after_training_ended_leaves_without_a_step(
     monkeypatch.setattr(launcher._Step, "run", no_srun)
     monkeypatch.setattr(signal, "signal", lambda *_args: None)  # keep pytest's handlers
     assert launcher.run(RunOptions(argv=(), join=42)) == 0
+
+
+class _FakeLighthouse:
+    """A lighthouse process that ``die()`` ends; ``start`` brings it back unless told not to."""
+
+    def __init__(self, can_start: bool = True) -> None:
+        self.running = True
+        self.starts = 0
+        self.can_start = can_start
+
+    def alive(self) -> bool:
+        return self.running
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.running else -9
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        if not self.can_start:
+            raise AgentError("the torchft lighthouse did not start: Address already in use")
+        self.starts += 1
+        self.running = True
+
+    def die(self) -> None:
+        self.running = False
+
+
+def _watched(
+    lighthouse: _FakeLighthouse, step: _RecordedStep, done: bool = False
+) -> tuple[threading.Event, list[float]]:
+    ended: list[float] = []
+    watcher = watch_lighthouse(
+        lighthouse,
+        step,  # type: ignore[arg-type]
+        0.02,
+        end_step=lambda: ended.append(time.monotonic()),
+        done=lambda: done,
+    )
+    return watcher, ended
+
+
+def test_a_lighthouse_that_dies_is_replaced_and_the_step_relaunched_from_checkpoints() -> None:
+    """Issue 20: with its lighthouse gone every group would wait out the quorum timeout; the
+    launcher starts a new one and ends the step, which launch_steps relaunches."""
+    lighthouse, step = _FakeLighthouse(), _RecordedStep()
+    watcher, ended = _watched(lighthouse, step)
+    try:
+        time.sleep(0.1)
+        assert (lighthouse.starts, ended) == (0, [])  # alive: nothing to do
+        lighthouse.die()
+        wait_until(lambda: len(ended) == 1, 5, "the step ended")
+        assert lighthouse.starts == 1 and lighthouse.alive() and step.forwarded == []
+        lighthouse.die()  # again: each death is one relaunch (bounded by --max-relaunches)
+        wait_until(lambda: len(ended) == 2, 5, "the step ended again")
+        assert lighthouse.starts == 2
+    finally:
+        watcher.set()
+
+
+def test_a_lighthouse_that_cannot_be_replaced_stops_the_job_instead_of_a_hang() -> None:
+    lighthouse, step = _FakeLighthouse(can_start=False), _RecordedStep()
+    watcher, ended = _watched(lighthouse, step)
+    try:
+        lighthouse.die()
+        wait_until(lambda: step.forwarded == [signal.SIGTERM], 5, "the launcher stopped")
+        assert ended == []
+    finally:
+        watcher.set()
+
+
+@pytest.mark.parametrize("why", ["stopping", "training-done"])
+def test_a_lighthouse_that_ends_with_the_job_is_left_alone(why: str) -> None:
+    lighthouse, step = _FakeLighthouse(), _RecordedStep()
+    step.stopping = why == "stopping"
+    watcher, ended = _watched(lighthouse, step, done=why == "training-done")
+    try:
+        lighthouse.die()
+        time.sleep(0.3)
+        assert (lighthouse.starts, ended, step.forwarded) == (0, [], [])
+    finally:
+        watcher.set()
+
+
+def test_a_new_lighthouse_is_counted_in_launch_json_before_the_step_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relaunched groups (and companions' relaunches) read which lighthouse they meet in:
+    their steps' generations must stay ahead of the old lighthouse's (agent.replicas)."""
+    ended: list[tuple[int, str | None]] = []
+    monkeypatch.setattr(
+        launcher, "end_old_steps", lambda job, signal_name=None: ended.append((job, signal_name))
+    )
+    first = info(mode="torchft", job_dir=str(tmp_path))
+    first.save()
+    launcher.relaunch_with_new_lighthouse(first, 42)
+    launcher.relaunch_with_new_lighthouse(first, 42)
+    assert LaunchInfo.load(tmp_path).lighthouse_epoch == 2
+    assert ended == [(42, "KILL"), (42, "KILL")]  # stuck in a quorum: no checkpoint to wait for
+    assert (
+        node_env(LaunchInfo.load(tmp_path), "127.0.0.1", {}, "n1")["SLURM_ELASTIC_LIGHTHOUSE_EPOCH"]
+        == "2"
+    )

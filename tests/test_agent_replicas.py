@@ -29,6 +29,7 @@ from slurm_elastic.samplelog import lineage, read_records, samples_per_epoch
 pytestmark = [pytest.mark.torch]
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchft")
+from slurm_elastic.agent.replicas import Membership  # noqa: E402  (needs torch and torchft)
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "train_mlp.py"
@@ -328,3 +329,12 @@ def test_a_per_group_batch_follows_the_quorum_and_sees_each_sample_once(
     # micro batch 8 per group; an epoch's last step may be short (600 is no multiple of 16).
     assert {(2, 16), (1, 8)} <= sizes, sizes
     assert all(n <= 8 * world for world, n in sizes), sizes
+
+
+def test_a_new_lighthouse_numbers_its_steps_after_the_old_ones() -> None:
+    """A new lighthouse numbers its quorums from 1 again: the lighthouse's epoch keeps the
+    sample log's generations growing, so the steps redone after it supersede the old ones."""
+    old = Membership(2, 0, 1, 0, quorum_id=500, retries=3, lighthouse_epoch=0)
+    new = Membership(2, 0, 1, 0, quorum_id=1, retries=0, lighthouse_epoch=1)
+    assert new.generation > old.generation
+    assert Membership(2, 0, 1, 0, 7, 2).generation == 7002  # the first lighthouse: as before

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S
+from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S, TORCHFT, FtTimeouts
 from slurm_elastic.errors import SlurmElasticError
 
 
@@ -68,7 +68,9 @@ from slurm_elastic.errors import SlurmElasticError
     type=click.FloatRange(min=0.5, max=3600.0),
     default=DEFAULT_FT_TIMEOUT_S,
     show_default=True,
-    help="torchft mode: seconds a collective may wait for a group that vanished unannounced.",
+    help="torchft mode: seconds a collective may wait for a group that vanished unannounced; "
+    "torchft's other timeouts follow from it (docs/user-guide.md), and a value that breaks "
+    "their hierarchy is refused.",
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
@@ -125,6 +127,8 @@ def run(
         ft_timeout_s=ft_timeout_s,
     )
     try:
+        if mode == TORCHFT and join is None:
+            FtTimeouts.derive(ft_timeout_s)  # refused here, before anything starts
         code = launch(options)
     except SlurmElasticError as exc:
         click.echo(f"slurm-elastic run: {exc}", err=True)

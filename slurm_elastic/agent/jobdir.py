@@ -173,6 +173,7 @@ class LaunchInfo:
     stop_grace_s: float = 30.0
     mode: str = TORCHRUN  # agent.modes; in the torchft mode rdzv_* is the lighthouse's
     ft_timeout_s: float = DEFAULT_FT_TIMEOUT_S
+    lighthouse_epoch: int = 0  # the torchft mode: how many lighthouses died before this one
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -215,6 +216,7 @@ class LaunchInfo:
                 stop_grace_s=float(data.get("stop_grace_s", 30.0)),
                 mode=str(data.get("mode", TORCHRUN)),
                 ft_timeout_s=float(data.get("ft_timeout_s", DEFAULT_FT_TIMEOUT_S)),
+                lighthouse_epoch=int(data.get("lighthouse_epoch", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise AgentError(f"launch.json is incomplete or malformed: {exc}") from None

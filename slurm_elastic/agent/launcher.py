@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Protocol
 
 import structlog
 
@@ -51,7 +51,7 @@ from slurm_elastic.agent.jobdir import (
     save_environment,
 )
 from slurm_elastic.agent.lighthouse import Lighthouse
-from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S, TORCHFT, TORCHRUN
+from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S, TORCHFT, TORCHRUN, FtTimeouts
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
 from slurm_elastic.agent.rendezvous import choose_port
 from slurm_elastic.agent.srunlog import PlannedRemoval, StepReport, copy_stderr
@@ -144,6 +144,8 @@ def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
 
 # After the launcher is told to stop, how long srun may report its tasks' ends.
 STOP_WINDOW_S = 120.0
+# How often the parent launcher checks that its torchft lighthouse still runs.
+LIGHTHOUSE_POLL_S = 0.5
 # After training is done, how long a companion's workers may take to end by themselves once
 # its parent has ended (watch_parent).
 FINISH_GRACE_S = 30.0
@@ -249,7 +251,82 @@ def _parent_running(parent: int) -> bool:
         return False
 
 
-def end_old_steps(job_id: int, timeout_s: float = 60.0) -> None:
+class Restartable(Protocol):
+    """What ``watch_lighthouse`` needs of the lighthouse (``agent.lighthouse.Lighthouse``)."""
+
+    def alive(self) -> bool: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def start(self, timeout_s: float = 30.0) -> None: ...
+
+
+def watch_lighthouse(
+    lighthouse: Restartable,
+    step: _Step,
+    poll_s: float,
+    *,
+    end_step: Callable[[], None],
+    done: Callable[[], bool] = lambda: False,
+) -> threading.Event:
+    """Parent side, torchft mode: what a lighthouse that died costs the job.
+
+    Without it no quorum forms, and every replica group waits in its quorum until the
+    quorum timeout and then fails (a new lighthouse at the same address does not revive
+    those waits: measured with torchft 0.2).  So the launcher falls back to what the
+    torchrun mode does at every resize: it starts a new lighthouse at the same address,
+    ends the step at once (``end_step``) and ``launch_steps`` relaunches it; the new groups
+    restore the last checkpoint and meet in the new lighthouse, stop-free again from there.
+    Each such relaunch counts against ``--max-relaunches``: a lighthouse that keeps dying
+    ends the job.  If no new lighthouse starts, the job is stopped with the reason, never
+    left waiting.  A lighthouse that ends with the job (the launcher told to stop, or
+    training done) is left alone.
+    """
+    stop = threading.Event()
+
+    def ending() -> bool:
+        return stop.is_set() or step.stopping or done()
+
+    def loop() -> None:
+        while not stop.wait(poll_s):
+            if lighthouse.alive():
+                continue
+            # The job's own end signals the lighthouse too: give the launcher its turn.
+            if stop.wait(poll_s) or ending():
+                return
+            log.warning(
+                "agent.lighthouse_died",
+                rc=lighthouse.returncode,
+                fallback="a new lighthouse; every group restarts from its last checkpoint",
+            )
+            try:
+                lighthouse.start()
+            except AgentError as exc:
+                log.error("agent.lighthouse_lost", error=str(exc))
+                step.forward(signal.SIGTERM, None)
+                return
+            if not ending():
+                try:
+                    end_step()
+                except AgentError as exc:  # Slurm unreachable: the quorum timeout ends it
+                    log.error("agent.step_not_ended", error=str(exc))
+
+    threading.Thread(target=loop, name="slurm-elastic-lighthouse-watch", daemon=True).start()
+    return stop
+
+
+def relaunch_with_new_lighthouse(info: LaunchInfo, job_id: int) -> None:
+    """After a new lighthouse started (``watch_lighthouse``): count it in ``launch.json``,
+    which the relaunched groups (and companions' relaunches) read, so their steps' generations
+    stay ahead of the old lighthouse's; then end the step.  Its groups wait in a quorum that
+    never comes and cannot checkpoint: KILL, not the stop signal."""
+    current = reload(info)
+    replace(current, lighthouse_epoch=current.lighthouse_epoch + 1).save()
+    end_old_steps(job_id, signal_name="KILL")
+
+
+def end_old_steps(job_id: int, timeout_s: float = 60.0, signal_name: str | None = None) -> None:
     """Cancel what is left of the previous step before launching the next.
 
     When ``srun`` itself dies, Slurm lets its tasks run on for a while: a new step beside
@@ -258,8 +335,9 @@ def end_old_steps(job_id: int, timeout_s: float = 60.0) -> None:
     old = running_steps(job_id)
     if not old:
         return
-    log.warning("agent.cancel_old_steps", steps=old)
-    subprocess.run(["scancel", *old], capture_output=True, timeout=30, check=False)
+    log.warning("agent.cancel_old_steps", steps=old, signal=signal_name)
+    how = [f"--signal={signal_name}"] if signal_name else []
+    subprocess.run(["scancel", *how, *old], capture_output=True, timeout=30, check=False)
     deadline = time.monotonic() + timeout_s
     while running_steps(job_id) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -303,8 +381,10 @@ def launch_steps(
             end_old_steps(own_job)
             if role != PARENT:
                 info = reload(info)
-            elif info.mode == TORCHRUN:  # the torchft mode's lighthouse outlives a step
+            elif info.mode == TORCHRUN:
                 info = fresh_rendezvous(info, attempt)
+            else:  # the torchft mode's lighthouse outlives a step, unless it died
+                info = reload(info)
         if role == COMPANION and training_done(info):
             log.info("agent.training_done", parent=info.job_id, job=own_job)
             return 0
@@ -361,12 +441,24 @@ def run(opts: RunOptions) -> int:
     Path(info.job_dir).mkdir(parents=True, exist_ok=True)
     (Path(info.job_dir) / DONE).unlink(missing_ok=True)
     save_environment(Path(info.job_dir), os.environ)
-    lighthouse = Lighthouse(info.rdzv_host, info.rdzv_port) if info.mode == TORCHFT else None
-    if lighthouse is not None:
+    lighthouse: Lighthouse | None = None
+    lighthouse_watch: threading.Event | None = None
+    if info.mode == TORCHFT:
+        FtTimeouts.derive(info.ft_timeout_s)  # the workers' levels, refused before they start
+        lighthouse = Lighthouse(info.rdzv_host, info.rdzv_port)
         lighthouse.start()
+        lighthouse_watch = watch_lighthouse(
+            lighthouse,
+            step,
+            LIGHTHOUSE_POLL_S,
+            end_step=lambda: relaunch_with_new_lighthouse(info, job_id),
+            done=lambda: training_done(info),
+        )
     try:
         return _run_parent(info, opts, job_id, step)
     finally:
+        if lighthouse_watch is not None:
+            lighthouse_watch.set()
         if lighthouse is not None:
             lighthouse.stop()
 

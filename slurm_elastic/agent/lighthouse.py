@@ -16,6 +16,8 @@ fault tolerance across long-lived replicas):
   flaps (measured: at 200 ms on the 2-core test machine under a full test run, a job's
   groups never met three at a time);
 * ``quorum_tick_ms=50``.
+
+Both timeouts are levels of the mode's timeout hierarchy (``agent.modes.FtTimeouts``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import IO
 
 import structlog
 
+from slurm_elastic.agent.modes import HEARTBEAT_S, JOIN_WINDOW_S
 from slurm_elastic.errors import AgentError
 
 log = structlog.get_logger("slurm_elastic.agent")
@@ -60,8 +63,8 @@ def lighthouse_command() -> str:
 @dataclass(frozen=True, slots=True)
 class LighthouseSettings:
     min_replicas: int = 1
-    join_timeout_ms: int = 1500
-    heartbeat_timeout_ms: int = 750
+    join_timeout_ms: int = round(JOIN_WINDOW_S * 1000)
+    heartbeat_timeout_ms: int = round(HEARTBEAT_S * 1000)
     quorum_tick_ms: int = 50
 
     def argv(self, host: str, port: int) -> list[str]:
@@ -111,6 +114,15 @@ class Lighthouse:
                 raise AgentError(f"the torchft lighthouse is not listening on {self.address}")
             time.sleep(0.05)
         log.info("agent.lighthouse", address=self.address, pid=self._proc.pid)
+
+    def alive(self) -> bool:
+        """Started and not ended (an ``AgentError`` from ``start`` leaves it not alive)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        """How it ended (None: never started, or still running)."""
+        return None if self._proc is None else self._proc.poll()
 
     def _copy(self, stream: IO[bytes]) -> None:
         """Its warnings go to the job's output (and the last lines are kept)."""

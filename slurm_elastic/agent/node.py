@@ -27,6 +27,7 @@ from slurm_elastic.agent.jobdir import LaunchInfo
 from slurm_elastic.agent.modes import (
     ADVERTISE_ENV,
     LIGHTHOUSE_ENV,
+    LIGHTHOUSE_EPOCH_ENV,
     MODE_ENV,
     REPLICA_ENV,
     TIMEOUT_ENV,
@@ -87,6 +88,7 @@ def node_env(
         out[REPLICA_ENV] = node
         out[ADVERTISE_ENV] = addr or node
         out[TIMEOUT_ENV] = str(info.ft_timeout_s)
+        out[LIGHTHOUSE_EPOCH_ENV] = str(info.lighthouse_epoch)
         out.setdefault("RUST_LOG", "warn")  # torchft's Rust side logs every quorum at INFO
         if info.nproc_per_node == 1:
             # The script runs without torchrun (rendezvous.replica_group_argv): nothing of a

@@ -54,14 +54,18 @@ from slurm_elastic.agent.modes import (
     ADVERTISE_ENV,
     DEFAULT_FT_TIMEOUT_S,
     LIGHTHOUSE_ENV,
+    LIGHTHOUSE_EPOCH_ENV,
     REPLICA_ENV,
     TIMEOUT_ENV,
+    FtTimeouts,
 )
 
 log = structlog.get_logger("slurm_elastic.agent")
 
-# A step's generation (samplelog): the quorum, then how often it redid a step.
+# A step's generation (samplelog): the lighthouse (a new one numbers its quorums from 1
+# again), then the quorum, then how often it redid a step.
 _RETRIES_PER_QUORUM = 1000
+_QUORUMS_PER_LIGHTHOUSE = 10**9
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +78,12 @@ class Membership:
     local_rank: int
     quorum_id: int
     retries: int  # steps this quorum redid
+    lighthouse_epoch: int = 0  # launch.json's: which of the job's lighthouses
 
     @property
     def generation(self) -> int:
-        return self.quorum_id * _RETRIES_PER_QUORUM + min(self.retries, _RETRIES_PER_QUORUM - 1)
+        quorum = self.lighthouse_epoch * _QUORUMS_PER_LIGHTHOUSE + self.quorum_id
+        return quorum * _RETRIES_PER_QUORUM + min(self.retries, _RETRIES_PER_QUORUM - 1)
 
     @property
     def world_size(self) -> int:
@@ -131,6 +137,13 @@ def timeout_from_env(env: dict[str, str] | None = None) -> float:
     return value
 
 
+def epoch_from_env(env: dict[str, str] | None = None) -> int:
+    text = (env if env is not None else os.environ).get(LIGHTHOUSE_EPOCH_ENV, "0")
+    if not text.isdigit():
+        raise AgentError(f"${LIGHTHOUSE_EPOCH_ENV} is not a count: {text!r}")
+    return int(text)
+
+
 class ReplicaGroup:
     """One rank's side of its replica group and the quorum (module doc)."""
 
@@ -149,10 +162,13 @@ class ReplicaGroup:
                 f"the torchft mode needs ${REPLICA_ENV} and ${LIGHTHOUSE_ENV}: "
                 "run the script with slurm-elastic run --mode torchft"
             )
-        timeout = timedelta(seconds=timeout_s if timeout_s is not None else timeout_from_env())
+        # Every level from the one setting, torchft's own overrides included (modes.FtTimeouts).
+        levels = FtTimeouts.derive(timeout_s if timeout_s is not None else timeout_from_env())
+        timeout = timedelta(seconds=levels.collective_s)
         self.local_rank = dist.get_rank() if dist.is_initialized() else 0
         self.local_world = dist.get_world_size() if dist.is_initialized() else 1
         self.replica = replica
+        self.lighthouse_epoch = epoch_from_env()
         # The group's store, which the other groups reach too (torchft configures the
         # quorum's process group through one group's store): at the node's address, never
         # "localhost".  Under torchrun its workers' store; a one-process group hosts its own.
@@ -171,7 +187,8 @@ class ReplicaGroup:
             min_replica_size=1,
             use_async_quorum=False,  # the membership is known before the step's samples are
             timeout=timeout,
-            quorum_timeout=timedelta(seconds=max(60.0, timeout.total_seconds())),
+            quorum_timeout=timedelta(seconds=levels.quorum_s),
+            connect_timeout=timedelta(seconds=levels.connect_s),
             rank=self.local_rank,
             world_size=self.local_world,
             store_addr=advertise,
@@ -207,7 +224,13 @@ class ReplicaGroup:
             self._last_quorum = quorum_id
             self.retries = 0
         return Membership(
-            participants, group_rank, self.local_world, self.local_rank, quorum_id, self.retries
+            participants,
+            group_rank,
+            self.local_world,
+            self.local_rank,
+            quorum_id,
+            self.retries,
+            self.lighthouse_epoch,
         )
 
     def reduce_in_group(self, buffer: torch.Tensor) -> None:
