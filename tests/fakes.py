@@ -48,6 +48,9 @@ class RecordingBackend:
     # (account, user, partition) -> an association's per-job node limit
     assoc_nodes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     fail_limits: bool = False  # sacctmgr fails
+    # Slurm refuses these actions ("pin", "shrink") with this message, the job being as the
+    # action needs it (what the CLI backend checks before it calls Slurm).
+    refuse: dict[str, str] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- reads
     def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
@@ -93,9 +96,16 @@ class RecordingBackend:
     # ---------------------------------------------------------------- actions
     def pin_pending_size(self, job_id: int, nodes: int) -> None:
         self.calls.append(("pin", (job_id, nodes)))
+        self._refuse("pin", job_id)
 
     def shrink(self, job_id: int, nodes: int) -> None:
         self.calls.append(("shrink", (job_id, nodes)))
+        self._refuse("shrink", job_id)
+
+    def _refuse(self, verb: str, job_id: int) -> None:
+        if verb in self.refuse:
+            message = self.refuse[verb]
+            raise SlurmRejected(f"scontrol update JobId={job_id}: {message}", slurm_message=message)
 
     def signal(self, job_id: int, signal: str, *, batch_only: bool) -> None:
         self.calls.append(("signal", (job_id, signal, batch_only)))

@@ -20,6 +20,7 @@ def test_the_wire_text_of_outcomes_and_error_kinds() -> None:
         "waiting",
         "failed",
         "rolled_back",
+        "refused",
         "blocked",
         "deferred",
         "shadow",

@@ -16,12 +16,13 @@ from slurm_elastic.config import Config
 from slurm_elastic.daemon.commands import explain_lines
 from slurm_elastic.daemon.controller import Allocate, Controller, keep_current_plan
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.errors import SlurmRejected, SolverError
+from slurm_elastic.errors import SlurmRejected, SlurmUnreachable, SolverError
 from slurm_elastic.policy import PolicyOptions, allocate
 from slurm_elastic.policy.fixed import fixed_plan
 from slurm_elastic.protocol import MAX_DETAIL, AckStatus
 from slurm_elastic.terminal import safe_text
 from slurm_elastic.types import (
+    Action,
     ActionKind,
     ActionOutcome,
     AllocationProblem,
@@ -280,6 +281,90 @@ def test_a_plan_that_keeps_needing_blocked_shrinks_defers_its_grows() -> None:
         (3, *blocked),
         (9, ActionKind.GROW, ActionOutcome.DEFERRED, "needs nodes from a blocked shrink"),
     ]
+
+
+REFUSED_SHRINK = "Requested operation not supported on this system for job 8"
+
+
+def test_a_shrink_slurm_refuses_is_kept_as_a_fact_not_retried() -> None:
+    """Issue 20: Slurm refused to shrink a running job (from 23.11 a job with
+    ``--distribution=arbitrary``, which 24.11's squeue does not show).  The refusal is the
+    journal's ``refused`` row with Slurm's message; the job's REASON says it; no shrink is
+    sent again while the job runs that allocation, and a requeued job may shrink again."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, journal, _ = make(snap, {8: 2}, ack_timeout_s=5, hard_shrink=True, cooldown_s=0)
+    backend.refuse["shrink"] = REFUSED_SHRINK
+    backend.fresh = True  # read at each cycle's time
+    ctl.run_once(1000.0)
+    refused = ctl.run_once(1006.0)  # the ack timeout: the hard shrink is sent
+    assert [(r.action.kind, r.outcome, r.detail) for r in refused.actions] == [
+        (ActionKind.SHRINK, ActionOutcome.REFUSED, REFUSED_SHRINK)
+    ]
+    (row,) = journal.all_actions()
+    assert (row.status, row.detail) == (ActionStatus.REFUSED, REFUSED_SHRINK)
+    for now in (1100.0, 1200.0):
+        later = ctl.run_once(now)
+    assert backend.actions() == [("shrink", (8, 2))]  # once
+    reason = {r.job_id: r.reason for r in later.jobs}[8]
+    assert reason == f"blocked: shrink refused by Slurm: {REFUSED_SHRINK}"
+    # Requeued and started again: a new allocation, asked afresh.
+    backend.snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"), start=1300.0)])
+    ctl.run_once(1310.0)
+    ctl.run_once(1316.0)
+    assert backend.actions() == [("shrink", (8, 2))] * 2
+
+
+def test_a_refused_shrink_leaves_the_policy_only_sizes_at_or_above_the_jobs() -> None:
+    """The plan must not count on nodes the refused job will not give: it is offered only
+    its own size and above, and it keeps the REASON when the plan leaves it alone."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3"), lo=1, hi=4)])
+    seen: list[tuple[int, ...]] = []
+
+    def keep(problem: AllocationProblem, _name: str) -> Plan:
+        seen.append(problem.elastic[0].allowed_sizes)
+        return keep_current_plan(problem, "test")
+
+    ctl, _backend, journal, _ = make(snap, keep, cooldown_s=0)
+    ctl.run_once(1000.0)
+    shrink = Action(ActionKind.SHRINK, 8, 3, 1, reason="test")
+    journal.mark(journal.record_intent(shrink, 1000.0), ActionStatus.REFUSED, 1001.0,
+                 detail=REFUSED_SHRINK)  # fmt: skip
+    result = ctl.run_once(1010.0)
+    assert seen == [(1, 2, 3, 4), (3, 4)]
+    assert {r.job_id: r.reason for r in result.jobs}[8] == (
+        f"shrink refused by Slurm: {REFUSED_SHRINK}"
+    )
+
+
+def test_a_start_at_size_slurm_refuses_leaves_the_job_to_slurm() -> None:
+    ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 2})
+    backend.refuse["pin"] = "Requested node configuration is not available"
+    first = ctl.run_once(1000.0)
+    assert [r.outcome for r in first.actions] == [ActionOutcome.REFUSED]
+    second = ctl.run_once(1010.0)
+    assert backend.actions() == [("pin", (7, 2))]  # not asked again
+    assert {r.job_id: r.reason for r in second.jobs}[7] == (
+        "start at size refused by Slurm: Requested node configuration is not available"
+    )
+    assert [e.status for e in journal.all_actions()] == [ActionStatus.REFUSED]
+
+
+def test_a_refusal_that_is_not_slurms_stays_a_failure_and_is_retried() -> None:
+    """Only Slurm's own refusal is a fact about the job: a controller out of reach, or a
+    companion's sbatch refused (the grow backoff's business), stays ``failed``."""
+    ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 2})
+    backend.fail_reads = False
+    calls = []
+
+    def unreachable(job_id: int, nodes: int) -> None:
+        calls.append(job_id)
+        raise SlurmUnreachable("scontrol: Unable to contact slurm controller")
+
+    backend.pin_pending_size = unreachable  # type: ignore[method-assign]
+    ctl.run_once(1000.0)
+    ctl.run_once(1010.0)
+    assert calls == [7, 7]
+    assert [e.status for e in journal.all_actions()] == [ActionStatus.FAILED] * 2
 
 
 def test_cooldown_freezes_a_job_after_a_resize() -> None:

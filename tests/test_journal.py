@@ -125,6 +125,7 @@ def _answers(store: JournalStore, rng: random.Random) -> dict[str, object]:
         "links": store.companions(active_only=False),
         "active": store.companions(),
         "specs": store.known_specs(),
+        "refusals": store.refusals(),
     }
 
 
@@ -196,14 +197,31 @@ def test_the_two_stores_answer_every_query_the_same(tmp_path: Path) -> None:
         seen.update(
             dict.fromkeys(
                 k
-                for k in ("open", "resized", "shrunk", "reconfigured", "active", "specs")
+                for k in (
+                    "open",
+                    "resized",
+                    "shrunk",
+                    "reconfigured",
+                    "active",
+                    "specs",
+                    "refusals",
+                )
                 if answers[k]
             )
         )
         if any(count for count, _, _ in answers["grow_failures"]):  # type: ignore[attr-defined]
             seen["failed"] = None
     # The scenario reached every answer non-empty at some read.
-    assert set(seen) == {"open", "resized", "shrunk", "reconfigured", "active", "specs", "failed"}
+    assert set(seen) == {
+        "open",
+        "resized",
+        "shrunk",
+        "reconfigured",
+        "active",
+        "specs",
+        "refusals",
+        "failed",
+    }
     sqlite_store.close()
     state = rng.getstate()
     again = _answers(Journal.in_state_dir(tmp_path), rng)

@@ -47,7 +47,7 @@ from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.actuate.journal import ActionStatus, CompanionLink, JournalEntry, JournalStore
 from slurm_elastic.actuate.reconcile import ReconcileReport, reconcile
 from slurm_elastic.cluster_state import Classification, ElasticJob
-from slurm_elastic.errors import SlurmError
+from slurm_elastic.errors import SlurmError, SlurmRejected
 from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 from slurm_elastic.slurm.backend import SlurmBackend
@@ -164,11 +164,29 @@ class Executor:
                 self.backend.cancel(action.job_id)
                 self.journal.end_companion(action.job_id, now)
                 detail = f"cancelled companion ({action.reason})"
+        except SlurmRejected as exc:
+            if action.kind is not ActionKind.START_AT_SIZE:  # sbatch refused: grow retries
+                return self._failed(action, action_id, str(exc), now)
+            return self._refused(action, action_id, exc, now)
         except SlurmError as exc:
-            self.journal.mark(action_id, ActionStatus.FAILED, now, detail=str(exc))
-            return self._done(action, ActionOutcome.FAILED, str(exc), action_id)
+            return self._failed(action, action_id, str(exc), now)
         self.journal.mark(action_id, ActionStatus.APPLIED, now, detail=detail)
         return self._done(action, ActionOutcome.APPLIED, detail, action_id)
+
+    def _failed(self, action: Action, action_id: int, detail: str, now: float) -> ActionRecord:
+        self.journal.mark(action_id, ActionStatus.FAILED, now, detail=detail)
+        return self._done(action, ActionOutcome.FAILED, detail, action_id)
+
+    def _refused(
+        self, action: Action, action_id: int, exc: SlurmRejected, now: float
+    ) -> ActionRecord:
+        """Slurm itself refused a pin or a shrink of a job in the state it needs (the
+        backend checks the state just before): a fact about the job, kept as the journal's
+        ``refused`` row with Slurm's message, which bars that kind of action on the job
+        (``actuate.guards.refusal_reason``) instead of a retry every cycle."""
+        detail = exc.slurm_message or str(exc)
+        self.journal.mark(action_id, ActionStatus.REFUSED, now, detail=detail)
+        return self._done(action, ActionOutcome.REFUSED, detail, action_id)
 
     def _submit_companion(self, action: Action, parent: JobView, now: float) -> int:
         return self.backend.submit(
@@ -339,8 +357,14 @@ class Executor:
                 if comp in running:  # one the job released itself is gone already
                     self.backend.cancel(comp)
                 self.journal.end_companion(comp, now)
+        except SlurmError as exc:
+            return self._end_shrink(entry, ActionStatus.FAILED, str(exc), now)
+        try:
             if parent_nodes < ej.job.node_count:
                 self.backend.shrink(ej.job.job_id, parent_nodes)
+        except SlurmRejected as exc:  # as for a pin (``_refused``): a fact, not retried
+            detail = exc.slurm_message or str(exc)
+            return self._end_shrink(entry, ActionStatus.REFUSED, detail, now)
         except SlurmError as exc:
             return self._end_shrink(entry, ActionStatus.FAILED, str(exc), now)
         return self._end_shrink(entry, ActionStatus.APPLIED, why, now)

@@ -19,9 +19,10 @@ Two kinds of guard:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from slurm_elastic.actuate.journal import Refusal
 from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.types import Action, ActionKind, JobView, Outlook
@@ -114,6 +115,41 @@ def dwell_reason(
     if since is not None and now - since < knobs.min_dwell_s:
         return f"min dwell ({knobs.min_dwell_s - (now - since):.0f}s left)"
     return None
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def refusal_bars(
+    refusals: Iterable[Refusal], elastic: Mapping[int, ElasticJob]
+) -> dict[tuple[int, ActionKind], str]:
+    """(job, kind) -> why, for the actions Slurm refused on a job that still stands as it
+    was refused (the executor's ``refused`` journal rows): a start-at-size refusal holds
+    while the job is pending; a shrink refusal while the job runs the allocation it was
+    refused in (a requeued job starts afresh).
+
+    Slurm refuses for reasons the daemon cannot always see coming (a job with
+    ``--distribution=arbitrary`` cannot change its node count from 23.11 on, and 24.11's
+    squeue and scontrol do not show the distribution), so a refusal is kept as a fact about
+    the job, with Slurm's message as its reason in ``status``: the policy is offered no size
+    that needs the barred action (``daemon.problem``), and the guard blocks any that comes.
+    """
+    bars: dict[tuple[int, ActionKind], str] = {}
+    for r in refusals:
+        ej = elastic.get(r.job_id)
+        if ej is None:
+            continue
+        job = ej.job
+        if r.kind is ActionKind.START_AT_SIZE:
+            holds = job.is_pending
+        elif r.kind is ActionKind.SHRINK:
+            holds = job.is_running and (job.start_time is None or r.at >= job.start_time)
+        else:
+            holds = False
+        if holds:
+            what = r.kind.value.replace("_", " ")
+            bars[(r.job_id, r.kind)] = f"{what} refused by Slurm: {r.detail}"
+    return bars
 
 
 # --------------------------------------------------------------------------- actions

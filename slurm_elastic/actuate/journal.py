@@ -112,6 +112,7 @@ class ActionStatus(enum.StrEnum):
     APPLIED = "applied"
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"
+    REFUSED = "refused"  # Slurm refused it: a fact about the job (``refusals``)
 
     @property
     def is_open(self) -> bool:
@@ -140,6 +141,26 @@ class JournalEntry:
     @property
     def kind(self) -> ActionKind:
         return self.action.kind
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Slurm refused an action of ``kind`` on the job while the job was in the state that
+    action needs: the newest ``refused`` row of that job and kind."""
+
+    job_id: int
+    kind: ActionKind
+    at: float
+    detail: str  # Slurm's message
+
+
+def newest_refusals(entries: Iterable[JournalEntry]) -> tuple[Refusal, ...]:
+    """The newest ``refused`` row per (job, kind) of ``entries``, in id order."""
+    newest: dict[tuple[int, ActionKind], Refusal] = {}
+    for e in entries:
+        if e.status is ActionStatus.REFUSED:
+            newest[(e.job_id, e.kind)] = Refusal(e.job_id, e.kind, e.updated_at, e.detail)
+    return tuple(newest.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +226,7 @@ class JournalStore(Protocol):
 
     def last_resize_at(self, job_ids: Iterable[int] | None = None) -> dict[int, float]:
         """Per job, when its last shrink or grow attempt ended, whatever its outcome
-        (applied, failed or rolled back): cooldown counts from here, across restarts, and
+        (applied, failed, refused or rolled back): cooldown counts from here, across restarts, and
         a job whose agent refused is not asked again at once.  ``job_ids`` limits the
         answer to those jobs."""
         ...
@@ -224,6 +245,11 @@ class JournalStore(Protocol):
 
     def reconfigured_jobs(self) -> set[int]:
         """Jobs with a ``reconfigure`` row applied or failed."""
+        ...
+
+    def refusals(self) -> tuple[Refusal, ...]:
+        """The newest refusal per job and kind (``newest_refusals``); rows go with
+        ``prune`` like any closed row."""
         ...
 
     def prune(self, before: float) -> int:
@@ -414,7 +440,8 @@ class Journal:
     def last_resize_at(self, job_ids: Iterable[int] | None = None) -> dict[int, float]:
         query = (
             "SELECT job_id, MAX(updated_at) FROM actions"
-            " WHERE status IN ('applied','failed','rolled_back') AND kind IN ('shrink','grow')"
+            " WHERE status IN ('applied','failed','rolled_back','refused')"
+            " AND kind IN ('shrink','grow')"
         )
         if job_ids is None:
             rows = self._rows(query + " GROUP BY job_id")
@@ -447,6 +474,9 @@ class Journal:
             " WHERE kind='reconfigure' AND status IN ('applied','failed')"
         )
         return {int(r[0]) for r in rows}
+
+    def refusals(self) -> tuple[Refusal, ...]:
+        return newest_refusals(self._select("WHERE status='refused' ORDER BY id"))
 
     def _select(self, where: str, args: Sequence[object] = ()) -> tuple[JournalEntry, ...]:
         rows = self._rows(f"SELECT {_COLUMNS} FROM actions {where}", args)

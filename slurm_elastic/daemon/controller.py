@@ -46,6 +46,7 @@ from slurm_elastic.actuate.guards import (
     dwell_reason,
     grow_retry_reason,
     limit_resizes,
+    refusal_bars,
 )
 from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.actuate.journal import JournalStore
@@ -262,6 +263,15 @@ class Controller:
         waiting = not_eligible(cls)
         for job_id, reason in waiting.items():
             frozen.setdefault(job_id, reason)
+        # What Slurm refused stays refused: a pin keeps the job as Slurm has it (frozen),
+        # a shrink leaves the job only the sizes at or above its own.
+        bars = refusal_bars(self.journal.refusals(), cls.elastic)
+        no_shrink: dict[int, str] = {}
+        for (job_id, kind), refused in bars.items():
+            if kind is ActionKind.START_AT_SIZE:
+                frozen.setdefault(job_id, refused)
+            else:
+                no_shrink[job_id] = refused
         yielding: set[int] = set()  # frozen by dwell or cooldown only: a loan still yields
         for job_id, ej in cls.elastic.items():
             if job_id in frozen:
@@ -285,9 +295,9 @@ class Controller:
             )
             if a.job_id not in cancelled
         ]
-        housekeeping, blocked = self._screen(cleanup, cls, outlooks, now)
+        housekeeping, blocked = self._screen(cleanup, cls, outlooks, now, bars)
         plan, allowed, not_allowed = self._plan(
-            snapshot, cls, outlooks, frozen, waiting, now, frozenset(yielding)
+            snapshot, cls, outlooks, frozen, waiting, now, frozenset(yielding), bars
         )
         records += blocked + not_allowed
         taken, deferred = limit_resizes(housekeeping + allowed, self.knobs.max_resizes_per_cycle)
@@ -314,7 +324,9 @@ class Controller:
             mode=self.config.mode,
             plan=plan,
             actions=tuple(records),
-            rows_from=RowInputs(cls, frozen, on_loan),
+            # A job that may not shrink is not frozen, but its REASON says why when the plan
+            # leaves it as it is.
+            rows_from=RowInputs(cls, {**no_shrink, **frozen}, on_loan),
             explanations={d.job_id: d.explanation for d in plan.decisions},
             reclaims=tuple(r for rec in records if (r := self._reclaim_done(rec, now))),
             nodes_on_loan=sum(on_loan.values()),
@@ -457,6 +469,7 @@ class Controller:
         waiting: Mapping[int, str],
         now: float,
         yielding: frozenset[int] = frozenset(),
+        bars: Mapping[tuple[int, ActionKind], str] | None = None,
     ) -> tuple[Plan, list[Action], list[ActionRecord]]:
         """Decide, diff and screen through the guards: (plan, allowed, blocked or deferred).
 
@@ -469,6 +482,8 @@ class Controller:
         """
         held = dict(frozen)
         yields = set(yielding)
+        bars = bars or {}
+        no_shrink = frozenset(job for job, kind in bars if kind is ActionKind.SHRINK)
         blocked_shrinks: list[ActionRecord] = []
         for _ in range(MAX_PLANS_PER_CYCLE):
             problem = build_problem(
@@ -483,9 +498,10 @@ class Controller:
                 reclaim=self.config.policy.reclaim,
                 yielding=frozenset(yields),
                 promise_window_s=self.config.guards.payback_horizon_s,
+                no_shrink=no_shrink,
             )
             plan = self._decide(problem)
-            allowed, blocked = self._screen(diff(plan, cls, held), cls, outlooks, now)
+            allowed, blocked = self._screen(diff(plan, cls, held), cls, outlooks, now, bars)
             needs = [r for r in blocked if r.action.kind is ActionKind.SHRINK]
             if not needs or not any(a.kind in _TAKES_NODES for a in allowed):
                 return plan, allowed, blocked_shrinks + blocked
@@ -514,12 +530,16 @@ class Controller:
         cls: Classification,
         outlooks: Mapping[int, Outlook],
         now: float,
+        bars: Mapping[tuple[int, ActionKind], str] | None = None,
     ) -> tuple[list[Action], list[ActionRecord]]:
-        """The guards' verdict on each action: (allowed, blocked records), order kept."""
+        """The guards' verdict on each action: (allowed, blocked records), order kept.
+        ``bars``: what Slurm refused (``refusal_bars``), blocked before any other rule."""
         allowed: list[Action] = []
         blocked: list[ActionRecord] = []
         for action in actions:
-            why = self._block(action, cls, outlooks, now)
+            why = (bars or {}).get((action.job_id, action.kind)) or self._block(
+                action, cls, outlooks, now
+            )
             if why:
                 blocked.append(ActionRecord(action, ActionOutcome.BLOCKED, why))
             else:

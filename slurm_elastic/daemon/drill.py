@@ -53,7 +53,7 @@ class DrillResult:
     job_id: int
     to_nodes: int
     decided_at: float  # when the target was set (the clock the benchmark starts)
-    outcome: str  # the journal status: "applied" | "rolled_back" | "failed"
+    outcome: str  # the journal status: "applied" | "rolled_back" | "failed" | "refused"
     detail: str
     companion_id: int | None = None
 

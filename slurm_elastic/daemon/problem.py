@@ -169,9 +169,14 @@ def elastic_demand(
     *,
     reclaim: Reclaim = "off",
     loan_yields: bool = False,
+    no_shrink: bool = False,
 ) -> ElasticDemand:
+    """``no_shrink``: Slurm refused to shrink the job (``actuate.guards.refusal_bars``):
+    it is offered no size below its current one."""
     current = ej.effective_nodes
     sizes = offered_sizes(ej)
+    if no_shrink:
+        sizes = tuple(n for n in sizes if n >= current)
     return ElasticDemand(
         job_id=ej.job.job_id,
         partition=first_partition(ej.job),
@@ -239,6 +244,7 @@ def build_problem(
     reclaim: Reclaim = "off",
     yielding: frozenset[int] = frozenset(),
     promise_window_s: float = 0.0,
+    no_shrink: frozenset[int] = frozenset(),
 ) -> AllocationProblem:
     """An elastic job without an outlook (the model failed on it) is held rigid at its size.
 
@@ -261,6 +267,7 @@ def build_problem(
                     job_id in frozen,
                     reclaim=reclaim,
                     loan_yields=job_id in yielding,
+                    no_shrink=job_id in no_shrink,
                 )
             )
     return AllocationProblem(

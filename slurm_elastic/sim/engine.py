@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from slurm_elastic.errors import SlurmRejected
+from slurm_elastic.errors import ActionRefused, SlurmRejected
 from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
 from slurm_elastic.sim.workload import JobSpec
 from slurm_elastic.types import JobState
@@ -303,12 +303,14 @@ class Cluster:
 
     # ------------------------------------------------------------ Slurm actions
     def pin(self, job_id: int, nodes: int) -> None:
+        # As the CLI backend: what it checks before calling Slurm is ActionRefused (nothing
+        # sent); what Slurm itself refuses is SlurmRejected with Slurm's message.
         job = self.get_active(job_id)
         if job.state is not JobState.PENDING:
-            raise SlurmRejected(
-                f"job {job_id} is not pending", slurm_message="Job is no longer pending execution"
-            )
-        if nodes < 1 or nodes > self._partition_size(job.partition):
+            raise ActionRefused(f"cannot pin the size of job {job_id}: it is {job.state}")
+        if nodes < 1:
+            raise ActionRefused(f"node count must be a positive integer, got {nodes}")
+        if nodes > self._partition_size(job.partition):
             raise SlurmRejected(
                 f"job {job_id}: {nodes} nodes",
                 slurm_message="Requested node configuration is not available",
@@ -320,16 +322,12 @@ class Cluster:
     def shrink(self, job_id: int, nodes: int) -> None:
         job = self.get_active(job_id)
         if job.state is not JobState.RUNNING:
-            raise SlurmRejected(f"job {job_id} is not running", slurm_message="Job is pending")
-        if nodes > len(job.nodes):
-            raise SlurmRejected(
-                f"job {job_id} cannot grow to {nodes}",
-                slurm_message="Job is no longer pending execution",
-            )
+            raise ActionRefused(f"cannot shrink job {job_id}: it is {job.state}")
         if nodes < 1:
-            raise SlurmRejected(
-                f"job {job_id}: cannot remove the batch host",
-                slurm_message="Invalid node name specified",
+            raise ActionRefused(f"node count must be a positive integer, got {nodes}")
+        if nodes > len(job.nodes):
+            raise ActionRefused(
+                f"job {job_id} holds {len(job.nodes)} node(s); shrinking to {nodes} is not a shrink"
             )
         if nodes == len(job.nodes):
             return

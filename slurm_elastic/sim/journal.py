@@ -21,10 +21,12 @@ from slurm_elastic.actuate.journal import (
     ActionStatus,
     CompanionLink,
     JournalEntry,
+    Refusal,
     cut_own_allocation,
     decode_action,
     encode_extra,
     failed_in_a_row,
+    newest_refusals,
 )
 from slurm_elastic.types import Action, ActionKind, ElasticSpec
 
@@ -169,6 +171,9 @@ class MemoryJournal:
             if e.kind is ActionKind.RECONFIGURE
             and e.status in (ActionStatus.APPLIED, ActionStatus.FAILED)
         }
+
+    def refusals(self) -> tuple[Refusal, ...]:
+        return newest_refusals(self._rows.values())
 
     def prune(self, before: float) -> int:
         rows = [i for i, e in self._rows.items() if not e.status.is_open and e.updated_at < before]
