@@ -175,6 +175,10 @@ def _write(store: JournalStore, rng: random.Random, step: int) -> object:
     return store.prune(now - 40.0)
 
 
+# The answers the scenario must see non-empty at some read.
+NON_EMPTY = ("open", "resized", "shrunk", "reconfigured", "active", "specs", "refusals")
+
+
 def test_the_two_stores_answer_every_query_the_same(tmp_path: Path) -> None:
     """The simulator's MemoryJournal and the daemon's SQLite Journal, given the same writes
     (every kind, status and query; ids never written; links twice; prunes), return the
@@ -194,34 +198,11 @@ def test_the_two_stores_answer_every_query_the_same(tmp_path: Path) -> None:
         answers = _answers(sqlite_store, rng)
         rng.setstate(state)
         assert _answers(memory, rng) == answers
-        seen.update(
-            dict.fromkeys(
-                k
-                for k in (
-                    "open",
-                    "resized",
-                    "shrunk",
-                    "reconfigured",
-                    "active",
-                    "specs",
-                    "refusals",
-                )
-                if answers[k]
-            )
-        )
+        seen.update(dict.fromkeys(k for k in NON_EMPTY if answers[k]))
         if any(count for count, _, _ in answers["grow_failures"]):  # type: ignore[attr-defined]
             seen["failed"] = None
     # The scenario reached every answer non-empty at some read.
-    assert set(seen) == {
-        "open",
-        "resized",
-        "shrunk",
-        "reconfigured",
-        "active",
-        "specs",
-        "refusals",
-        "failed",
-    }
+    assert set(seen) == {*NON_EMPTY, "failed"}
     sqlite_store.close()
     state = rng.getstate()
     again = _answers(Journal.in_state_dir(tmp_path), rng)
