@@ -13,6 +13,7 @@ import pytest
 
 from slurm_elastic.errors import SlurmParseError, SlurmUnreachable
 from slurm_elastic.slurm import parse_json, parse_text
+from slurm_elastic.slurm.history import AcctRecord, collapse
 from slurm_elastic.types import JobState
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm" / "22.05"
@@ -297,3 +298,63 @@ def test_a_running_job_of_a_year_or_more_has_no_end_in_every_parser(utc: None) -
     assert (job.time_limit_s, job.end_time) == (None, None)
     (limited,) = parse_text.parse_scontrol_jobs(line.replace("365-00:00:00", "1-00:00:00"))
     assert limited.end_time is not None  # a real limit keeps Slurm's end time
+
+
+# --------------------------------------------------------------------------- one job per history
+
+
+def _row(
+    job_id: int, state: JobState, submit: float, end: float, nodes: int, sluid: str = ""
+) -> AcctRecord:
+    return AcctRecord(
+        job_id=job_id,
+        name="train",
+        user="alice",
+        account="a",
+        partition="batch",
+        state=state,
+        submit_time=submit,
+        start_time=submit,  # a resized record keeps the original start: not read after one
+        end_time=end,
+        node_count=nodes,
+        nodes=tuple(f"n{i}" for i in range(1, nodes + 1)),
+        original_sluid=sluid,
+    )
+
+
+def test_a_job_resized_twice_and_requeued_is_one_history() -> None:
+    """Issue 20: each resize (and requeue) leaves a record; the next record is created when
+    the previous one ends (22.05, 24.11 and 26.05 alike), and 26.05 names the resized job."""
+    for sluid in ("", "s1"):
+        (history,) = collapse(
+            [
+                _row(4, JobState.RESIZING, 100.0, 160.0, 3, sluid),
+                _row(4, JobState.RESIZING, 160.0, 220.0, 2, sluid),
+                # A requeued run gets a new SLUID on 26.05: the times join it.
+                _row(4, JobState.REQUEUED, 220.0, 300.0, 1, sluid),
+                _row(4, JobState.COMPLETED, 300.0, 400.0, 1, sluid and "s2"),
+            ]
+        )
+        assert [(a.start, a.end, a.node_count) for a in history.allocations] == [
+            (100.0, 160.0, 3), (160.0, 220.0, 2), (220.0, 300.0, 1), (300.0, 400.0, 1)
+        ]  # fmt: skip
+        assert history.submit_time == 100.0 and history.state is JobState.COMPLETED
+
+
+def test_a_job_id_that_names_two_jobs_keeps_the_newest_never_joins_them() -> None:
+    """Slurm's job counter reset with its state (or wrapped at MaxJobId): one id, two jobs
+    in one window.  Priors must not read them as one job that ran twice."""
+    older = _row(9, JobState.COMPLETED, 100.0, 200.0, 4)
+    newer = _row(9, JobState.CANCELLED, 5000.0, 6000.0, 1)
+    (history,) = collapse([newer, older])
+    assert history.submit_time == 5000.0
+    assert [(a.start, a.node_count) for a in history.allocations] == [(5000.0, 1)]
+    # A resize record followed, at the same second, by another job of the same id: 26.05's
+    # OriginalSLUID tells them apart where the times cannot.
+    resized = _row(9, JobState.RESIZING, 100.0, 200.0, 4, "sA")
+    other = _row(9, JobState.RUNNING, 200.0, 300.0, 2, "sB")
+    (history,) = collapse([resized, other])
+    assert [a.node_count for a in history.allocations] == [2]
+    # A resize whose next record comes long after it ended is another job too.
+    (history,) = collapse([_row(9, JobState.RESIZING, 100.0, 200.0, 4), newer])
+    assert history.submit_time == 5000.0

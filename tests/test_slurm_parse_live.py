@@ -8,12 +8,13 @@ this one checks the same quirks against what the cluster prints today.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
 
 from slurm_elastic.slurm.cli import CliBackend
-from slurm_elastic.types import JobState, JobView
+from slurm_elastic.types import JobHistory, JobState, JobView
 from tests.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -30,6 +31,25 @@ def state_of(cluster: SlurmCluster, job_id: int) -> str:
 
 def by_id(views: tuple[JobView, ...]) -> dict[int, JobView]:
     return {v.job_id: v for v in views}
+
+
+def cancelled_history(
+    cluster: SlurmCluster, job_id: int, since: float
+) -> tuple[JobHistory, JobHistory]:
+    """Cancel the job, wait for sacct to record it, and read its history from the text and
+    the JSON accounting reads: (text, json)."""
+    cluster.run("scancel", str(job_id))
+    text = CliBackend(slurm_conf=str(cluster.conf))
+    json = CliBackend(slurm_conf=str(cluster.conf), history_format="json")
+
+    def recorded() -> bool:
+        found = [h for h in text.read_history(since) if h.job_id == job_id]
+        return bool(found) and found[0].state is JobState.CANCELLED
+
+    wait_until(recorded, 20, "sacct to record the cancellation")
+    (from_text,) = [h for h in text.read_history(since) if h.job_id == job_id]
+    (from_json,) = [h for h in json.read_history(since) if h.job_id == job_id]
+    return from_text, from_json
 
 
 @pytest.fixture
@@ -103,16 +123,24 @@ def test_history_keeps_a_requeued_run_on_json_and_text(
     time.sleep(1.1)  # sacct's whole seconds: a requeue in the start second leaves no period
     clean_queue.run("scontrol", "requeue", str(job_id))
     wait_until(lambda: state_of(clean_queue, job_id) == "PENDING", 30, "the requeue")
-    clean_queue.run("scancel", str(job_id))
-    text = CliBackend(slurm_conf=str(clean_queue.conf))
-    json = CliBackend(slurm_conf=str(clean_queue.conf), history_format="json")
-
-    def ended() -> bool:
-        found = [h for h in text.read_history(since) if h.job_id == job_id]
-        return bool(found) and found[0].state is JobState.CANCELLED
-
-    wait_until(ended, 20, "sacct to record the cancellation")
-    (from_text,) = [h for h in text.read_history(since) if h.job_id == job_id]
-    (from_json,) = [h for h in json.read_history(since) if h.job_id == job_id]
+    from_text, from_json = cancelled_history(clean_queue, job_id, since)
     assert len(from_text.allocations) == 1 and from_text.allocations[0].end is not None
+    assert from_json == from_text
+
+
+def test_a_job_resized_twice_is_one_history_on_json_and_text(clean_queue: SlurmCluster) -> None:
+    """Issue 20: every resize leaves a record in sacct; the history the estimator's priors
+    read is one job with one allocation per size, on every version (26.05's OriginalSLUID
+    or the records' times join them: ``slurm.history``)."""
+    since = time.time() - 2
+    job_id = sbatch(clean_queue, "-N3", "-p", "batch")
+    wait_until(lambda: state_of(clean_queue, job_id) == "RUNNING", 30, "the job to run")
+    for nodes in (2, 1):
+        time.sleep(1.1)  # sacct's whole seconds: each size gets a period of its own
+        clean_queue.run("scontrol", "update", f"JobId={job_id}", f"NumNodes={nodes}")
+    time.sleep(1.1)
+    from_text, from_json = cancelled_history(clean_queue, job_id, since)
+    assert [a.node_count for a in from_text.allocations] == [3, 2, 1]
+    periods = from_text.allocations
+    assert all(a.end == b.start for a, b in itertools.pairwise(periods)), periods
     assert from_json == from_text

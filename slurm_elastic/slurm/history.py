@@ -18,6 +18,7 @@ same user's jobs only (``model.priors``), and an unnamed owner cannot be that us
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -51,6 +52,7 @@ class AcctRecord:
     work_dir: str = ""
     het_job_id: int | None = None
     het_job_offset: int | None = None
+    original_sluid: str = ""  # Slurm 26.05's OriginalSLUID (JSON): one per job, all records
 
 
 def records(
@@ -78,22 +80,65 @@ def records(
 
 def collapse(records: Iterable[AcctRecord]) -> tuple[JobHistory, ...]:
     """Group rows by job id (in first-seen order) and fold each group into a JobHistory;
-    rows without an owner's name are left out (module docstring)."""
+    rows without an owner's name are left out (module docstring).
+
+    One id can name two jobs in one window (Slurm's job counter reset with its state, or
+    wrapped at ``MaxJobId``): the rows of one id are split into the jobs they belong to
+    (``_runs``) and only the newest is kept, so that no history ever joins two jobs."""
     groups: dict[int, list[AcctRecord]] = {}
     for record in records:
         if not record.user.strip():
             continue
         groups.setdefault(record.job_id, []).append(record)
-    return tuple(_fold(rows) for rows in groups.values())
+    histories = []
+    for job_id, rows in groups.items():
+        runs = _runs(_chronological(rows))
+        if len(runs) > 1:
+            log.warning("history.job_id_reused", job_id=job_id, jobs=len(runs))
+        histories.append(_fold(runs[-1]))
+    return tuple(histories)
 
 
-def _fold(rows: list[AcctRecord]) -> JobHistory:
-    # Chronological order: each record's submission is when that allocation period was
-    # created (the resize or requeue time), so it orders resize chains and requeued runs
-    # alike; ties keep sacct's order.
-    ordered = sorted(
-        rows, key=lambda r: r.submit_time if r.submit_time is not None else float("-inf")
-    )
+def _chronological(rows: list[AcctRecord]) -> list[AcctRecord]:
+    # Each record's submission is when that allocation period was created (the resize or
+    # requeue time), so it orders resize chains and requeued runs alike; ties keep sacct's
+    # order.
+    return sorted(rows, key=lambda r: r.submit_time if r.submit_time is not None else -math.inf)
+
+
+def _runs(ordered: list[AcctRecord]) -> list[list[AcctRecord]]:
+    """The jobs behind one job id's rows, oldest first: each row continues the job of the
+    row before it (``_continues``) or starts another job under the same id."""
+    runs: list[list[AcctRecord]] = []
+    for row in ordered:
+        if runs and _continues(runs[-1][-1], row):
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    return runs
+
+
+_CHAINED = frozenset({JobState.RESIZING, JobState.REQUEUED})
+_SAME_SECOND = 1.0  # sacct's times are whole seconds
+
+
+def _continues(previous: AcctRecord, row: AcctRecord) -> bool:
+    """Whether ``row`` is the next allocation of ``previous``'s job.  Only a record that
+    ended in ``RESIZING`` or ``REQUEUED`` has a next one.  After a resize, 26.05 names the
+    job (``OriginalSLUID``, the same on every record of a resized job; a requeued run gets
+    a new one).  Elsewhere the times tell: the next record is created when the previous
+    one ends (measured on 22.05, 24.11 and 26.05, to the second)."""
+    if previous.state not in _CHAINED:
+        return False
+    if previous.state is JobState.RESIZING and previous.original_sluid and row.original_sluid:
+        return previous.original_sluid == row.original_sluid
+    if previous.end_time is None or row.submit_time is None:
+        return True  # nothing says otherwise: keep the rows together, as before
+    return abs(row.submit_time - previous.end_time) <= _SAME_SECOND
+
+
+def _fold(ordered: list[AcctRecord]) -> JobHistory:
+    """One job's rows, in ``_chronological`` order, as one JobHistory."""
     allocations: list[Allocation] = []
     previous: AcctRecord | None = None
     for row in ordered:

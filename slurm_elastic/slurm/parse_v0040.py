@@ -138,4 +138,6 @@ def _acct(raw: Any, index: int) -> AcctRecord:
             if het_job_id is not None
             else None
         ),
+        # 26.05 (data_parser v0.0.45): constant across a job's resize records.
+        original_sluid=cv.as_str(raw.get("original_sluid"), f"{where}: original_sluid"),
     )
