@@ -9,7 +9,7 @@ NODES ?= 4
 SLURM ?= 24.11
 # The legs `make test` runs, in order (scripts/test-matrix.sh): a Slurm version each, and
 # the pyslurm backend inside the 24.11 root.
-TEST_LEGS ?= 22.05 24.11 26.05 pyslurm-24.11
+TEST_LEGS ?= 22.05 24.11 26.05 parser-24.11 pyslurm-24.11
 # Which local cluster instance (0..7) cluster-up/test use; instance 0 is /etc/slurm/slurm.conf.
 INSTANCE ?= $(or $(SLURM_ELASTIC_TEST_INSTANCE),0)
 export PYTHONUNBUFFERED := 1

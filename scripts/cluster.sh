@@ -2,6 +2,7 @@
 # Real Slurm clusters on this one machine, from Debian's packages (run as root).
 #
 #   bash scripts/cluster.sh up     [--slurm V] [--nodes N] [--instance K] [--fresh]
+#                                   [--conf KEY=VALUE]...   # extra slurm.conf lines
 #   bash scripts/cluster.sh down   [--slurm V] [--instance K | --all]
 #   bash scripts/cluster.sh status [--slurm V] [--instance K]
 #   bash scripts/cluster.sh env    [--slurm V] [--instance K]   # prints export lines
@@ -87,6 +88,9 @@ INSTANCE=0
 TEST_USERS=(se-alice se-bob)
 ALL=0
 FRESH=0
+# Extra slurm.conf lines of this `up` (a site's setting a test needs, e.g.
+# DataParserParameters=v0.0.40): an instance runs with exactly the ones of its last `up`.
+EXTRA_CONF=()
 SLURM=${SLURM_ELASTIC_SLURM:-22.05}
 SLURM_GIVEN=0
 while [[ $# -gt 0 ]]; do
@@ -99,6 +103,8 @@ while [[ $# -gt 0 ]]; do
         --slurm=*) SLURM=${1#*=}; SLURM_GIVEN=1; shift ;;
         --all) ALL=1; shift ;;
         --fresh) FRESH=1; shift ;;
+        --conf) EXTRA_CONF+=("${2:?--conf needs KEY=VALUE}"); shift 2 ;;
+        --conf=*) EXTRA_CONF+=("${1#*=}"); shift ;;
         --) shift; break ;;
         -h | --help) usage ;;
         *) die "unknown argument '$1' (see: cluster.sh --help)" ;;
@@ -108,6 +114,10 @@ if ! [[ $NODES =~ ^([1-9]|1[0-6])$ ]]; then
     die "--nodes must be an integer 1..16, got '$NODES'"
 fi
 [[ $INSTANCE =~ ^[0-7]$ ]] || die "--instance must be an integer 0..7, got '$INSTANCE'"
+for line in "${EXTRA_CONF[@]}"; do
+    [[ $line =~ ^[A-Za-z]+=[A-Za-z0-9._,+/:=-]+$ ]] ||
+        die "--conf must be KEY=VALUE (letters; value without spaces), got '$line'"
+done
 
 # ------------------------------------------------------------------ versions
 #
@@ -489,6 +499,10 @@ write_confs() { # writes the instance's conf files; sets CONF_CHANGED=1 when any
     fi
     for name in slurm.conf gres.conf cgroup.conf; do
         content=$(render "$TEMPLATES/$name.tmpl")
+        if [[ $name == slurm.conf ]] && ((${#EXTRA_CONF[@]})); then
+            content+=$'\n# cluster.sh up --conf:'
+            content+=$(printf '\n%s' "${EXTRA_CONF[@]}")
+        fi
         if [[ ! -f $CONF_DIR/$name ]] || [[ $(cat "$CONF_DIR/$name") != "$content" ]]; then
             printf '%s\n' "$content" >"$CONF_DIR/$name"
             CONF_CHANGED=1

@@ -7,6 +7,8 @@
 #   22.05          the whole suite on the host's Slurm 22.05
 #   24.11, 26.05   the live-cluster tests (`-m slurm`: backend, daemon, markers, the torch
 #                  end-to-end and demo tests) on Debian's 24.11 and 26.05
+#   parser-24.11   the live backend and parser tests on 24.11 with a site's non-default
+#                  data_parser (DataParserParameters=v0.0.40): the reads name their own
 #   pyslurm-24.11  the live backend and hostile-read tests (both backends: some compare the
 #                  two, so no -k selects the pyslurm ones alone) inside the 24.11 root, where a
 #                  pyslurm built against that root's libslurm loads (built first, once:
@@ -19,7 +21,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
 PYTHON=${PYTHON:-python3}
 INSTANCE=${SLURM_ELASTIC_TEST_INSTANCE:-0}
-LEGS=${TEST_LEGS:-"22.05 24.11 26.05 pyslurm-24.11"}
+LEGS=${TEST_LEGS:-"22.05 24.11 26.05 parser-24.11 pyslurm-24.11"}
 while [[ $# -gt 0 ]]; do
     case $1 in
         --instance) INSTANCE=${2:?}; shift 2 ;;
@@ -44,9 +46,12 @@ run_leg() { # name version pytest-args...  (IN_ROOT=1: pytest runs inside the ve
     local run=("$PYTHON")
     shift 2
     log=$(mktemp)
-    echo "=== leg $name: Slurm $version, instance $INSTANCE: pytest $*"
+    local conf=() setting
+    # SLURM_ELASTIC_TEST_CONF: the leg's extra slurm.conf lines (tests/slurm_cluster.py too).
+    for setting in ${SLURM_ELASTIC_TEST_CONF:-}; do conf+=(--conf "$setting"); done
+    echo "=== leg $name: Slurm $version, instance $INSTANCE${conf[*]:+ (${conf[*]})}: pytest $*"
     if ! bash scripts/cluster.sh up --slurm "$version" --instance "$INSTANCE" \
-        --nodes "${SLURM_ELASTIC_TEST_NODES:-4}" 2>&1 | tee "$log"; then
+        --nodes "${SLURM_ELASTIC_TEST_NODES:-4}" "${conf[@]}" 2>&1 | tee "$log"; then
         # The reason goes into the summary too: CI shows only the end of the output.
         summary+=("$name: cluster did not come up: $(grep -m 1 '^cluster.sh: ' "$log")")
         rm -f "$log"
@@ -88,6 +93,9 @@ for leg in $LEGS; do
     case $leg in
         22.05) run_leg 22.05 22.05 -q --durations=20 tests ;;
         24.11 | 26.05) run_leg "$leg" "$leg" -q --durations=20 -m slurm tests ;;
+        parser-24.11) SLURM_ELASTIC_TEST_CONF=DataParserParameters=v0.0.40 run_leg "$leg" 24.11 \
+            -q -m slurm tests/test_slurm_backend_live.py tests/test_slurm_parse_live.py \
+            -k "not history_keeps and not resized_twice" ;; # sacct's JSON: the names test reads it
         pyslurm-24.11) IN_ROOT=1 run_leg "$leg" 24.11 -q -m slurm tests/test_slurm_backend_live.py \
             tests/test_hostile_read_live.py ;;
         *) echo "test-matrix.sh: unknown leg '$leg'" >&2; exit 2 ;;

@@ -102,6 +102,13 @@ def test_version() -> str:
     return version
 
 
+def site_settings() -> dict[str, str]:
+    """The extra slurm.conf settings the live tests run under (``SLURM_ELASTIC_TEST_CONF``,
+    space-separated ``KEY=VALUE``; test-matrix.sh's parser leg)."""
+    pairs = (line.partition("=") for line in os.environ.get("SLURM_ELASTIC_TEST_CONF", "").split())
+    return {key: value for key, _, value in pairs}
+
+
 def cluster_unavailable_reason() -> str | None:
     """Why this machine cannot run the local cluster, None when it can."""
     if os.geteuid() != 0:
@@ -158,6 +165,10 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         return
     cmd = ["bash", str(CLUSTER_SH), "up", "--slurm", version, "--instance", str(instance)]
     cmd += ["--nodes", str(nodes)]
+    # A site's setting the tests run under (test-matrix.sh's parser leg), e.g.
+    # SLURM_ELASTIC_TEST_CONF="DataParserParameters=v0.0.40": extra slurm.conf lines.
+    for key, value in site_settings().items():
+        cmd += ["--conf", f"{key}={value}"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=UP_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -113,6 +113,11 @@ def test_status_and_env(slurm_cluster: SlurmCluster) -> None:
         (["up", "--nodes", "0"], "--nodes must be an integer 1..16, got '0'"),
         (["up", "--instance", "8"], "--instance must be an integer 0..7, got '8'"),
         (["up", "--bogus"], "unknown argument '--bogus'"),
+        (
+            ["up", "--conf", "Data Parser=v0.0.40"],
+            "--conf must be KEY=VALUE (letters; value without spaces), got 'Data Parser=v0.0.40'",
+        ),
+        (["up", "--conf", "Key=$(id)"], "--conf must be KEY=VALUE"),
         (["restart"], "unknown command 'restart'"),
     ],
 )

@@ -30,7 +30,7 @@ from slurm_elastic.slurm.parse_text import parse_scontrol_jobs
 from slurm_elastic.slurm.pyslurm_backend import PyslurmBackend
 from slurm_elastic.slurm.select import make_backend
 from slurm_elastic.types import ClusterSnapshot, JobState, JobView
-from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
+from tests.slurm_cluster import ClusterUser, SlurmCluster, site_settings, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -169,7 +169,8 @@ def test_partitions_read_while_a_job_cannot_be_scheduled(
         clean_queue.run("scontrol", "update", "NodeName=n4", "State=RESUME")
 
 
-# The JSON generation a plain --json writes, per version.
+# The JSON generation a plain --json writes, per version, unless the site chose another
+# (DataParserParameters: test-matrix.sh's parser leg).
 JSON_PLUGIN = {
     "22.05": "openapi/v0.0.38",
     "24.11": "data_parser/v0.0.42",
@@ -180,7 +181,8 @@ JSON_PLUGIN = {
 def test_probe(backend: CliBackend, clean_queue: SlurmCluster) -> None:
     caps = backend.probe()
     assert caps.version.startswith(f"{clean_queue.version}.")
-    assert caps.json_plugin == JSON_PLUGIN[clean_queue.version]
+    site = site_settings().get("DataParserParameters")
+    assert caps.json_plugin == (f"data_parser/{site}" if site else JSON_PLUGIN[clean_queue.version])
     assert caps.multiple_slurmd is True
     assert caps.permit_job_expansion is False
     # 22.05: reconfigure after a shrunk job ends; not assumed of the other versions.

@@ -30,8 +30,17 @@ SQUEUE_ONE = ("squeue", "-h", "-t", "all", "-j")
 SCONTROL_JOB = ("scontrol", "--json", "show", "job")
 
 
+def named(version: str, argv: tuple[str, ...]) -> tuple[str, ...]:
+    """``argv`` as the backend sends it once it knows the version: ``--json`` naming the
+    version's pinned data_parser (``parse_json.PINNED_PARSERS``); 22.05's takes no name."""
+    if version == "22.05":
+        return argv
+    return tuple(f"--json=v{DEFAULT[version]}" if a == "--json" else a for a in argv)
+
+
 class CapturedRunner(AnsweringRunner):
-    """Answers the reads with one version's captured outputs of one moment."""
+    """Answers the reads with one version's captured outputs of one moment; a ``--json``
+    naming another data_parser than the captures' fails the test."""
 
     def __init__(self, version: str, moment: str, *, squeue_stderr: str = "") -> None:
         super().__init__()
@@ -39,6 +48,10 @@ class CapturedRunner(AnsweringRunner):
 
     def _file(self, argv: tuple[str, ...]) -> str:
         v, m, g = self.version, self.moment, DEFAULT[self.version]
+        for arg in argv:
+            if arg.startswith("--json="):
+                assert arg == f"--json=v{g}", f"{arg}: not the captures' data_parser v{g}"
+        argv = tuple("--json" if a.startswith("--json=") else a for a in argv)
         if argv == SQUEUE_JSON:
             return f"squeue-{m}.{g}.json"
         if argv == SINFO_JSON:  # 24.11+: only its generation is read, any moment serves
@@ -97,7 +110,15 @@ def test_read_cluster_json_is_three_calls_with_the_versions_node_command(version
         assert {p.name for p in snapshot.partitions} == {"batch", "shared"}
         assert {j.job_id for j in snapshot.jobs} == {1, 2, 3, 4}
     nodes_command = SINFO_JSON if version == "22.05" else SCONTROL_NODES
-    assert runner.argvs[:3] == [SQUEUE_JSON, nodes_command, ("scontrol", "-o", "show", "partition")]
+    partitions = ("scontrol", "-o", "show", "partition")
+    # The first read takes the site's default generation; from then on every JSON read
+    # names the version's pinned data_parser.
+    assert runner.argvs[:4] == [
+        SQUEUE_JSON,
+        named(version, nodes_command),
+        partitions,
+        named(version, SQUEUE_JSON),
+    ]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -124,7 +145,7 @@ def test_a_failed_node_read_forgets_the_node_command() -> None:
     with pytest.raises(SlurmParseError, match="lists no nodes one by one"):
         backend.read_nodes()
     assert len(backend.read_nodes()) == 4
-    assert runner.argvs[-2:] == [SINFO_JSON, SCONTROL_NODES]
+    assert runner.argvs[-2:] == [SINFO_JSON, named("24.11", SCONTROL_NODES)]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -186,7 +207,7 @@ def test_read_job_is_json_where_scontrol_has_it(version: str, utc: None) -> None
     def one_job(argv: tuple[str, ...]) -> bool:
         if version == "22.05":
             return argv[:-2] == (*SQUEUE_ONE, "5") and argv[-2] == "-O"
-        return argv == (*SCONTROL_JOB, "5")
+        return argv == (*named(version, SCONTROL_JOB), "5")
 
     assert one_job(runner.argvs[1])
     backend.read_cluster()  # 22.05's node read is sinfo --json again; none on 24.11+

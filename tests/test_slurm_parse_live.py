@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Sequence
 
 import pytest
 
 from slurm_elastic.slurm.cli import CliBackend
+from slurm_elastic.slurm.parse_json import PINNED_PARSERS
+from slurm_elastic.slurm.runner import CommandResult, SlurmRunner
 from slurm_elastic.types import JobHistory, JobState, JobView
 from tests.slurm_cluster import SlurmCluster, wait_until
 
@@ -144,3 +147,40 @@ def test_a_job_resized_twice_is_one_history_on_json_and_text(clean_queue: SlurmC
     periods = from_text.allocations
     assert all(a.end == b.start for a, b in itertools.pairwise(periods)), periods
     assert from_json == from_text
+
+
+class RecordingRunner(SlurmRunner):
+    """The real runner, keeping the argv of every read."""
+
+    def __init__(self, slurm_conf: str) -> None:
+        super().__init__(slurm_conf=slurm_conf)
+        self.argvs: list[tuple[str, ...]] = []
+
+    def read(
+        self, argv: Sequence[str], *, timeout_s: float | None = None, label: str | None = None
+    ) -> CommandResult:
+        self.argvs.append(tuple(argv))
+        return super().read(argv, timeout_s=timeout_s, label=label)
+
+
+def test_every_json_read_names_the_versions_data_parser(clean_queue: SlurmCluster) -> None:
+    """Issue 20: from 24.11 a site can change the default data_parser (slurm.conf
+    ``DataParserParameters``; test-matrix.sh's parser leg runs this suite with v0.0.40).
+    After start-up's probe every JSON read names the version's pinned parser, so the site's
+    choice never changes what is read; 22.05's ``--json`` takes no name."""
+    job_id = sbatch(clean_queue, "-N1", "-p", "shared")
+    runner = RecordingRunner(str(clean_queue.conf))
+    backend = CliBackend(runner, history_format="json")
+    caps = backend.probe()
+    runner.argvs.clear()
+    snapshot = backend.read_cluster()
+    backend.read_history(time.time() - 60)
+    backend.read_job(job_id)
+    assert job_id in {j.job_id for j in snapshot.jobs}
+    flags = {a for argv in runner.argvs for a in argv if a.startswith("--json")}
+    if clean_queue.version == "22.05":
+        assert flags == {"--json"}, runner.argvs
+    else:
+        assert flags == {f"--json={PINNED_PARSERS[clean_queue.version]}"}, runner.argvs
+        assert len([a for a in runner.argvs if "--json" in " ".join(a)]) == 4, runner.argvs
+    print(f"site default {caps.json_plugin}; reads with {sorted(flags)}")

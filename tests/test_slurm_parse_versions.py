@@ -135,9 +135,13 @@ def test_generation_is_read_from_meta(version: str, generation: str) -> None:
     if version == "22.05":  # sinfo lists nodes; scontrol has no --json
         assert commands == parse_json.Commands(nodes=("sinfo", "--json"), job=None)
     else:
+        # Read with the version's pinned data_parser whatever generation the site's default.
         assert commands == parse_json.Commands(
-            nodes=("scontrol", "--json", "show", "nodes"), job=("scontrol", "--json", "show", "job")
+            nodes=("scontrol", "--json", "show", "nodes"),
+            job=("scontrol", "--json", "show", "job"),
+            json=f"--json={parse_json.PINNED_PARSERS[version]}",
         )
+        assert commands.named(commands.nodes)[1] == commands.json
 
 
 @pytest.mark.parametrize("kind", ["openapi/v0.0.99", "data_parser/v0.0.39", ""])
@@ -565,3 +569,14 @@ def test_partitions_whole_node_flag_on_every_version(version: str) -> None:
     assert views["batch"].exclusive and views["batch"].is_default
     assert not views["shared"].exclusive and not views["shared"].is_default
     assert views["batch"].nodes == ("n1", "n2", "n3", "n4")
+
+
+def test_a_release_outside_the_matrix_is_read_in_the_generation_it_first_answered() -> None:
+    """A site on a release the project has no captures of (25.05, say): its reads keep the
+    generation of the first document, so a later change of the site's default does not
+    change what is read; 22.05's openapi takes no name."""
+    doc = json.loads(read("24.11", "squeue-pending.0.0.41.json"))
+    doc["meta"]["slurm"]["release"] = "25.05.3"
+    assert parse_json.json_flag(doc, "squeue --json") == "--json=v0.0.41"
+    old = json.loads(read("22.05", "squeue-pending.0.0.38.json"))
+    assert parse_json.json_flag(old, "squeue --json") == "--json"

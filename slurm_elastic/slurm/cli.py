@@ -168,11 +168,17 @@ class CliBackend:
         if self.job_format == "text":
             # The text path has no admin comment (see parse_text.parse_squeue_text).
             return self._squeue_text(_SQUEUE_TEXT)
-        out = self.runner.read(_SQUEUE_JSON, label="squeue --json").stdout
+        out = self.runner.read(self._named(_SQUEUE_JSON), label="squeue --json").stdout
         doc = parse_json.decode(out, "squeue --json")
         jobs = parse_json.squeue(doc)
         self._commands = parse_json.commands(doc, "squeue --json")
         return jobs
+
+    def _named(self, argv: tuple[str, ...]) -> tuple[str, ...]:
+        """``argv``'s ``--json`` naming the data_parser once a document has told which
+        (``parse_json.json_flag``; ``probe`` learns it at start-up): what a site sets as its
+        default (``DataParserParameters``) then never changes what is read."""
+        return argv if self._commands is None else self._commands.named(argv)
 
     def _squeue_text(self, argv: tuple[str, ...]) -> tuple[JobView, ...]:
         """``argv`` + ``-O`` with a separator made for this call (``parse_text``)."""
@@ -191,7 +197,7 @@ class CliBackend:
                 doc, commands = self._learn_commands()
                 if commands.nodes == _SINFO_JSON:
                     return parse_json.sinfo(doc)  # 22.05: the answer already
-            command = commands.nodes
+            command = commands.named(commands.nodes)
             return parse_json.nodes(self.runner.read(command).stdout, " ".join(command))
         except (SlurmRejected, SlurmParseError):
             self._commands = None  # perhaps another Slurm now: ask again next time
@@ -232,7 +238,7 @@ class CliBackend:
         if self.history_format == "json":
             # -D: 24.11+ leave a requeued job's earlier runs out of --json without it
             # (22.05 always listed them); the text path passes it too.
-            argv = ("sacct", "-a", "-D", "--json", *window)
+            argv = self._named(("sacct", "-a", "-D", "--json", *window))
             return parse_json.sacct(self.runner.read(argv, label="sacct --json").stdout)
         separator = parse_text.new_separator()
         argv = (*_SACCT_TEXT, f"--delimiter={separator}", *window)
@@ -250,7 +256,7 @@ class CliBackend:
         # Learnt once at most: a cycle's reads have usually taught it already.
         commands = self._commands or self._learn_commands()[1]
         if commands.job is not None:
-            out = self.runner.read((*commands.job, str(job_id))).stdout
+            out = self.runner.read((*commands.named(commands.job), str(job_id))).stdout
             found = [v for v in parse_json.scontrol_jobs(out) if v.job_id == job_id]
             return found[0] if found else None  # an unknown id: no jobs, exit status 0
         try:

@@ -115,18 +115,44 @@ def _normalise(text: str | bytes | Mapping[str, Any], what: str, function: str, 
     return getattr(module, function)(doc, *args)
 
 
+# The data_parser each release of the matrix is read with, whatever the site made its default
+# (slurm.conf ``DataParserParameters``, from 24.11 on): the generation its fixtures were
+# captured in (tests/fixtures/slurm/<version>), its newest.
+PINNED_PARSERS = {"24.11": "v0.0.42", "26.05": "v0.0.45"}
+
+
+def json_flag(doc: Mapping[str, Any], what: str) -> str:
+    """The ``--json`` option this Slurm's reads use from now on: ``--json=<parser>`` naming
+    the release's pinned parser (``PINNED_PARSERS``), else the generation ``doc`` was
+    written in (a release outside the matrix: a site that changes its default later does not
+    change what is read); plain ``--json`` where the generation has no name to give (22.05's
+    ``openapi/v0.0.38``, which takes no argument)."""
+    release = ".".join(slurm_release(doc, what).split(".")[:2])
+    if release in PINNED_PARSERS:
+        return f"--json={PINNED_PARSERS[release]}"
+    kind = plugin_type(doc, what)
+    if kind.startswith("data_parser/"):
+        return f"--json={kind.removeprefix('data_parser/')}"
+    return "--json"
+
+
 @dataclass(frozen=True, slots=True)
 class Commands:
     """What the Slurm that wrote a document answers, by its JSON generation."""
 
     nodes: tuple[str, ...]  # lists nodes one by one: sinfo --json / scontrol --json show nodes
     job: tuple[str, ...] | None  # shows one job as JSON (+ its id); None: scontrol has no --json
+    json: str = "--json"  # json_flag: the option every JSON read passes
+
+    def named(self, argv: tuple[str, ...]) -> tuple[str, ...]:
+        """``argv`` with its ``--json`` naming the data_parser (``json_flag``)."""
+        return tuple(self.json if arg == "--json" else arg for arg in argv)
 
 
 def commands(doc: Mapping[str, Any], what: str) -> Commands:
     """The :class:`Commands` of the Slurm that wrote ``doc``."""
     module = generation(doc, what)
-    return Commands(nodes=module.NODES_COMMAND, job=module.JOB_COMMAND)
+    return Commands(nodes=module.NODES_COMMAND, job=module.JOB_COMMAND, json=json_flag(doc, what))
 
 
 def squeue(text: str | bytes | Mapping[str, Any]) -> tuple[JobView, ...]:
