@@ -114,9 +114,11 @@ if ! [[ $NODES =~ ^([1-9]|1[0-6])$ ]]; then
     die "--nodes must be an integer 1..16, got '$NODES'"
 fi
 [[ $INSTANCE =~ ^[0-7]$ ]] || die "--instance must be an integer 0..7, got '$INSTANCE'"
+# A value may hold spaces (a PartitionName= line), never a quote, '$', '#' or a newline.
+conf_line='^[A-Za-z]+=[][A-Za-z0-9._,+/:= -]+$'
 for line in "${EXTRA_CONF[@]}"; do
-    [[ $line =~ ^[A-Za-z]+=[A-Za-z0-9._,+/:=-]+$ ]] ||
-        die "--conf must be KEY=VALUE (letters; value without spaces), got '$line'"
+    [[ $line =~ $conf_line ]] ||
+        die "--conf must be KEY=VALUE (a word; letters, digits, spaces, ._,+/:=[]-), got '$line'"
 done
 
 # ------------------------------------------------------------------ versions

@@ -301,10 +301,30 @@ def not_eligible_reason(job: JobView) -> str | None:
     return NOT_ELIGIBLE_REASONS.get(job.state_reason)
 
 
-def not_eligible(classification: Classification) -> dict[int, str]:
-    """Elastic jobs that get no capacity this cycle, with the reason."""
+def not_eligible(
+    classification: Classification, now: float | None = None, requeue_window_s: float = 0.0
+) -> dict[int, str]:
+    """Elastic jobs that get no capacity this cycle, with the reason.
+
+    Not among them: a requeued job (preempted, or ``scontrol requeue``) waiting out the
+    begin time Slurm gave it, when that comes within ``requeue_window_s`` of ``now``.  Slurm
+    starts such a job the moment its begin time passes, at the size pinned for its last
+    run, before a cycle could pin another; so it is planned like any pending job, and it
+    comes back at the size the policy chooses."""
     return {
         job_id: why
         for job_id, ej in classification.elastic.items()
         if (why := not_eligible_reason(ej.job)) is not None
+        and not _requeued_soon(ej.job, now, requeue_window_s)
     }
+
+
+def _requeued_soon(job: JobView, now: float | None, window_s: float) -> bool:
+    begins = job.eligible_time
+    return (
+        now is not None
+        and job.restart_count > 0
+        and job.state_reason == "BeginTime"
+        and begins is not None
+        and begins <= now + window_s
+    )

@@ -113,6 +113,10 @@ class JobView:
     # A pending job's earliest start (its --begin time while Reason=BeginTime); None when
     # running, ended or unknown.
     eligible_time: float | None = None
+    # Slurm runs the job's steps through its step manager (24.05+: the job flag
+    # STEPMGR_ENABLED, set by --stepmgr or SlurmctldParameters=enable_stepmgr), which a
+    # shrink leaves behind (actuate.guards.stepmgr_bars).
+    stepmgr: bool = False
 
     @property
     def is_het(self) -> bool:

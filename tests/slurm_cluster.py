@@ -23,6 +23,7 @@ builds it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import subprocess
@@ -322,3 +323,27 @@ def two_users(slurm_cluster: SlurmCluster) -> tuple[ClusterUser, ClusterUser]:
     if missing:
         _skip_or_fail(f"no Slurm association for {missing}: run scripts/cluster.sh up again")
     return users[0], users[1]
+
+
+@contextlib.contextmanager
+def configured(cluster: SlurmCluster, settings: list[str]) -> Iterator[SlurmCluster]:
+    """The instance restarted with ``settings`` as extra slurm.conf lines (``cluster.sh up
+    --conf``), then restarted as the session had it: for a test of a site's setting
+    (preemption, the step manager).  Every job of the instance is cancelled either way."""
+
+    def up(lines: list[str]) -> None:
+        for job in cluster.active_job_ids():
+            cluster.run("scancel", str(job), check=False)
+        cmd = ["bash", str(CLUSTER_SH), "up", "--slurm", cluster.version]
+        cmd += ["--instance", str(cluster.instance), "--nodes", str(len(cluster.nodes))]
+        for line in lines:
+            cmd += ["--conf", line]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=UP_TIMEOUT_S)
+        if proc.returncode != 0:
+            pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+
+    up(settings)
+    try:
+        yield cluster
+    finally:
+        up([f"{key}={value}" for key, value in site_settings().items()])

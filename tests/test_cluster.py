@@ -115,7 +115,8 @@ def test_status_and_env(slurm_cluster: SlurmCluster) -> None:
         (["up", "--bogus"], "unknown argument '--bogus'"),
         (
             ["up", "--conf", "Data Parser=v0.0.40"],
-            "--conf must be KEY=VALUE (letters; value without spaces), got 'Data Parser=v0.0.40'",
+            "--conf must be KEY=VALUE (a word; letters, digits, spaces, ._,+/:=[]-), "
+            "got 'Data Parser=v0.0.40'",
         ),
         (["up", "--conf", "Key=$(id)"], "--conf must be KEY=VALUE"),
         (["restart"], "unknown command 'restart'"),

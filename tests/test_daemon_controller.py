@@ -336,6 +336,27 @@ def test_a_refused_shrink_leaves_the_policy_only_sizes_at_or_above_the_jobs() ->
     )
 
 
+def test_a_job_under_slurms_step_manager_is_never_shrunk_and_says_why() -> None:
+    """Issue 20: Slurm accepts the shrink of a job whose steps its step manager runs, and
+    leaves the steps running on the removed nodes (up to 26.05): known from the job's
+    flags before acting, so the policy is offered no smaller size and no shrink is sent."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"), stepmgr=True)])
+    seen: list[tuple[int, ...]] = []
+
+    def shrink_it(problem: AllocationProblem, name: str) -> Plan:
+        seen.append(problem.elastic[0].allowed_sizes)
+        return targets({8: 2})(problem, name)
+
+    ctl, backend, journal, _ = make(snap, shrink_it, ack_timeout_s=5, hard_shrink=True)
+    ctl.run_once(1000.0)
+    result = ctl.run_once(1006.0)
+    assert backend.actions() == [] and journal.all_actions() == ()
+    assert seen[-1] == (4,)
+    assert {r.job_id: r.reason for r in result.jobs}[8].startswith(
+        "blocked: shrink barred: the job's steps run under Slurm's step manager"
+    )
+
+
 def test_a_start_at_size_slurm_refuses_leaves_the_job_to_slurm() -> None:
     ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 2})
     backend.refuse["pin"] = "Requested node configuration is not available"

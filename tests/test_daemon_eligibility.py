@@ -141,3 +141,22 @@ def test_running_and_requeued_states() -> None:
     requeued = replace(pending(2), state=JobState.REQUEUED, state_reason="BeginTime")
     assert not_eligible_reason(requeued) == "begin time"
     assert not_eligible_reason(replace(pending(3), state_reason="QOSMaxNodePerJobLimit")) is None
+
+
+def test_a_requeued_job_is_planned_before_its_begin_time_to_return_at_the_policys_size() -> None:
+    """Issue 20: a preempted (requeued) job waits out a begin time, then Slurm starts it at
+    once at the size pinned for its last run, before any cycle could pin another.  So a
+    requeued job whose begin time is near is planned like any pending one and pinned now;
+    a job that merely asked for a later --begin still waits, and so does one far off."""
+    soon = replace(pending(7), state_reason="BeginTime", restart_count=1, eligible_time=1030.0)
+    ctl, backend = enforcing(snapshot([soon]), targets({7: 3}))
+    ctl.run_once(1000.0)
+    assert backend.actions() == [("pin", (7, 3))]
+    later_begin = replace(soon, restart_count=0)  # sbatch --begin: not a requeue
+    far = replace(soon, eligible_time=1000.0 + 86_400)
+    for waiting in (later_begin, far):
+        ctl, backend = enforcing(snapshot([waiting]), targets({7: 3}))
+        result = ctl.run_once(1000.0)
+        assert backend.actions() == [] and {r.job_id: r.reason for r in result.jobs}[7] == (
+            "begin time"
+        )

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.daemon.drill import ResizeDrill
+from slurm_elastic.errors import AgentError
 from slurm_elastic.marker import format_marker
 from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.types import ActionKind, ElasticSpec
-from tests.slurm_cluster import SlurmCluster, wait_until
+from tests.slurm_cluster import SlurmCluster, configured, wait_until
 
 pytestmark = [pytest.mark.slurm]
 
@@ -69,3 +70,43 @@ def test_a_shrink_slurm_refuses_is_recorded_and_never_sent_again(
         assert view is not None and len(view.nodes) == 2  # Slurm kept it as it was
     finally:
         clean_queue.run("scancel", str(job_id), check=False)
+
+
+STEPMGR = ["SlurmctldParameters=enable_stepmgr", "PrologFlags=contain"]  # 24.05+ needs both
+
+
+def test_a_job_under_the_step_manager_is_never_shrunk(
+    clean_queue: SlurmCluster, tmp_path: Path
+) -> None:
+    """Slurm accepts the shrink of a job whose steps its step manager runs, and leaves the
+    steps running on the removed nodes (up to 26.05): the daemon reads the job's
+    ``STEPMGR_ENABLED`` flag and never sends that shrink; its REASON says why."""
+    if clean_queue.version == "22.05":
+        pytest.skip("Slurm 22.05 has no step manager")
+    with configured(clean_queue, STEPMGR):
+        marker = format_marker(ElasticSpec(1, 3))
+        out = clean_queue.run(
+            "sbatch", "--parsable", "--nodes=1-3", f"--comment={marker}", "-o", "/dev/null",
+            f"--chdir={tmp_path}", "--wrap", "sleep 300",
+        ).stdout  # fmt: skip
+        job_id = int(out.strip().split(";")[0])
+        wait_until(lambda: _size(job_id) == ("RUNNING", 3), 30, "the job on 3 nodes")
+        view = CliBackend().read_job(job_id)
+        assert view is not None and view.stepmgr
+        with ResizeDrill(
+            CliBackend(), tmp_path / "state", ack_timeout_s=1.0, hard_shrink=True
+        ) as drill:
+            with pytest.raises(AgentError, match="did not resize"):
+                drill.resize(job_id, 1, timeout_s=4)
+            last = drill.last
+            rows = drill.journal.actions_for(job_id)
+        assert rows == ()  # not even tried
+        assert last is not None
+        reason = {r.job_id: r.reason for r in last.jobs}[job_id]
+        assert reason.startswith("blocked: shrink barred: the job's steps run under"), reason
+        assert _size(job_id) == ("RUNNING", 3)
+
+
+def _size(job_id: int) -> tuple[str, int]:
+    view = CliBackend().read_job(job_id)
+    return ("GONE", 0) if view is None else (view.state.value, len(view.nodes))

@@ -580,3 +580,18 @@ def test_a_release_outside_the_matrix_is_read_in_the_generation_it_first_answere
     assert parse_json.json_flag(doc, "squeue --json") == "--json=v0.0.41"
     old = json.loads(read("22.05", "squeue-pending.0.0.38.json"))
     assert parse_json.json_flag(old, "squeue --json") == "--json"
+
+
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_a_job_under_the_step_manager_is_told_from_its_flags(version: str) -> None:
+    """``STEPMGR_ENABLED`` in a job's ``flags`` (measured on 24.11 with
+    SlurmctldParameters=enable_stepmgr): the daemon will not shrink it (guards.stepmgr_bars)."""
+    generation = {"24.11": "0.0.42", "26.05": "0.0.45"}[version]
+    doc = json.loads(read(version, f"squeue-pending.{generation}.json"))
+    assert not any(v.stepmgr for v in parse_json.squeue(doc))
+    doc["jobs"][0]["flags"] = [*doc["jobs"][0].get("flags", []), "STEPMGR_ENABLED"]
+    views = parse_json.squeue(doc)
+    assert views[0].stepmgr and not any(v.stepmgr for v in views[1:])
+    doc["jobs"][0]["flags"] = "STEPMGR_ENABLED"
+    with pytest.raises(SlurmParseError, match="flags: not a list"):
+        parse_json.squeue(doc)

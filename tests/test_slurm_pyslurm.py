@@ -380,3 +380,13 @@ def test_a_backend_needs_a_slurm_conf(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"pyslurm backend: no slurm.conf at .*/none\.conf"):
         PyslurmBackend(module, slurm_conf=str(tmp_path / "none.conf"))
     assert calls == []  # libslurm was not re-initialised on a missing file
+
+
+def test_a_job_under_the_step_manager_is_told_from_its_flags() -> None:
+    """Issue 20: pyslurm hands a job's flags over as one integer (``bitflags``); slurm.h's
+    STEPMGR_ENABLED is bit 41 in 24.11 and 26.05 (unused in 22.05, whose captures have it
+    clear)."""
+    raw = dict(records("pyslurm-jobs.json")["1017"])
+    assert job_view(raw).stepmgr is False
+    raw["bitflags"] = int(raw.get("bitflags") or 0) | 1 << 41
+    assert job_view(raw).stepmgr is True

@@ -152,6 +152,22 @@ def refusal_bars(
     return bars
 
 
+def stepmgr_bars(elastic: Mapping[int, ElasticJob]) -> dict[tuple[int, ActionKind], str]:
+    """(job, SHRINK) -> why, for each running job whose steps Slurm's step manager runs
+    (``JobView.stepmgr``: the job flag ``STEPMGR_ENABLED``).  Known before acting: a shrink
+    of such a job does not tell the step manager to end the steps on the removed nodes, so
+    they run on there (SchedMD ticket 25167, fixed after 26.05: every version of the
+    matrix that has a step manager, 24.11 and 26.05; 22.05 has none).  Slurm accepts that
+    shrink, so no refusal would ever say so."""
+    return {
+        (job_id, ActionKind.SHRINK): "shrink barred: the job's steps run under Slurm's step "
+        "manager (STEPMGR_ENABLED), which a shrink leaves running on the removed nodes up to "
+        "Slurm 26.05"
+        for job_id, ej in elastic.items()
+        if ej.job.stepmgr and ej.job.is_running
+    }
+
+
 # --------------------------------------------------------------------------- actions
 
 

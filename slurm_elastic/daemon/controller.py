@@ -47,6 +47,7 @@ from slurm_elastic.actuate.guards import (
     grow_retry_reason,
     limit_resizes,
     refusal_bars,
+    stepmgr_bars,
 )
 from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.actuate.journal import JournalStore
@@ -260,12 +261,13 @@ class Controller:
                 frozen[rec.action.job_id] = f"shrink {rec.outcome} this cycle"
         # Held / dependency / begin-time jobs get no capacity (build_problem leaves them
         # out); as "frozen" they are not acted on and their REASON says why.
-        waiting = not_eligible(cls)
+        waiting = not_eligible(cls, now, self.config.guards.payback_horizon_s)
         for job_id, reason in waiting.items():
             frozen.setdefault(job_id, reason)
-        # What Slurm refused stays refused: a pin keeps the job as Slurm has it (frozen),
-        # a shrink leaves the job only the sizes at or above its own.
-        bars = refusal_bars(self.journal.refusals(), cls.elastic)
+        # What Slurm refused stays refused, and what Slurm would do wrong is not asked: a
+        # pin keeps the job as Slurm has it (frozen), a shrink leaves the job only the sizes
+        # at or above its own.
+        bars = stepmgr_bars(cls.elastic) | refusal_bars(self.journal.refusals(), cls.elastic)
         no_shrink: dict[int, str] = {}
         for (job_id, kind), refused in bars.items():
             if kind is ActionKind.START_AT_SIZE:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from slurm_elastic.errors import SlurmParseError
 from slurm_elastic.slurm import convert as cv
 from slurm_elastic.slurm import semantics
 from slurm_elastic.types import JobView
@@ -85,4 +86,17 @@ def job_view(raw: Mapping[str, Any], index: int, what: str) -> JobView:
             raw.get("current_working_directory"), f"{where}: current_working_directory"
         ),
         dependency=cv.as_str(raw.get("dependency"), f"{where}: dependency"),
+        stepmgr=STEPMGR_FLAG in _flags(raw.get("flags"), f"{where}: flags"),
     )
+
+
+STEPMGR_FLAG = "STEPMGR_ENABLED"  # v0.0.40+ job flags (24.05+); 22.05 has no step manager
+
+
+def _flags(value: Any, where: str) -> tuple[str, ...]:
+    """A job record's ``flags``: a list of names (v0.0.40+); absent (v0.0.38) is none."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SlurmParseError(f"{where}: not a list: {cv.short(value, 60)}")
+    return tuple(cv.as_str(v, where) for v in value)

@@ -168,8 +168,11 @@ JOB_FIELDS = (
     "tres_per_node", "tres_per_job", "nodes", "batch_host", "state_reason", "time_limit",
     "submit_time", "start_time", "end_time", "resize_time", "restart_cnt", "user_id",
     "name", "account", "partition", "qos", "comment", "admin_comment", "work_dir",
-    "dependency", "het_job_id", "het_job_offset", "priority", "eligible_time",
+    "dependency", "het_job_id", "het_job_offset", "priority", "eligible_time", "bitflags",
 )  # fmt: skip
+# slurm.h's STEPMGR_ENABLED job flag, SLURM_BIT(41) in 24.11 and 26.05 (unused in 22.05):
+# pyslurm hands the job's flags over as one integer.
+STEPMGR_BIT = 1 << 41
 _job_key = operator.itemgetter(*JOB_FIELDS)
 
 
@@ -236,6 +239,7 @@ def _job(raw: Mapping[str, Any], job_id: int, user_name: Callable[[int], str]) -
         ),
         work_dir=cv.as_str(raw.get("work_dir"), "work_dir"),
         dependency=cv.as_str(raw.get("dependency"), "dependency"),
+        stepmgr=bool(cv.as_int(raw.get("bitflags"), "bitflags", default=0) & STEPMGR_BIT),
     )
 
 
