@@ -357,6 +357,22 @@ def test_a_job_under_slurms_step_manager_is_never_shrunk_and_says_why() -> None:
     )
 
 
+def test_a_pending_job_under_the_step_manager_starts_at_its_smallest_size() -> None:
+    """It will keep whatever it starts with: started above its minimum it would hold nodes no
+    reclaim can take back, so the policy is offered only its smallest size (more comes as
+    companion jobs, which a reclaim can cancel)."""
+    snap = snapshot([pending(7, lo=2, hi=4, stepmgr=True), pending(8, lo=2, hi=4)])
+    seen: dict[int, tuple[int, ...]] = {}
+
+    def record(problem: AllocationProblem, name: str) -> Plan:
+        seen.update((e.job_id, e.allowed_sizes) for e in problem.elastic)
+        return keep_current_plan(problem, "test")
+
+    ctl, _backend, _journal, _ = make(snap, record)
+    ctl.run_once(1000.0)
+    assert seen == {7: (2,), 8: (2, 3, 4)}
+
+
 def test_a_start_at_size_slurm_refuses_leaves_the_job_to_slurm() -> None:
     ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 2})
     backend.refuse["pin"] = "Requested node configuration is not available"

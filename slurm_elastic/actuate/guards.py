@@ -158,13 +158,14 @@ def stepmgr_bars(elastic: Mapping[int, ElasticJob]) -> dict[tuple[int, ActionKin
     of such a job does not tell the step manager to end the steps on the removed nodes, so
     they run on there (SchedMD ticket 25167, fixed after 26.05: every version of the
     matrix that has a step manager, 24.11 and 26.05; 22.05 has none).  Slurm accepts that
-    shrink, so no refusal would ever say so."""
+    shrink, so no refusal would ever say so.  A pending one is barred too: it starts at its
+    smallest size (``daemon.problem.elastic_demand``)."""
     return {
         (job_id, ActionKind.SHRINK): "shrink barred: the job's steps run under Slurm's step "
         "manager (STEPMGR_ENABLED), which a shrink leaves running on the removed nodes up to "
         "Slurm 26.05"
         for job_id, ej in elastic.items()
-        if ej.job.stepmgr and ej.job.is_running
+        if ej.job.stepmgr and (ej.job.is_running or ej.job.is_pending)
     }
 
 

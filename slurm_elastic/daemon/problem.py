@@ -171,12 +171,15 @@ def elastic_demand(
     loan_yields: bool = False,
     no_shrink: bool = False,
 ) -> ElasticDemand:
-    """``no_shrink``: Slurm refused to shrink the job (``actuate.guards.refusal_bars``):
-    it is offered no size below its current one."""
+    """``no_shrink``: the job may not be shrunk (``actuate.guards``: Slurm refused it, or its
+    steps run under Slurm's step manager).  It keeps whatever it starts with, so a pending
+    one is offered only its smallest size (more comes as companion jobs, which a reclaim
+    can take back: no user gets a start above the minimum by making their job
+    unshrinkable), and a running one nothing below its own size."""
     current = ej.effective_nodes
     sizes = offered_sizes(ej)
     if no_shrink:
-        sizes = tuple(n for n in sizes if n >= current)
+        sizes = sizes[:1] if ej.job.is_pending else tuple(n for n in sizes if n >= current)
     return ElasticDemand(
         job_id=ej.job.job_id,
         partition=first_partition(ej.job),
