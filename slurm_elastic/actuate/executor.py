@@ -184,7 +184,7 @@ class Executor:
         backend checks the state just before): a fact about the job, kept as the journal's
         ``refused`` row with Slurm's message, which bars that kind of action on the job
         (``actuate.guards.refusal_reason``) instead of a retry every cycle."""
-        detail = exc.slurm_message or str(exc)
+        detail = _refusal(exc)
         self.journal.mark(action_id, ActionStatus.REFUSED, now, detail=detail)
         return self._done(action, ActionOutcome.REFUSED, detail, action_id)
 
@@ -363,8 +363,7 @@ class Executor:
             if parent_nodes < ej.job.node_count:
                 self.backend.shrink(ej.job.job_id, parent_nodes)
         except SlurmRejected as exc:  # as for a pin (``_refused``): a fact, not retried
-            detail = exc.slurm_message or str(exc)
-            return self._end_shrink(entry, ActionStatus.REFUSED, detail, now)
+            return self._end_shrink(entry, ActionStatus.REFUSED, _refusal(exc), now)
         except SlurmError as exc:
             return self._end_shrink(entry, ActionStatus.FAILED, str(exc), now)
         return self._end_shrink(entry, ActionStatus.APPLIED, why, now)
@@ -426,6 +425,11 @@ class Executor:
             detail=detail,
         )
         return ActionRecord(action, outcome, detail, action_id)
+
+
+def _refusal(exc: SlurmRejected) -> str:
+    """A refusal's journal detail and REASON: Slurm's own message when it gave one."""
+    return exc.slurm_message or str(exc)
 
 
 def _companion_nodes(action: Action) -> int:
