@@ -278,6 +278,13 @@ def _offered_sizes(
     return tuple(sorted(sizes))
 
 
+def pinned_to(job: JobView, nodes: int) -> bool:
+    """Whether a pending job's node request is exactly ``nodes`` (``NumNodes=n-n``).
+    Slurm 22.05's JSON shows no maximum for a requeued job pending again (``max_nodes``
+    0: ``slurm.parse_v0038``), so there the minimum alone says it."""
+    return job.min_nodes == nodes and job.max_nodes in (nodes, None)
+
+
 # --------------------------------------------------------------------------- eligibility
 
 # squeue's state_reason for pending jobs that cannot start now, as Slurm 22.05 spells it

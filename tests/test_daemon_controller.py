@@ -28,6 +28,7 @@ from slurm_elastic.types import (
     AllocationProblem,
     ClusterSnapshot,
     JobState,
+    JobView,
     Plan,
     ProgressReport,
     SolverStatus,
@@ -384,6 +385,58 @@ def test_a_start_at_size_slurm_refuses_leaves_the_job_to_slurm() -> None:
         "start at size refused by Slurm: Requested node configuration is not available"
     )
     assert [e.status for e in journal.all_actions()] == [ActionStatus.REFUSED]
+
+
+# A requeued job (preempted while at 2 nodes of its own and a pending grow to 3): Slurm
+# keeps its node request across the requeue, so NumNodes reads 2-2.
+REQUEUED = pending(7, lo=2, hi=2, comment="elastic:min=1,max=4", restart_count=1)
+AT_3 = replace(REQUEUED, min_nodes=3, max_nodes=3)  # the same, pinned to 3
+
+
+# "pin 2, grow 3": what the journal holds of the policy's actions on job 7.
+HISTORY = {
+    "pin": (ActionKind.START_AT_SIZE, ActionStatus.APPLIED),
+    "grow": (ActionKind.GROW, ActionStatus.APPLIED),
+    "failed": (ActionKind.GROW, ActionStatus.FAILED),
+}
+
+
+def planned(journal: Journal, *steps: tuple[ActionKind, ActionStatus, int]) -> None:
+    """The journal's record of what the policy did to job 7 before it was requeued."""
+    for at, (kind, status, to_nodes) in enumerate(steps):
+        action_id = journal.record_intent(Action(kind, 7, 0, to_nodes), float(at))
+        journal.mark(action_id, status, float(at))
+
+
+@pytest.mark.parametrize(
+    ("view", "target", "history", "expected"),
+    [
+        # Not started now: pinned to the size last planned for it (its grow to 3).
+        (REQUEUED, 0, "pin 2, grow 3", [("pin", (7, 3))]),
+        # A grow whose companion failed was not the job's size: the pin before it was.
+        (AT_3, 0, "pin 2, failed 4", [("pin", (7, 2))]),
+        (REQUEUED, 4, "pin 2, grow 3", [("pin", (7, 4))]),  # started now: the plan's size
+        (REQUEUED, 0, "", []),  # the daemon never sized it: Slurm's request stands
+        (replace(REQUEUED, restart_count=0), 0, "pin 2, grow 3", []),  # not requeued
+        (AT_3, 0, "pin 2, grow 3", []),  # already pinned there
+        # Slurm 22.05's JSON shows no maximum for a requeued job: its minimum says it.
+        (replace(AT_3, max_nodes=None), 0, "pin 2, grow 3", []),
+    ],
+)
+def test_a_requeued_job_comes_back_at_the_size_the_policy_last_chose(
+    view: JobView, target: int, history: str, expected: list[tuple[str, object]]
+) -> None:
+    """Issue 20, item 4: Slurm starts a requeued job the moment nodes free, at the size
+    pinned for its parent's own nodes in its last run, before a cycle can pin another.  So
+    while the plan starts it nowhere, it is pinned to the size the policy last chose."""
+    ctl, backend, journal, _ = make(snapshot([view]), {7: target})
+    steps = [step.split() for step in history.split(", ") if step]
+    planned(journal, *(HISTORY[verb] + (int(n),) for verb, n in steps))
+    result = ctl.run_once(1000.0)
+    assert backend.actions() == expected
+    if expected and target == 0:
+        (record,) = result.actions
+        assert record.action.reason == "requeued: last planned size", record
 
 
 def test_a_refusal_that_is_not_slurms_stays_a_failure_and_is_retried() -> None:

@@ -12,20 +12,37 @@ goes into the action so the shrink instruction can tell the job which nodes stay
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from slurm_elastic.cluster_state import Classification, ElasticJob, shrink_layout
+from slurm_elastic.actuate.journal import ActionStatus, JournalEntry
+from slurm_elastic.cluster_state import Classification, ElasticJob, pinned_to, shrink_layout
 from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.types import Action, ActionKind, JobView, Plan
 
+# The reason of a requeued job's pin to its last planned size (``diff``'s ``returning``).
+RETURNING = "requeued: last planned size"
 
-def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) -> list[Action]:
+
+def diff(
+    plan: Plan,
+    classification: Classification,
+    frozen: Mapping[int, str],
+    returning: Mapping[int, int] | None = None,
+) -> list[Action]:
     """Actions that move every unfrozen elastic job to its planned size, and a job frozen
     by dwell or cooldown to the size a reclaim gives it.
+
+    ``returning``: requeued jobs (preempted, or ``scontrol requeue``) -> the size the
+    policy last chose for them (``last_planned_size``).  Slurm keeps a job's node request
+    across a requeue and starts it the moment nodes free, before a cycle can pin another
+    size, so a requeued job the plan does not start now is pinned to that size: it comes
+    back at the policy's size for it, not at its parent's own share of it (a grow's
+    companions are gone).  When a plan can start it, the plan's size is pinned instead.
 
     Order: pins of pending jobs first (they only use free nodes), then shrinks (they
     free nodes), then grows, so the per-cycle resize limit favours freeing capacity.
     """
+    returning = returning or {}
     pins: list[Action] = []
     shrinks: list[Action] = []
     grows: list[Action] = []
@@ -38,8 +55,10 @@ def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) 
             continue
         target = decision.target_nodes
         rule = decision.explanation.rule
+        if ej.job.is_pending and target == 0 and decision.job_id in returning:
+            target, rule = returning[decision.job_id], RETURNING
         if ej.job.is_pending:
-            if target > 0 and not (ej.job.min_nodes == target == ej.job.max_nodes):
+            if target > 0 and not pinned_to(ej.job, target):
                 pins.append(Action(ActionKind.START_AT_SIZE, ej.job.job_id, 0, target, reason=rule))
             continue
         if not ej.job.is_running:
@@ -83,6 +102,14 @@ def diff(plan: Plan, classification: Classification, frozen: Mapping[int, str]) 
                 )
             )
     return [*pins, *shrinks, *grows]
+
+
+def last_planned_size(entries: Iterable[JournalEntry]) -> int | None:
+    """The size the policy last chose for a job: the target of its newest applied pin,
+    grow or shrink (a grow whose companion failed is not applied), or None."""
+    sized = (ActionKind.START_AT_SIZE, ActionKind.GROW, ActionKind.SHRINK)
+    applied = [e for e in entries if e.kind in sized and e.status is ActionStatus.APPLIED]
+    return max(applied, key=lambda e: e.id).action.to_nodes if applied else None
 
 
 def _node_counts(ej: ElasticJob, companions: tuple[int, ...]) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from slurm_elastic.actuate.journal import ActionStatus, JournalEntry, JournalStore
-from slurm_elastic.cluster_state import orphan_reason
+from slurm_elastic.cluster_state import orphan_reason, pinned_to
 from slurm_elastic.errors import SlurmError
 from slurm_elastic.marker import companion_parent
 from slurm_elastic.slurm.backend import SlurmBackend
@@ -130,7 +130,7 @@ def _seen_done(entry: JournalEntry, active: dict[int, JobView]) -> tuple[bool, s
         return False, "job has ended"
     if entry.kind is ActionKind.START_AT_SIZE:
         if job.is_pending:
-            done = job.min_nodes == entry.action.to_nodes == job.max_nodes
+            done = pinned_to(job, entry.action.to_nodes)
         else:
             done = job.node_count == entry.action.to_nodes
         return done, "pin not visible in Slurm"

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from slurm_elastic.actuate.diff import companion_cleanup, diff
+from slurm_elastic.actuate.diff import companion_cleanup, diff, last_planned_size
 from slurm_elastic.actuate.executor import ActionRecord, Executor
 from slurm_elastic.actuate.guards import (
     GuardKnobs,
@@ -483,6 +483,7 @@ class Controller:
         blocked shrink, its grows and pins wait for the next cycle (deferred).
         """
         held = dict(frozen)
+        returning = self._returning(cls)
         yields = set(yielding)
         bars = bars or {}
         no_shrink = frozenset(job for job, kind in bars if kind is ActionKind.SHRINK)
@@ -503,7 +504,8 @@ class Controller:
                 no_shrink=no_shrink,
             )
             plan = self._decide(problem)
-            allowed, blocked = self._screen(diff(plan, cls, held), cls, outlooks, now, bars)
+            actions = diff(plan, cls, held, returning)
+            allowed, blocked = self._screen(actions, cls, outlooks, now, bars)
             needs = [r for r in blocked if r.action.kind is ActionKind.SHRINK]
             if not needs or not any(a.kind in _TAKES_NODES for a in allowed):
                 return plan, allowed, blocked_shrinks + blocked
@@ -518,6 +520,17 @@ class Controller:
         ]
         kept = [a for a in allowed if a.kind not in _TAKES_NODES]
         return plan, kept, blocked_shrinks + others + deferred
+
+    def _returning(self, cls: Classification) -> dict[int, int]:
+        """Requeued elastic jobs -> the size the policy last chose for them (``diff``)."""
+        requeued = (
+            j for j, ej in cls.elastic.items() if ej.job.is_pending and ej.job.restart_count
+        )
+        return {
+            job_id: size
+            for job_id in requeued
+            if (size := last_planned_size(self.journal.actions_for(job_id))) is not None
+        }
 
     def _decide(self, problem: AllocationProblem) -> Plan:
         try:
