@@ -7,9 +7,9 @@ NODES ?= 4
 # Slurm version of `make demo` / `make cluster-up` (22.05: the host's; 24.11: Debian 13's,
 # the default; 26.05: Debian unstable's).  `make test` runs every version.
 SLURM ?= 24.11
-# The legs `make test` runs, in order (scripts/test-matrix.sh): a Slurm version each, and
-# the pyslurm backend inside the 24.11 root.
-TEST_LEGS ?= 22.05 24.11 26.05 parser-24.11 pyslurm-24.11
+# The legs `make test` runs, in order (scripts/test-matrix.sh): the tests that need no
+# cluster, a Slurm version each, and the pyslurm backend inside the 24.11 root.
+TEST_LEGS ?= unit 22.05 24.11 26.05 parser-24.11 pyslurm-24.11
 # Which local cluster instance (0..7) cluster-up/test use; instance 0 is /etc/slurm/slurm.conf.
 INSTANCE ?= $(or $(SLURM_ELASTIC_TEST_INSTANCE),0)
 export PYTHONUNBUFFERED := 1

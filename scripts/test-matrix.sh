@@ -4,7 +4,11 @@
 #   bash scripts/test-matrix.sh [--instance K] [--legs "22.05 24.11 26.05 ..."]
 #
 # Legs (each brings its cluster up first; a cluster that cannot come up fails the leg):
-#   22.05          the whole suite on the host's Slurm 22.05
+#   unit           the tests that need no cluster (`-m "not slurm"`), on two pytest-xdist
+#                  workers (they share nothing; the live tests share one cluster, so they
+#                  run one at a time)
+#   22.05          the live-cluster tests (`-m slurm`) on the host's Slurm 22.05, the
+#                  default version: those marked default_slurm_only run here alone
 #   24.11, 26.05   the live-cluster tests (`-m slurm`: backend, daemon, markers, the torch
 #                  end-to-end and demo tests) on Debian's 24.11 and 26.05
 #   parser-24.11   the live backend and parser tests on 24.11 with a site's non-default
@@ -21,7 +25,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
 PYTHON=${PYTHON:-python3}
 INSTANCE=${SLURM_ELASTIC_TEST_INSTANCE:-0}
-LEGS=${TEST_LEGS:-"22.05 24.11 26.05 parser-24.11 pyslurm-24.11"}
+LEGS=${TEST_LEGS:-"unit 22.05 24.11 26.05 parser-24.11 pyslurm-24.11"}
 while [[ $# -gt 0 ]]; do
     case $1 in
         --instance) INSTANCE=${2:?}; shift 2 ;;
@@ -91,8 +95,8 @@ root_of() { # version: its root directory, as cluster.sh prints it
 
 for leg in $LEGS; do
     case $leg in
-        22.05) run_leg 22.05 22.05 -q --durations=20 tests ;;
-        24.11 | 26.05) run_leg "$leg" "$leg" -q --durations=20 -m slurm tests ;;
+        unit) run_leg unit 22.05 -q --durations=20 -n 2 -m "not slurm" tests ;;
+        22.05 | 24.11 | 26.05) run_leg "$leg" "$leg" -q --durations=20 -m slurm tests ;;
         parser-24.11) SLURM_ELASTIC_TEST_CONF=DataParserParameters=v0.0.40 run_leg "$leg" 24.11 \
             -q -m slurm tests/test_slurm_backend_live.py tests/test_slurm_parse_live.py \
             -k "not history_keeps and not resized_twice" ;; # sacct's JSON: the names test reads it
