@@ -22,7 +22,16 @@ its first step (the first step one of its two replica groups took part in), and
 ``all_joined_s`` to the first step both took part in (the job at 3).  The same run then
 measures the torchrun mode too, for comparison, unless ``--no-compare``.
 
+``--end-to-end`` (issue 20, item 6) runs one whole job per mode instead, torchft and
+torchrun, under the same schedule, set by training progress so both modes meet each change
+at the same step (10 ms of work a sample): 2 nodes; at step 20 the daemon grows it to 3 (a
+companion); at step 70 it shrinks it to 2 (the companion given back); at step 120 one of
+its nodes is lost without warning (``scontrol update NumNodes=1`` with the daemon gone, as
+a node failure leaves the job); then it trains to the end (200 steps).  Completion is
+from Slurm's StartTime of the job to its last training step.
+
     python scripts/bench_resize.py [--instance 4] [--repeat 1] [--mode torchrun|torchft]
+    python scripts/bench_resize.py --end-to-end [--repeat 3]
 
 (``--mode torchrun``, the default, measures what it always did.)
 
@@ -30,9 +39,11 @@ Last line (medians over ``--repeat`` runs; steps lost: the worst single resize):
 ``--mode torchrun``: ``shrink_resume_s=... grow_resume_s=... requeue_resume_s=...
 steps_lost=... requeue_steps_lost=...``; ``--mode torchft``: ``shrink_pause_s=...
 grow_pause_s=... join_ready_s=... all_joined_s=... steps_lost=...`` then the torchrun
-figures as ``torchrun_shrink_resume_s=...`` and so on.  ``load_avg``, the 5-minute load
-average at the end, says how contended the machine was: every new worker process pays for
-Python and ``import torch``, which is CPU-bound.
+figures as ``torchrun_shrink_resume_s=...`` and so on.  ``--end-to-end``:
+``e2e_torchft_s=... e2e_torchrun_s=... resizes=2 node_losses=1`` (medians), then each
+mode's steps lost and its slowest change's stall.  ``load_avg``, the 5-minute load average
+at the end, says how contended the machine was: every new worker process pays for Python
+and ``import torch``, which is CPU-bound.
 """
 
 from __future__ import annotations
@@ -63,11 +74,11 @@ def cluster_env(version: str, instance: int) -> None:
     use_cluster(version, instance)
 
 
-def submit(work: Path, api: str, mode: str = "torchrun") -> int:
+def submit(work: Path, api: str, mode: str = "torchrun", pace: list[str] = PACE) -> int:
     from slurm_elastic.slurm.cli import CliBackend
 
     work.mkdir(parents=True, exist_ok=True)
-    train = [str(EXAMPLE), *TRAIN, *PACE, "--sample-log", str(work / "log")]
+    train = [str(EXAMPLE), *TRAIN, *pace, "--sample-log", str(work / "log")]
     script = (
         "#!/bin/bash\n#SBATCH --nodes=1-3\n#SBATCH --comment=elastic:min=1,max=3\n"
         f"#SBATCH --output={work}/job-%j.out\n#SBATCH --requeue\n"
@@ -255,6 +266,99 @@ def requeue_run(root: Path) -> tuple[float, int]:
     return requeue_s, sum(steps_lost(read_records(work / "log")))
 
 
+# --end-to-end: the schedule, by the training's own step count (one epoch is 50 steps).
+E2E_GROW_AT, E2E_SHRINK_AT, E2E_LOSS_AT = 20, 70, 120
+E2E_STEPS = 200  # the TRAIN job: 2400 samples, 48 a step, 4 epochs
+# 10 ms a sample: about 0.25 s a step at 2 nodes, so each size lasts 10-30 s of training.
+E2E_PACE = ["--sample-sleep", "0.01", *PACE[2:]]
+
+
+def last_step(work: Path) -> int:
+    from slurm_elastic.samplelog import read_records
+
+    return max((r["step"] for r in read_records(work / "log")), default=-1)
+
+
+def end_to_end_run(root: Path, mode: str) -> tuple[float, int, float]:
+    """(completion_s, steps lost, the slowest change's stall) of one job in ``mode`` under
+    the --end-to-end schedule.  A change's stall: the longest wait between two consecutive
+    steps of the job (any node) from the change to its first step at the new size."""
+    from slurm_elastic.daemon.drill import ResizeDrill
+    from slurm_elastic.samplelog import first_time_at, read_records, steps_lost
+    from slurm_elastic.slurm.cli import CliBackend
+
+    work = root / f"e2e-{mode}"
+    backend = CliBackend()
+    changes: list[tuple[float, int]] = []  # (when, the step it came at)
+    job = 0
+    try:
+        with ResizeDrill(backend, root / f"daemon-state-e2e-{mode}") as drill:
+            job = submit(work, drill.url, mode=mode, pace=E2E_PACE)
+            for at, size in ((E2E_GROW_AT, 3), (E2E_SHRINK_AT, 2)):
+                wait(lambda at=at: last_step(work) >= at, 300, f"step {at}")
+                changes.append((time.time(), last_step(work)))
+                done = drill.resize(job, size)
+                if done.outcome != "applied":
+                    raise SystemExit(
+                        f"bench_resize: resize to {size} {done.outcome}: {done.detail}"
+                    )
+                print(f"{mode}: step {changes[-1][1]}: resized to {size}", flush=True)
+        # The daemon is gone (it would grow the job back): the node is lost unannounced.
+        wait(lambda: last_step(work) >= E2E_LOSS_AT, 300, f"step {E2E_LOSS_AT}")
+        changes.append((time.time(), last_step(work)))
+        subprocess.run(
+            ["scontrol", "update", f"JobId={job}", "NumNodes=1"],
+            check=True,
+            timeout=30,
+            capture_output=True,
+        )
+        print(f"{mode}: step {changes[-1][1]}: a node lost", flush=True)
+
+        def ended() -> bool:
+            view = backend.read_job(job)
+            return view is None or not (view.is_running or view.is_pending)
+
+        wait(ended, 600, "the job's end")
+        started = started_at(job)
+    finally:
+        if job:
+            cancel(job)
+    records = read_records(work / "log")
+    if max(r["step"] for r in records) < E2E_STEPS - 1:
+        raise SystemExit(f"bench_resize: the {mode} job ended before its last step")
+    completion = max(r["t"] for r in records) - started
+    times = sorted(r["t"] for r in records)
+    stalls = []
+    for (when, _step), world in zip(changes, (3, 2, 1), strict=True):
+        # From the last step before the change to the first at the new size.
+        at_new = first_time_at(records, world, when) or max(times)
+        window = [t for t in times if t < when][-1:] + [t for t in times if when <= t <= at_new]
+        stalls.append(max((b - a for a, b in itertools.pairwise(window)), default=0.0))
+    print(f"{mode}: completed in {completion:.1f} s; stalls {[round(x, 2) for x in stalls]}")
+    return completion, max(steps_lost(records), default=0), max(stalls)
+
+
+def end_to_end(repeat: int, keep: Path | None) -> int:
+    results: dict[str, list[tuple[float, int, float]]] = {"torchft": [], "torchrun": []}
+    holder = contextlib.nullcontext(str(keep)) if keep else None
+    with holder or tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        for i in range(repeat):
+            # Alternate which mode goes first: the machine's state drifts over a run.
+            order = ("torchft", "torchrun") if i % 2 == 0 else ("torchrun", "torchft")
+            for mode in order:
+                results[mode].append(end_to_end_run(Path(tmp) / f"run{i}", mode))
+    figures = [f"runs={repeat}"]
+    for mode in ("torchft", "torchrun"):
+        figures.append(f"e2e_{mode}_s={statistics.median(r[0] for r in results[mode]):.1f}")
+    figures += ["resizes=2", "node_losses=1"]
+    for mode in ("torchft", "torchrun"):
+        figures.append(f"{mode}_steps_lost={max(r[1] for r in results[mode])}")
+        figures.append(f"{mode}_worst_stall_s={statistics.median(r[2] for r in results[mode]):.2f}")
+    figures += [f"cores={os.cpu_count()}", f"load_avg={os.getloadavg()[1]:.1f}"]
+    print(" ".join(figures))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_cluster_arguments(parser)
@@ -264,6 +368,11 @@ def main() -> int:
         "--no-compare", action="store_true", help="--mode torchft without the torchrun runs"
     )
     parser.add_argument("--keep", type=Path, default=None, help="keep the job logs in this dir")
+    parser.add_argument(
+        "--end-to-end",
+        action="store_true",
+        help="one whole job per mode under the same schedule: completion times",
+    )
     args = parser.parse_args()
     if shutil.which("slurm-elastic") is None:
         print("bench_resize: slurm-elastic is not on PATH (pip install -e .)", file=sys.stderr)
@@ -276,6 +385,8 @@ def main() -> int:
         capture_output=True,
     )
     cluster_env(args.slurm, args.instance)
+    if args.end_to_end:
+        return end_to_end(args.repeat, args.keep)
     torchft = args.mode == "torchft"
     torchrun = not torchft or not args.no_compare
     shrinks: list[float] = []

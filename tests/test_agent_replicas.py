@@ -139,6 +139,13 @@ class Groups:
             Control(1, "leave", instruction_id="t", keep_nodes=keep).to_json(),
         )
 
+    def close_leave(self, keep: tuple[str, ...]) -> None:
+        """What the follower writes once the answers are in: groups that form later stay."""
+        write_json(
+            self.job_dir / "control.json",
+            Control(1, "leave_closed", instruction_id="t", keep_nodes=keep).to_json(),
+        )
+
     def wait_world(self, world: int, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while not any(r["world"] == world for r in self.records()):
@@ -216,6 +223,7 @@ def test_a_group_leaves_and_another_joins_without_a_restart(
         assert groups.wait("n2", 60) == 0, groups.outputs()  # left cleanly
         left = read_json(groups.job_dir / "left-n2.json")
         assert left is not None and left["seq"] == 1 and left["node"] == "n2"
+        groups.close_leave(keep=("n1",))
         left_at = groups.steps_done()
         groups.wait_step(left_at + 3)
         groups.start("n3")
@@ -252,6 +260,31 @@ def test_a_group_leaves_and_another_joins_without_a_restart(
     reference = reference_weights(tmp_path, epochs=3)
     for key, value in reference.items():
         assert torch.allclose(final[key], value, rtol=1e-9, atol=1e-10), key
+
+
+def test_a_group_that_forms_during_a_leave_of_its_node_leaves_too(
+    tmp_path: Path, lighthouse: Lighthouse
+) -> None:
+    """Issue 20, item 6 (found by the end-to-end benchmark): a shrink decided while a
+    grow's companion was still starting names the companion's node.  Its group forms while
+    the leave is open and leaves at its first boundary (it took the leave as answered, and
+    the shrink waited out its timeout); once the leave is closed a group that forms stays."""
+    groups = Groups(tmp_path, lighthouse, epochs=2, sleep=0.01)
+    try:
+        groups.start("n1")
+        groups.wait_all_trained(("n1",))
+        groups.ask_to_leave(keep=("n1",))
+        groups.start("n3")  # the companion, starting while the shrink that drops it is out
+        assert groups.wait("n3", 90) == 0, groups.outputs()  # left cleanly
+        left = read_json(groups.job_dir / "left-n3.json")
+        assert left is not None and left["seq"] == 1 and left["node"] == "n3", left
+        groups.close_leave(keep=("n1",))
+        groups.start("n4")  # a later companion on another node: the leave is history
+        groups.wait_world(2)
+        assert groups.wait("n1", 180) == 0 and groups.wait("n4", 60) == 0, groups.outputs()
+    finally:
+        groups.close()
+    assert_exactly_once(groups.records(), epochs=2)
 
 
 def test_a_killed_group_costs_the_others_a_redone_step_not_a_restart(

@@ -208,3 +208,23 @@ def test_torchrun_wrapper_ends_on_sigterm_with_one_line_not_a_traceback(tmp_path
     rc, out = stopped("slurm_elastic.agent.torchrun")
     assert rc == 128 + signal.SIGTERM, out[-2000:]
     assert "Traceback" not in out and "agent.torchrun_stopped" in out, out[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("control", "leaves"),
+    [
+        (Control(4, "leave", keep_nodes=("n1", "n2")), True),  # open, its node dropped
+        (Control(4, "leave_closed", keep_nodes=("n1", "n2")), False),  # answered: history
+        (Control(4, "leave", keep_nodes=("n1", "n3")), False),  # its node is kept
+        (Control(4, "checkpoint"), False),  # not a leave
+    ],
+)
+def test_a_group_formed_during_an_open_leave_of_its_node_leaves(
+    control: Control, leaves: bool
+) -> None:
+    """The rule ``test_agent_replicas`` runs with real groups: the torchft mode's groups
+    take an open leave of their node as addressed to them, a closed one as history."""
+    from slurm_elastic.agent.boundary import leave_open
+
+    assert leave_open(control, "n3") is leaves
+    assert not leave_open(control, "")  # the torchrun mode has no replica

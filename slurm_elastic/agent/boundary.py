@@ -50,7 +50,14 @@ except ModuleNotFoundError:
     raise MissingExtra("slurm_elastic.agent", "torch", "agent") from None
 
 from slurm_elastic.agent.checkpoint import atomic_write, checkpoint_path, list_checkpoints, prune
-from slurm_elastic.agent.jobdir import CHECKPOINTS, DONE, HELD, Control, ControlReader, write_json
+from slurm_elastic.agent.jobdir import (
+    CHECKPOINTS,
+    DONE,
+    HELD,
+    Control,
+    ControlReader,
+    write_json,
+)
 from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV, TORCHFT, left_name
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.sampler import SamplerState
@@ -123,6 +130,14 @@ def init_process_group(backend: str | None = None, timeout_s: float = 120.0) -> 
     return True
 
 
+def leave_open(control: Control, replica: str) -> bool:
+    """Whether ``control`` is a torchft-mode leave of ``replica``'s node still waiting for
+    its answers: a group that forms then, on a node the shrink drops, leaves too.  Once
+    the launcher closes it (``leave_closed``, same seq) it is history, and a group that
+    forms later stays wherever it runs."""
+    return control.action == LEAVE_ACTION and bool(replica) and replica not in control.keep_nodes
+
+
 # --------------------------------------------------------------------------- the boundary
 
 
@@ -185,11 +200,19 @@ class StepBoundary:
         return self.device if self.device.type == "cuda" else None
 
     def _baseline_seq(self) -> int:
-        """Requests issued before this group formed are answered, except an open hold."""
+        """Requests issued before this group formed are answered, except an open hold and,
+        in the torchft mode, an open leave of this group's node: a companion's group that
+        forms while the shrink dropping its node is out (the shrink was decided with the
+        companion counted) leaves at its first boundary, instead of the shrink waiting out
+        its timeout and being rolled back."""
         control = self._control.read() if self._control else None
         if control is None:
             return 0
-        return control.seq - 1 if control.action == "hold" else control.seq
+        if control.action == "hold":
+            return control.seq - 1
+        if leave_open(control, self.replica):
+            return control.seq - 1
+        return control.seq
 
     def _make_reporter(self, interval_s: float) -> ProgressReporter | None:
         job = os.environ.get("SLURM_ELASTIC_JOB_ID")

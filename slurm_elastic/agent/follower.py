@@ -39,7 +39,7 @@ import structlog
 
 from slurm_elastic.agent.allocation import still_running
 from slurm_elastic.agent.jobdir import CONTROL, HELD, RELEASE, Control, read_json, write_json
-from slurm_elastic.agent.modes import LEAVE_ACTION, TORCHFT, TORCHRUN
+from slurm_elastic.agent.modes import LEAVE_ACTION, LEAVE_CLOSED_ACTION, TORCHFT, TORCHRUN
 from slurm_elastic.agent.srunlog import PlannedRemoval
 from slurm_elastic.agent.stopping import AGENT_MARKER, STOP_ACTION
 from slurm_elastic.errors import AgentError
@@ -248,7 +248,17 @@ class Follower:
         )
         leaving = before - instruction.target_nodes
         until = min(instruction.deadline, self.clock() + self.hold_timeout_s)
-        left = self.wait_answers("left", request.seq, leaving, until)
+        try:
+            left = self.wait_answers("left", request.seq, leaving, until)
+        finally:
+            # Same seq: the groups that saw the leave are done with it; one that forms
+            # from now on stays (until now it left: agent.boundary.leave_open).
+            self.control.answer(
+                request.seq,
+                LEAVE_CLOSED_ACTION,
+                instruction_id=instruction.id,
+                keep_nodes=instruction.keep_nodes,
+            )
         if not left:
             self.ack(instruction, AckStatus.FAILED, 0, "no replica group left the quorum in time")
             return

@@ -27,6 +27,9 @@ TIMEOUT_ENV = "SLURM_ELASTIC_FT_TIMEOUT_S"  # collectives and commits: what a lo
 # when one dies, and its quorum ids start again at 1).
 LIGHTHOUSE_EPOCH_ENV = "SLURM_ELASTIC_LIGHTHOUSE_EPOCH"
 LEAVE_ACTION = "leave"  # control.json: the groups on nodes outside keep_nodes leave
+# control.json: the same request once its answers are in (or its wait is over): a group
+# that forms after it stays, wherever it runs (agent.boundary.leave_open).
+LEAVE_CLOSED_ACTION = "leave_closed"
 LEFT_EXIT = 0  # a group that left on request: its step is done, nothing failed
 DEFAULT_FT_TIMEOUT_S = 5.0  # what an unannounced loss costs the survivors, at most
 
