@@ -384,11 +384,6 @@ def test_stop_free_a_killed_group_costs_the_survivor_its_timeout_not_a_restart(
     print(f"stop-free: a SIGKILLed group cost the survivor {pause:.2f}s (timeout {timeout_s}s)")
 
 
-@pytest.mark.default_slurm_only(
-    "its Slurm side is a step cancelled and relaunched on the same nodes, as in "
-    "test_unannounced_shrink_then_lost_step_relaunches_on_what_is_left; passed by hand on "
-    "24.11 and 26.05"
-)
 def test_stop_free_a_dead_lighthouse_falls_back_to_a_restart_never_a_hang(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:
