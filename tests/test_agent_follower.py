@@ -301,8 +301,10 @@ def test_a_stop_free_shrink_asks_the_leaving_groups_to_leave_and_acks_once_they_
     ack = board.ack_for(instruction.id)
     assert ack is not None and ack.status is AckStatus.READY and ack.step == 31, ack
     assert ack.detail.startswith("stop-free: 1 of 1 replica groups left the quorum after step 31")
+    # The leave is closed once answered (same seq): a group that forms later stays.
     control = ControlReader(tmp_path).read()
-    assert control is not None and control.action == "leave" and control.keep_nodes == ("n1",)
+    assert control is not None and control.keep_nodes == ("n1",)
+    assert (control.seq, control.action) == (1, "leave_closed"), control
 
 
 def test_a_stop_free_shrink_that_no_group_answers_fails(tmp_path: Path, daemon) -> None:
@@ -312,6 +314,8 @@ def test_a_stop_free_shrink_that_no_group_answers_fails(tmp_path: Path, daemon) 
     ack = board.ack_for(instruction.id)
     assert ack is not None and ack.status is AckStatus.FAILED
     assert "no replica group left the quorum in time" in ack.detail
+    control = ControlReader(tmp_path).read()  # closed too: the wait for answers is over
+    assert control is not None and control.action == "leave_closed", control
     unnamed = post(board, 1, keep=())
     follower(tmp_path, server.url, [2], mode="torchft").poll_once()
     ack = board.ack_for(unnamed.id)
