@@ -41,18 +41,7 @@ def preemption(mode: str) -> list[str]:
     return ["PreemptType=preempt/partition_prio", f"PreemptMode={mode}", URGENT]
 
 
-@pytest.fixture(
-    params=[
-        "REQUEUE",
-        pytest.param(
-            "CANCEL",
-            marks=pytest.mark.default_slurm_only(
-                "what it checks of the other versions, the companion of a parent preempted "
-                "away, the REQUEUE case checks; passed by hand on 22.05, 24.11 and 26.05"
-            ),
-        ),
-    ]
-)
+@pytest.fixture(params=["REQUEUE", "CANCEL"])
 def preempting(request: pytest.FixtureRequest, clean_queue: SlurmCluster) -> Iterator[str]:
     with configured(clean_queue, preemption(request.param)):
         yield request.param
