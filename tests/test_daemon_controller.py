@@ -439,6 +439,19 @@ def test_a_requeued_job_comes_back_at_the_size_the_policy_last_chose(
         assert record.action.reason == "requeued: last planned size", record
 
 
+def test_requeuing_ones_own_job_moves_no_other_users_job() -> None:
+    """The hostile-users case: bob can requeue his own job (``scontrol requeue``) as often as
+    he likes.  What the daemon then pins comes from the journal's record of *that* job:
+    alice's requeued job goes back to the size planned for her, bob's (never sized by the
+    daemon) keeps the request Slurm has, and nothing of bob's reaches alice's job."""
+    alice = replace(REQUEUED, user="se-alice")
+    bob = replace(REQUEUED, job_id=8, user="se-bob", restart_count=7)
+    ctl, backend, journal, _ = make(snapshot([alice, bob]), {7: 0, 8: 0})
+    planned(journal, HISTORY["grow"] + (3,))  # job 7's grow, from before its requeue
+    ctl.run_once(1000.0)
+    assert backend.actions() == [("pin", (7, 3))]
+
+
 def test_a_refusal_that_is_not_slurms_stays_a_failure_and_is_retried() -> None:
     """Only Slurm's own refusal is a fact about the job: a controller out of reach, or a
     companion's sbatch refused (the grow backoff's business), stays ``failed``."""
