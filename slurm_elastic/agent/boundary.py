@@ -50,14 +50,7 @@ except ModuleNotFoundError:
     raise MissingExtra("slurm_elastic.agent", "torch", "agent") from None
 
 from slurm_elastic.agent.checkpoint import atomic_write, checkpoint_path, list_checkpoints, prune
-from slurm_elastic.agent.jobdir import (
-    CHECKPOINTS,
-    DONE,
-    HELD,
-    Control,
-    ControlReader,
-    write_json,
-)
+from slurm_elastic.agent.jobdir import CHECKPOINTS, DONE, HELD, Control, ControlReader, write_json
 from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV, TORCHFT, left_name
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.sampler import SamplerState
@@ -208,9 +201,7 @@ class StepBoundary:
         control = self._control.read() if self._control else None
         if control is None:
             return 0
-        if control.action == "hold":
-            return control.seq - 1
-        if leave_open(control, self.replica):
+        if control.action == "hold" or leave_open(control, self.replica):
             return control.seq - 1
         return control.seq
 
