@@ -106,7 +106,14 @@ def classify(
         if parent_id is not None:
             companion_parent_of[job.job_id] = parent_id
             companions_of.setdefault(parent_id, []).append(job)
-            not_elastic[job.job_id] = f"companion of {parent_id}"
+            parent = active.get(parent_id)
+            # A token naming another user's job links nothing (it is neither counted for
+            # that job nor cancelled with it): its REASON must not say it is a companion.
+            not_elastic[job.job_id] = (
+                f"companion of {parent_id}"
+                if parent is None or parent.user == job.user
+                else f"not a companion: its comment names job {parent_id}, another user's"
+            )
             continue
         reason, spec = _elastic_or_reason(job, resolve_spec, partition_allowed)
         if spec is None:

@@ -137,7 +137,7 @@ class AckBody(BaseModel):
 
     instruction_id: str = Field(min_length=1, max_length=200)
     status: AckStatus
-    step: int = Field(0, ge=0)
+    step: int = Field(0, ge=0, le=MAX_STEP)  # bounded like a report's: it reaches REASONs
     detail: str = Field("", max_length=MAX_DETAIL)
 
 

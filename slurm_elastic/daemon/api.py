@@ -59,6 +59,9 @@ _BUSY = (
     b'{"error": "busy: too many connections at once"}'
 )
 _JOB_PATH = re.compile(r"^/v1/jobs/(\d{1,12})/(report|ack|instruction)$")
+# Characters of http.server's own refusal message kept in its log line and its answer: the
+# message quotes the client's request line, which may be 64 KiB (256 KiB once escaped).
+_DETAIL_CHARS = 200
 
 log = structlog.get_logger("slurm_elastic.api")
 
@@ -132,8 +135,31 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_error(self, format: str, *args: Any) -> None:
         """A request http.server itself refused (bad request line or headers, a timeout
-        before the request was complete): one line, no traceback."""
-        log.warning("api.bad_request", detail=format % args, client=self.client_address[0])
+        before the request was complete): one bounded line, no traceback."""
+        log.warning(
+            "api.bad_request", detail=_bounded(format % args), client=self.client_address[0]
+        )
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (request line, headers, version, method) answered like
+        every other request: a status line and a short JSON body.  The stdlib answers a
+        request line it cannot parse as HTTP/0.9, an HTML page without a status line, and
+        quotes the whole request line in it and in the log line."""
+        self.log_error("code %d, message %s", code, message)
+        try:
+            status = HTTPStatus(code)
+        except ValueError:
+            status = HTTPStatus.BAD_REQUEST
+        data = json.dumps({"error": _bounded(message or status.phrase)}).encode()
+        self.request_version = self.protocol_version  # a status line, whatever was sent
+        self.close_connection = True  # what follows on the connection is not a request
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -330,6 +356,10 @@ def _parse_json(body: bytes) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise _HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object", reason="bad_body")
     return payload
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "..."
 
 
 def _describe(exc: BaseException) -> str:
