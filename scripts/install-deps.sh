@@ -5,7 +5,9 @@
 #   * Debian packages: Slurm 22.05 (slurmctld, slurmd, slurmdbd, client, libslurm-dev),
 #     munge, MariaDB; gcc and libc6-dev (pyslurm's Cython build); liblua5.1-0 (Debian's
 #     job_submit_lua.so embeds Lua 5.1, for etc/job_submit.lua); lua5.1 (runs etc/job_submit.lua stand-alone in the tests);
-#     systemd (only for `systemd-analyze verify` of the shipped unit; never started);
+#     systemd (`systemd-analyze verify` of the shipped unit; never started on this machine);
+#     systemd-container (systemd-nspawn: tests/test_service_under_systemd.py boots a
+#     container with systemd as PID 1 and runs the unit there, scripts/systemd-container.sh);
 #     debootstrap (scripts/cluster.sh builds the Slurm 24.11 and 26.05 roots with it).
 #   * two unprivileged test users, se-alice and se-bob (the hostile-user tests);
 #   * torch==2.13.0 (exactly this spec: a local CPU wheel) for the job side;
@@ -20,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd libslurm-dev munge mariadb-server
-    liblua5.1-0 lua5.1 systemd debootstrap gcc libc6-dev)
+    liblua5.1-0 lua5.1 systemd systemd-container debootstrap gcc libc6-dev)
 TORCH_SPEC="torch==2.13.0"
 
 say() { echo "install-deps: $*"; }
