@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from typing import Any
 import yaml
 
 from slurm_elastic.config import Config, load_config
-from slurm_elastic.errors import ConfigError, SlurmUnreachable
+from slurm_elastic.demo.workload import DemoJob, batch_script
+from slurm_elastic.errors import ConfigError, SlurmRejected, SlurmUnreachable
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
@@ -88,9 +90,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_config(out: Path, port: int, *, quick: bool) -> tuple[Path, Config]:
+def write_config(
+    out: Path, port: int, *, quick: bool, overrides: dict[str, Any] | None = None
+) -> tuple[Path, Config]:
     """The demo's daemon config: enforce, a 3 s loop, short guards so resizes happen within
-    minutes; validated by the daemon's own loader before the daemon sees it."""
+    minutes; validated by the daemon's own loader before the daemon sees it.  ``overrides``
+    replaces top-level keys, and keys inside a section where its value is a mapping (the
+    chaos run's faster loop)."""
     doc: dict[str, Any] = {
         "mode": "enforce",
         "interval_s": 3,
@@ -111,12 +117,42 @@ def write_config(out: Path, port: int, *, quick: bool) -> tuple[Path, Config]:
         "api": {"bind": "127.0.0.1", "port": port},
         "log": {"level": "info", "json": True},
     }
+    for key, value in (overrides or {}).items():
+        doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
     path = out / "daemon.yaml"
     path.write_text(
         "# slurm-elastic demo daemon config (written by python -m slurm_elastic.demo)\n"
         + yaml.safe_dump(doc, sort_keys=False)
     )
     return path, load_config(path)
+
+
+def submit_job(job: DemoJob, work: Path, *, api: str, submit_dir: Path, mode: str) -> int:
+    """``sbatch`` of the job's batch script from ``work`` (its output lands there), with
+    the daemon's API in the environment as a user's shell would have it; returns the id.
+
+    Submitted from ``submit_dir``, where the daemon runs too: whether the launcher keeps
+    launch.json under the job's WorkDir (--chdir) or its $SLURM_SUBMIT_DIR, a companion
+    job (submitted by the daemon) finds its parent's in the same place."""
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "job.sbatch"
+    script.write_text(
+        batch_script(job, python=sys.executable, example=EXAMPLE, work_dir=work, mode=mode)
+    )
+    done = subprocess.run(
+        ["sbatch", "--parsable", f"--chdir={work}", str(script)],
+        cwd=submit_dir,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "SLURM_ELASTIC_API": api},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SlurmRejected(
+            f"sbatch {job.name} failed: {done.stderr.strip()}", slurm_message=done.stderr
+        )
+    return int(done.stdout.strip().split(";")[0])
 
 
 class Daemon:

@@ -25,7 +25,7 @@ from typing import Any
 
 from slurm_elastic.demo import harness
 from slurm_elastic.demo.observe import Event, JobTrack, Observer
-from slurm_elastic.demo.workload import DEFAULT_MODE, FULL, QUICK, DemoJob, batch_script
+from slurm_elastic.demo.workload import DEFAULT_MODE, FULL, QUICK, DemoJob
 from slurm_elastic.errors import SlurmError, SlurmRejected
 from slurm_elastic.slurm.cli import CliBackend
 
@@ -215,35 +215,9 @@ class Demo:
 
     def _submit(self, job: DemoJob, now: float) -> None:
         work = self.out / "jobs" / job.name
-        work.mkdir(parents=True, exist_ok=True)
-        script = work / "job.sbatch"
-        script.write_text(
-            batch_script(
-                job,
-                python=sys.executable,
-                example=harness.EXAMPLE,
-                work_dir=work,
-                mode=self.opts.mode,
-            )
+        job_id = harness.submit_job(
+            job, work, api=self.api, submit_dir=self.submit_dir, mode=self.opts.mode
         )
-        env = {**dict(os.environ), "SLURM_ELASTIC_API": self.api}
-        # Submitted from demo-out/jobs, where the daemon runs too: whether the launcher keeps
-        # launch.json under the job's WorkDir (--chdir) or its $SLURM_SUBMIT_DIR, a companion
-        # job (submitted by the daemon) finds its parent's in the same place.
-        done = subprocess.run(
-            ["sbatch", "--parsable", f"--chdir={work}", str(script)],
-            cwd=self.submit_dir,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env=env,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise SlurmRejected(
-                f"sbatch {job.name} failed: {done.stderr.strip()}", slurm_message=done.stderr
-            )
-        job_id = int(done.stdout.strip().split(";")[0])
         self.record.jobs[job_id] = job
         self.observer.track(
             JobTrack(job_id, job.name, job.elastic, (job.min_nodes, job.max_nodes), now)
