@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,9 @@ from slurm_elastic.config import Config, load_config
 from slurm_elastic.daemon.exitcodes import ExitCode
 from slurm_elastic.daemon.service import Notifier, Service, changed_keys, watchdog_interval_s
 from slurm_elastic.daemon.status import STATUS_FILE, read_document
+from slurm_elastic.protocol import get_json
+from slurm_elastic.types import ClusterSnapshot
+from tests.fakes import RecordingBackend
 from tests.test_daemon_service_process import daemon_process, wait_event, write_config
 
 
@@ -447,3 +451,58 @@ def test_loans_and_reclaims_reach_the_status_document_and_the_metrics() -> None:
     assert "slurm_elastic_nodes_on_loan 2.0" in text
     assert "slurm_elastic_reclaims_total 1.0" in text
     assert 'slurm_elastic_reclaim_seconds_bucket{le="5.0"} 1.0' in text
+
+
+class _HangsOnRead(RecordingBackend):
+    """Good cycles, then a read that never returns (a wedged Slurm call, a deadlock) until
+    ``release`` is set: the loop thread hangs while the API threads go on."""
+
+    def __init__(self, good_cycles: int) -> None:
+        super().__init__(ClusterSnapshot(0.0, (), (), ()), fresh=True)
+        self.good_cycles = good_cycles
+        self.reads = 0
+        self.hanging = threading.Event()
+        self.release = threading.Event()
+
+    def read_cluster(self, now: float | None = None) -> ClusterSnapshot:
+        self.reads += 1
+        if self.reads > self.good_cycles:
+            self.hanging.set()
+            self.release.wait(30)
+        return super().read_cluster(now)
+
+
+def test_a_hung_loop_stops_the_watchdog_pings_while_the_api_still_answers(
+    tmp_path: Path, notify_socket
+) -> None:
+    """What the systemd test cannot show with SIGSTOP (which stops every thread): with only
+    the loop thread stuck, no WATCHDOG=1 is sent (so systemd's watchdog fires) although the
+    API threads still answer, and /healthz says 503 once the health window has passed.
+    (The loop runs in the main thread, as in the daemon: it installs the signal handlers.)"""
+    sock, path = notify_socket
+    backend = _HangsOnRead(good_cycles=3)
+    config = _config(tmp_path, slurm={"timeout_s": 0.5})
+    service = Service(config, backend=backend, notifier=Notifier(path))
+    seen: dict[str, Any] = {}
+
+    def while_it_hangs() -> None:
+        try:
+            if not backend.hanging.wait(10):
+                return
+            seen["before"] = _drain(sock, until=lambda m: False, timeout_s=0.5)
+            seen["silent"] = _drain(sock, until=lambda m: False, timeout_s=1.5)  # window 0.65 s
+            assert service.api is not None
+            seen["health"] = get_json(f"{service.api.url}/healthz", timeout_s=5)
+            seen["status"] = get_json(f"{service.api.url}/v1/status", timeout_s=5)
+        finally:
+            backend.release.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=while_it_hangs, daemon=True).start()
+    assert service.run() == ExitCode.OK
+    after = _drain(sock, until=lambda m: _count(m, "STOPPING=1"), timeout_s=5)
+    assert _count(seen["before"], "READY=1") == 1 and _count(seen["before"], "WATCHDOG=1") == 3
+    assert _count(seen["silent"], "WATCHDOG=1") == 0, seen["silent"]
+    assert seen["health"].status == 503, seen["health"]
+    assert seen["status"].status == 200 and seen["status"].body["cycle"]["count"] == 3
+    assert _count(after, "STOPPING=1") == 1
