@@ -481,6 +481,39 @@ def test_cooldown_freezes_a_job_after_a_resize() -> None:
     assert len(backend.actions()) == 1
 
 
+def test_a_restart_keeps_the_journal_of_jobs_slurm_still_has_whatever_the_look_back() -> None:
+    """Found by the chaos run (scripts/chaos.py): a restart prunes closed rows older than
+    ``slurm.sacct_lookback_s``; at 0 (the demo's "no earlier history") that was every row, so
+    a restarted daemon forgot the cooldown, dwell and refusals of jobs still running.  Rows
+    of a job Slurm still has are kept; those of jobs gone are pruned as before."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, journal, _ = make(snap, {8: 2}, ack_timeout_s=5, hard_shrink=True)
+    ctl.run_once(1000.0)
+    ctl.run_once(1006.0)  # hard shrink applied at 1006
+    gone = journal.record_intent(Action(ActionKind.START_AT_SIZE, 99, 0, 2), 1001.0)
+    journal.mark(gone, ActionStatus.APPLIED, 1002.0)  # a job that has ended since
+    backend.snap = snapshot([job(8, nodes=("n1", "n2"), start=0.0)])
+    config = Config.model_validate(
+        {
+            "mode": "enforce",
+            "guards": {"min_dwell_s": 0, "cooldown_s": 100},
+            "slurm": {"sacct_lookback_s": 0},
+        }
+    )
+    restarted = Controller(
+        backend,  # type: ignore[arg-type]
+        config,
+        reports=ReportStore(),
+        journal=journal,
+        agents=InstructionBoard(),
+        allocate=targets({8: 4}),
+    )
+    result = restarted.run_once(1050.0)
+    assert {r.job_id: r.reason for r in result.jobs}[8].startswith("cooldown")
+    assert len(backend.actions()) == 1  # the shrink; no grow 44 s after it
+    assert {e.job_id for e in journal.all_actions()} == {8}
+
+
 def test_grow_submits_a_companion_as_the_owner() -> None:
     snap = snapshot([job(8, nodes=("n1", "n2"), start=JUST_STARTED)])
     ctl, backend, journal, _ = make(snap, {8: 4})

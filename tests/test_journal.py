@@ -64,6 +64,22 @@ def test_prune_keeps_open_rows_and_recent_history() -> None:
     assert [c.companion_id for c in journal.companions(active_only=False)] == [10]
 
 
+def test_prune_keeps_the_rows_and_links_of_jobs_still_alive() -> None:
+    """Whatever their age: the guards of a job Slurm still has read them."""
+    for journal in (Journal(), MemoryJournal()):
+        alive = journal.record_intent(GROW, 10.0)  # job 1
+        journal.mark(alive, ActionStatus.APPLIED, 11.0)
+        ended = journal.record_intent(Action(ActionKind.SHRINK, 2, 3, 2), 10.0)
+        journal.mark(ended, ActionStatus.APPLIED, 11.0)
+        journal.link_companion(1, 9, 1, alive, 10.0)
+        journal.end_companion(9, 12.0)
+        journal.link_companion(2, 10, 1, None, 10.0)
+        journal.end_companion(10, 12.0)
+        assert journal.prune(before=100.0, keep_jobs=[1, 77]) == 2
+        assert [e.id for e in journal.all_actions()] == [alive]
+        assert [c.companion_id for c in journal.companions(active_only=False)] == [9]
+
+
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "journal"
 
 
@@ -172,7 +188,7 @@ def _write(store: JournalStore, rng: random.Random, step: int) -> object:
         return store.remember_specs({rng.randrange(1, 20): spec}, now)
     if op < 0.95:
         return store.forget_specs(rng.sample(range(1, 20), 3))
-    return store.prune(now - 40.0)
+    return store.prune(now - 40.0, rng.sample(range(1, 20), rng.choice((0, 5))))
 
 
 # The answers the scenario must see non-empty at some read.

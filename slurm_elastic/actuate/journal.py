@@ -45,7 +45,7 @@ import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,9 +252,11 @@ class JournalStore(Protocol):
         ``prune`` like any closed row."""
         ...
 
-    def prune(self, before: float) -> int:
+    def prune(self, before: float, keep_jobs: Collection[int] = ()) -> int:
         """Delete closed action rows updated before ``before`` and companion links ended
-        before it; open rows are never pruned.  Returns how many rows went."""
+        before it; open rows are never pruned, nor the rows and links of ``keep_jobs`` (the
+        jobs Slurm still has: their guards read them, whatever their age).  Returns how
+        many rows went."""
         ...
 
     def link_companion(
@@ -485,14 +487,18 @@ class Journal:
         except (ValueError, TypeError) as exc:  # a row SQLite kept but this code never wrote
             raise _corrupt(self.path, f"unreadable action row: {exc}") from exc
 
-    def prune(self, before: float) -> int:
+    def prune(self, before: float, keep_jobs: Collection[int] = ()) -> int:
+        kept = json.dumps(sorted(keep_jobs))  # one parameter, whatever the number of jobs
         with self._tx() as db:
             gone = db.execute(
-                "DELETE FROM actions WHERE status NOT IN ('intent','waiting') AND updated_at < ?",
-                (before,),
+                "DELETE FROM actions WHERE status NOT IN ('intent','waiting') AND updated_at < ?"
+                " AND job_id NOT IN (SELECT value FROM json_each(?))",
+                (before, kept),
             ).rowcount
             gone += db.execute(
-                "DELETE FROM companions WHERE ended_at IS NOT NULL AND ended_at < ?", (before,)
+                "DELETE FROM companions WHERE ended_at IS NOT NULL AND ended_at < ?"
+                " AND parent_id NOT IN (SELECT value FROM json_each(?))",
+                (before, kept),
             ).rowcount
         if gone:
             log.info("journal.pruned", rows=gone, before=before)

@@ -200,8 +200,11 @@ class Controller:
         done_here: frozenset[int] = frozenset()
         if not self._reconciled:
             report = self.executor.reconcile(snapshot)
-            # Bounded: closed rows older than the accounting look-back serve nothing.
-            self.journal.prune(now - self.config.slurm.sacct_lookback_s)
+            # Bounded: closed rows older than the accounting look-back serve nothing, unless
+            # their job is still in Slurm, whose guards read them (cooldown, dwell, refusals,
+            # a requeued job's last size) however short the look-back is set.
+            alive = {job.job_id for job in snapshot.jobs if job.state.is_active}
+            self.journal.prune(now - self.config.slurm.sacct_lookback_s, alive)
             done_here = frozenset(report.cancelled)  # this snapshot predates their cancel
             self._reconciled = True
         history_calls = self._refresh_history(now)

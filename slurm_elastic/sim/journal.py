@@ -14,7 +14,7 @@ of links not ended.  They change only in ``_put_row``, ``_put_link`` and ``prune
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
 from slurm_elastic.actuate.journal import (
@@ -175,14 +175,19 @@ class MemoryJournal:
     def refusals(self) -> tuple[Refusal, ...]:
         return newest_refusals(self._rows.values())
 
-    def prune(self, before: float) -> int:
-        rows = [i for i, e in self._rows.items() if not e.status.is_open and e.updated_at < before]
+    def prune(self, before: float, keep_jobs: Collection[int] = ()) -> int:
+        keep = set(keep_jobs)
+        rows = [
+            i
+            for i, e in self._rows.items()
+            if not e.status.is_open and e.updated_at < before and e.job_id not in keep
+        ]
         for i in rows:
             self._by_job[self._rows.pop(i).job_id].remove(i)
         links = [
             c
             for c, link in self._links.items()
-            if link.ended_at is not None and link.ended_at < before
+            if link.ended_at is not None and link.ended_at < before and link.parent_id not in keep
         ]
         for c in links:
             del self._links[c]
