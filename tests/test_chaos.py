@@ -3,8 +3,9 @@
 ``scripts/chaos.py --kills 20`` is the full run (docs/admin-guide.md); here 3 kills (one
 inside an action before its Slurm call, with the journal's last write torn; one after the
 Slurm call, before the journal recorded it; one at a random moment) and a slurmctld outage
-of 15 s, on real elastic torch jobs and rigid jobs.  Its verdict comes from Slurm and the
-journal, not from the daemon's own view (the script's docstring lists each check).
+of 10 s, on real elastic torch jobs and rigid jobs a third of the full run's length.  Its
+verdict comes from Slurm and the journal, not from the daemon's own view (the script's
+docstring lists each check).
 """
 
 from __future__ import annotations
@@ -49,12 +50,12 @@ def test_a_short_chaos_run_repeats_forgets_and_orphans_nothing(
         str(REPO / "scripts" / "chaos.py"),
         "--kills=3",
         "--seed=3",
-        "--outage-s=15",
+        "--outage-s=10",
         f"--slurm={clean_queue.version}",
         f"--instance={clean_queue.instance}",
         f"--out={out}",
         "--time-limit-s=420",
-        "--job-scale=0.5",
+        "--job-scale=0.3",
     ]
     done = subprocess.run(
         argv, cwd=REPO, env=clean_queue.env, capture_output=True, text=True, timeout=600
