@@ -325,7 +325,7 @@ class Chaos:
         self.findings = Findings()
         self.workload: dict[int, Submitted] = {}
         self.watcher = Watcher(self.workload, self.findings, opts.orphan_grace_s)
-        self.daemon: subprocess.Popen[bytes] | None = None
+        self.daemon: harness.Daemon | None = None
         self.daemon_stall: str | None = None
         self.daemon_up_since: float | None = None
         self.kinds_done: Counter[str] = Counter()
@@ -382,40 +382,19 @@ class Chaos:
         argv = [sys.executable, __file__, "daemon", "--config", str(self.config)]
         if stall is not None:
             argv += ["--stall", stall]
-        with (self.out / "daemon.log").open("ab") as log:
-            self.daemon = subprocess.Popen(
-                argv,
-                cwd=self.jobs_dir,
-                stdout=log,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self.daemon = harness.Daemon(self.config, self.out / "daemon.log", self.jobs_dir, argv)
+        self.daemon.start()
         self.daemon_stall = stall
         self.daemon_up_since = time.time()
 
     def kill_daemon(self) -> None:
-        if self.daemon is not None and self.daemon.poll() is None:
-            self.daemon.send_signal(signal.SIGKILL)
-            self.daemon.wait(timeout=30)
+        if self.daemon is not None:
+            self.daemon.kill()
         self.daemon_up_since = None
 
     def stop_daemon(self) -> int | None:
-        if self.daemon is None:
-            return None
-        if self.daemon.poll() is None:
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait(timeout=10)
         self.daemon_up_since = None
-        return self.daemon.returncode
-
-    def daemon_tail(self) -> str:
-        lines = (self.out / "daemon.log").read_text(errors="replace").strip().splitlines()
-        return lines[-1][:300] if lines else "(empty log)"
+        return self.daemon.stop(timeout_s=60) if self.daemon is not None else None
 
     def stalled(self) -> str | None:
         try:
@@ -557,8 +536,8 @@ class Chaos:
                 self.next_arrival = time.monotonic() + self.rng.uniform(*gap)
             if stall is not None and self.stalled():
                 return stall
-            if self.daemon is not None and self.daemon.poll() is not None:
-                self.exits.append(self.daemon_tail())
+            if self.daemon is not None and not self.daemon.alive():
+                self.exits.append(self.daemon.tail()[:300])
                 print(f"chaos: the daemon exited by itself: {self.exits[-1]}", flush=True)
                 break
         return "plain"

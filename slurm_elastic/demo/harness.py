@@ -156,16 +156,20 @@ def submit_job(job: DemoJob, work: Path, *, api: str, submit_dir: Path, mode: st
 
 
 class Daemon:
-    """``slurm-elastic daemon --config FILE`` as a child process, logging to a file."""
+    """``slurm-elastic daemon --config FILE`` as a child process, logging to a file
+    (``argv``: another command line that runs the daemon, the chaos run's)."""
 
-    def __init__(self, config_path: Path, log_path: Path, cwd: Path) -> None:
+    def __init__(
+        self, config_path: Path, log_path: Path, cwd: Path, argv: list[str] | None = None
+    ) -> None:
         self.config_path = config_path
         self.log_path = log_path
         self.cwd = cwd  # companion jobs it submits get this as $SLURM_SUBMIT_DIR
+        self.argv = argv or ["slurm-elastic", "daemon", "--config", str(config_path)]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        argv = ["slurm-elastic", "daemon", "--config", str(self.config_path)]
+        argv = self.argv
         with self.log_path.open("ab") as log:
             # Its own session: the terminal's Ctrl-C reaches the demo, which stops it.
             self.proc = subprocess.Popen(
@@ -196,6 +200,12 @@ class Daemon:
         except OSError:
             return "(no log)"
         return lines[-1] if lines else "(empty log)"
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would end it (the chaos run)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
         """SIGTERM (the daemon finishes its cycle and exits), SIGKILL if it does not."""
