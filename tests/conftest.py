@@ -21,6 +21,15 @@ SHARED = REPO.parent / "shared"
 
 pytest_plugins = ["tests.slurm_cluster"]
 
+# Importing slurm_elastic.agent.elastic fills in torchrun's variables in os.environ, so that a
+# script written for torchrun also runs under plain python (single_process_defaults).  In the
+# test process that import happens at collection, and the variables would then pass to every
+# subprocess and sbatch job the tests start: a one-process reference run once inherited a
+# MASTER_PORT that the drill's API had taken since, and failed with EADDRINUSE.
+TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT")  # fmt: skip
+_OUTER_ENV = {name: os.environ.get(name) for name in TORCHRUN_VARIABLES}
+
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
@@ -42,6 +51,16 @@ def utc() -> Iterator[None]:
     else:
         os.environ["TZ"] = old
     time.tzset()
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_torchrun_variables() -> None:
+    """Each test starts with torchrun's variables as pytest was started (see above)."""
+    for name, value in _OUTER_ENV.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

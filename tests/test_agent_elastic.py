@@ -124,6 +124,17 @@ def test_the_drop_ins_refuse_the_stop_free_mode(monkeypatch: pytest.MonkeyPatch)
     assert BatchSampler(100, 10).global_batch == 10
 
 
+def test_the_import_leaves_no_torchrun_variables_to_the_tests_subprocesses() -> None:
+    """This module imported agent.elastic, which set RANK and MASTER_PORT in os.environ; the
+    conftest fixture takes them back before each test, or every job and subprocess a test
+    starts would inherit a stale port (tests/conftest.py: TORCHRUN_VARIABLES)."""
+    from tests.conftest import _OUTER_ENV
+
+    assert "MASTER_PORT" in _OUTER_ENV
+    for name, value in _OUTER_ENV.items():
+        assert os.environ.get(name) == value, name
+
+
 # --------------------------------------------------------------------------- processes
 
 
