@@ -14,7 +14,12 @@ from slurm_elastic.actuate.instructions import Ack, InstructionBoard
 from slurm_elastic.actuate.journal import ActionStatus, Journal
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.commands import explain_lines
-from slurm_elastic.daemon.controller import Allocate, Controller, keep_current_plan
+from slurm_elastic.daemon.controller import (
+    JOURNAL_PRUNE_EVERY_S,
+    Allocate,
+    Controller,
+    keep_current_plan,
+)
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.errors import SlurmRejected, SlurmUnreachable, SolverError
 from slurm_elastic.policy import PolicyOptions, allocate
@@ -48,15 +53,17 @@ def make(
     mode: str = "enforce",
     agents: tuple[int, ...] = (),
     policy: dict[str, object] | None = None,
+    slurm: dict[str, object] | None = None,
     **guards: object,
 ) -> tuple[Controller, RecordingBackend, Journal, InstructionBoard]:
     """A controller over ``snap`` with a fixed plan (or the given allocator); ``agents``:
-    jobs whose agent has already reported; ``policy``: the config's policy section."""
+    jobs whose agent has already reported; ``policy`` and ``slurm``: those config sections."""
     backend = RecordingBackend(snap)
     config = Config.model_validate(
         {
             "mode": mode,
             "policy": policy or {},
+            "slurm": slurm or {},
             "guards": {"min_dwell_s": 0, "cooldown_s": 100, **guards},
         }
     )
@@ -511,6 +518,24 @@ def test_a_restart_keeps_the_journal_of_jobs_slurm_still_has_whatever_the_look_b
     result = restarted.run_once(1050.0)
     assert {r.job_id: r.reason for r in result.jobs}[8].startswith("cooldown")
     assert len(backend.actions()) == 1  # the shrink; no grow 44 s after it
+    assert {e.job_id for e in journal.all_actions()} == {8}
+
+
+def test_a_daemon_that_runs_for_months_prunes_its_journal_every_hour() -> None:
+    """Not only at a restart: the first cycle prunes, then one cycle an hour
+    (``JOURNAL_PRUNE_EVERY_S``), so the file stays bounded.  The closed rows of a job gone
+    and older than the look-back go; the running job's rows stay."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, journal, _ = make(snap, {8: 4}, slurm={"sacct_lookback_s": 60})
+    backend.fresh = True  # read at each cycle's time
+    ctl.run_once(1000.0)
+    kept = journal.record_intent(Action(ActionKind.SHRINK, 8, 4, 2), 1001.0)
+    gone = journal.record_intent(Action(ActionKind.START_AT_SIZE, 99, 0, 2), 1001.0)
+    for row in (kept, gone):
+        journal.mark(row, ActionStatus.APPLIED, 1002.0)
+    ctl.run_once(1000.0 + JOURNAL_PRUNE_EVERY_S - 1)
+    assert {e.job_id for e in journal.all_actions()} == {8, 99}
+    ctl.run_once(1000.0 + JOURNAL_PRUNE_EVERY_S)
     assert {e.job_id for e in journal.all_actions()} == {8}
 
 

@@ -89,6 +89,10 @@ Allocate = Callable[[AllocationProblem, str], Plan]
 # Plans made in one cycle when guards block shrinks that a plan's grows counted on
 # (Controller._plan): the first, and at most two more with those jobs held.
 MAX_PLANS_PER_CYCLE = 3
+# How often the journal drops closed rows older than the accounting look-back: at the first
+# cycle (after reconciling) and every hour after, so a daemon that runs for months keeps a
+# bounded file, not every action since its last restart.
+JOURNAL_PRUNE_EVERY_S = 3600.0
 # Actions that take nodes (a plan may have found them in a shrink).
 _TAKES_NODES = frozenset({ActionKind.GROW, ActionKind.START_AT_SIZE})
 
@@ -130,6 +134,7 @@ class Controller:
             stop_free_resize_cost_s=config.model.stop_free_resize_cost_s,
         )
         self._reconciled = False
+        self._pruned_at = -math.inf
         self._sizes: dict[int, int] = {}  # effective size of each running elastic job
         self._history: dict[int, JobHistory] = {}
         # (end_time, job_id) of every record read with an end, oldest first: the records
@@ -200,13 +205,15 @@ class Controller:
         done_here: frozenset[int] = frozenset()
         if not self._reconciled:
             report = self.executor.reconcile(snapshot)
+            done_here = frozenset(report.cancelled)  # this snapshot predates their cancel
+            self._reconciled = True
+        if now - self._pruned_at >= JOURNAL_PRUNE_EVERY_S:
             # Bounded: closed rows older than the accounting look-back serve nothing, unless
             # their job is still in Slurm, whose guards read them (cooldown, dwell, refusals,
             # a requeued job's last size) however short the look-back is set.
             alive = {job.job_id for job in snapshot.jobs if job.state.is_active}
             self.journal.prune(now - self.config.slurm.sacct_lookback_s, alive)
-            done_here = frozenset(report.cancelled)  # this snapshot predates their cancel
-            self._reconciled = True
+            self._pruned_at = now
         history_calls = self._refresh_history(now)
         try:
             result = self._cycle(snapshot, now, started, history_calls, done_here)
