@@ -9,9 +9,9 @@ and is never used by the daemon: a simulated cluster has nothing to recover afte
 The rows are stored once, as the daemon's store reads them back (``decode_action``:
 ints, the kind by value, string pairs); four indexes beside them answer the queries
 read every cycle without a pass over every row: ids of open rows, of refused rows, ids
-per job, and ids of links not ended.  (Nothing prunes a simulation's journal after its
-first cycle, so a pass over every row each cycle made a 10,000-job run quadratic: a
-third of it went in ``refusals``.)  They change only in ``_put_row``, ``_put_link`` and ``prune``.
+per job, and ids of links not ended.  (A prune keeps every row within the accounting
+look-back, 30 days by default, so a pass over every row each cycle grows with the trace:
+at 10,000 jobs a third of the run went in ``refusals``.)  They change only in ``_put_row``, ``_put_link`` and ``prune``.
 """
 
 from __future__ import annotations
