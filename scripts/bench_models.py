@@ -12,6 +12,10 @@ Convergence (Pollux ``profiles/<model>/validation-<B>.csv``, one curve per model
   its last epoch; the count is printed).  Prediction: on the fitted curve, which sees only
   the first 25% / 50% of the epochs (at least 3) and picks its family on those alone; the
   predicted epoch is the ``ceil`` of the crossing.  Error = ``|pred - true| / true``.
+* Headline (``conv_ahead_median_err_25/50``, with ``conv_ahead_curves_25/50``): on the
+  curves whose truth lies beyond the seen prefix and was met, the error of the predicted
+  *remaining* epochs, ``|pred - true| / (true - seen)``; the total-epochs error on every
+  curve ahead is ``conv_ahead_total_median_err_25/50``.
 * Curves with fewer than 8 epochs (BERT: 2) cannot be split and are listed as skipped.
 * A second figure ("target" mode) gives the model a user target (``target_metric``): the
   value 5% of the run's improvement above its final value (the mean of the last 3 epochs);
@@ -149,6 +153,19 @@ class ConvRow:
     def ahead(self, frac: float) -> bool:
         """The truth lies beyond the seen prefix: a real extrapolation."""
         return self.truth > self.seen[frac]
+
+    def remaining_err(self, frac: float) -> float:
+        """The headline: error of the predicted *remaining* epochs, ``|pred - true| / (true
+        - seen)``, for a curve whose stopping point lies ahead of the prefix (``ahead``).
+        What the daemon plans with is the work left, so a plateau 2 epochs ahead predicted
+        at 7 is off by 2.5, not by the 0.19 that the total-epochs error says."""
+        return abs(self.plateau[frac].epoch - self.truth) / (self.truth - self.seen[frac])
+
+    def scored_ahead(self, frac: float) -> bool:
+        """Ahead of the prefix and a stopping point known: a curve that never met the
+        criterion (``truth_met`` False) stopped recording before it, so its true remaining
+        epochs are unknown and it is left out of the headline (counted beside it)."""
+        return self.ahead(frac) and self.truth_met
 
 
 FRACTIONS = (0.25, 0.5)
@@ -374,6 +391,8 @@ def print_family_ablation(by_choice: dict[str, list[ConvRow | str]]) -> None:
             f"err50={_med([r.err(0.5) for r in rows]):.3f} "
             f"ahead25={_med([r.err(0.25) for r in rows if r.ahead(0.25)]):.3f} "
             f"ahead50={_med(ahead):.3f} "
+            f"remaining25={_med([r.remaining_err(0.25) for r in rows if r.scored_ahead(0.25)]):.3f} "
+            f"remaining50={_med([r.remaining_err(0.5) for r in rows if r.scored_ahead(0.5)]):.3f} "
             f"target25={_med([r.err(0.25, 'target') for r in rows]):.3f} "
             f"target50={_med([r.err(0.5, 'target') for r in rows]):.3f}"
         )
@@ -453,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         for mode in ("plateau", "target")
     }
     ahead = {f: [r.err(f) for r in curves if r.ahead(f)] for f in FRACTIONS}
+    remaining = {f: [r.remaining_err(f) for r in curves if r.scored_ahead(f)] for f in FRACTIONS}
+    censored = {f: sum(r.ahead(f) and not r.truth_met for r in curves) for f in FRACTIONS}
     unmet = sum(not r.truth_met for r in curves)
     print(
         f"# convergence medians over {len(curves)} curves: err25={med[0.25, 'plateau']:.3f} "
@@ -460,12 +481,29 @@ def main(argv: list[str] | None = None) -> int:
         f"err50={med[0.5, 'target']:.3f}); {unmet} never met the criterion (truth = last epoch)"
     )
     print(
-        "# curves whose plateau still lay ahead of the seen prefix (pure extrapolation): "
+        "# curves whose plateau still lay ahead of the seen prefix (pure extrapolation), "
+        "error of the total epochs: "
         + ", ".join(
             f"{int(f * 100)}%: {len(ahead[f])} curves, median err={_med(ahead[f]):.3f}"
             for f in FRACTIONS
         )
     )
+    print(
+        "# headline: error of the predicted remaining epochs, |pred - true| / (true - seen), "
+        "on the curves ahead whose truth is known: "
+        + ", ".join(
+            f"{int(f * 100)}%: {len(remaining[f])} curves, median err={_med(remaining[f]):.3f} "
+            f"({censored[f]} ahead never met the criterion: left out)"
+            for f in FRACTIONS
+        )
+    )
+    for f in FRACTIONS:
+        for r in curves:
+            if r.scored_ahead(f):
+                print(
+                    f"#   {int(f * 100)}% {r.name:<20} seen={r.seen[f]:>3} true={r.truth:>3} "
+                    f"pred={r.plateau[f].epoch:>4.0f} remaining err={r.remaining_err(f):.2f}"
+                )
 
     print_family_ablation(by_choice)
 
@@ -506,9 +544,13 @@ def main(argv: list[str] | None = None) -> int:
         f"conv_median_err_50={med[0.5, 'plateau']:.3f} "
         f"conv_target_median_err_25={med[0.25, 'target']:.3f} "
         f"conv_target_median_err_50={med[0.5, 'target']:.3f} "
-        f"conv_ahead_median_err_25={_med(ahead[0.25]):.3f} "
-        f"conv_ahead_median_err_50={_med(ahead[0.5]):.3f} "
-        f"conv_ahead_curves_50={len(ahead[0.5])} "
+        f"conv_ahead_median_err_25={_med(remaining[0.25]):.3f} "
+        f"conv_ahead_median_err_50={_med(remaining[0.5]):.3f} "
+        f"conv_ahead_curves_25={len(remaining[0.25])} "
+        f"conv_ahead_curves_50={len(remaining[0.5])} "
+        f"conv_ahead_total_median_err_25={_med(ahead[0.25]):.3f} "
+        f"conv_ahead_total_median_err_50={_med(ahead[0.5]):.3f} "
+        f"conv_ahead_total_curves_50={len(ahead[0.5])} "
         f"conv_curves={len(curves)} tput_median_err={_med(pooled):.3f} tput_p90_err={p90:.3f} "
         f"tput_points={len(pooled)} fit_1000_jobs_s={fit_s * 1000 / max(args.jobs, 1):.3f} "
         f"fit_1000_jobs_by_job_s={by_job_s * 1000 / max(args.jobs, 1):.3f} "

@@ -101,6 +101,19 @@ def test_rows_from_fabricated_traces(bench, tmp_path: Path) -> None:
         assert all(math.isfinite(e) and e >= 0 for e in errs)
 
 
+def test_the_headline_scores_the_remaining_epochs_of_curves_with_a_known_stop(bench) -> None:
+    """Issue 17, item 5: seen 25, true 27, predicted 32 is 0.19 of the total but 2.5 of the
+    2 epochs that remained; a curve that never met the criterion has no known remainder."""
+    pred = bench.Prediction(epoch=32.0, observed=False, family="exp")
+    row = bench.ConvRow("toy/1", 50, 27, True, 27, {0.5: 25}, {0.5: pred}, {0.5: pred})
+    assert row.err(0.5) == pytest.approx(5 / 27)
+    assert row.remaining_err(0.5) == pytest.approx(2.5) and row.scored_ahead(0.5)
+    never = bench.ConvRow("toy/2", 50, 50, False, 50, {0.5: 25}, {0.5: pred}, {0.5: pred})
+    assert never.ahead(0.5) and not never.scored_ahead(0.5)
+    behind = bench.ConvRow("toy/3", 50, 20, True, 20, {0.5: 25}, {0.5: pred}, {0.5: pred})
+    assert not behind.scored_ahead(0.5)
+
+
 def test_main_prints_key_value_last_line(bench, tmp_path: Path, capsys) -> None:
     _write_traces(tmp_path)
     assert bench.main(["--traces", str(tmp_path), "--jobs", "20"]) == 0
@@ -109,6 +122,8 @@ def test_main_prints_key_value_last_line(bench, tmp_path: Path, capsys) -> None:
     for key in (
         "conv_median_err_25",
         "conv_median_err_50",
+        "conv_ahead_curves_50",
+        "conv_ahead_total_median_err_50",
         "tput_median_err",
         "fit_1000_jobs_s",
         "select_1000_jobs_s",
