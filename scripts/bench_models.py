@@ -391,8 +391,8 @@ def print_family_ablation(by_choice: dict[str, list[ConvRow | str]]) -> None:
             f"err50={_med([r.err(0.5) for r in rows]):.3f} "
             f"ahead25={_med([r.err(0.25) for r in rows if r.ahead(0.25)]):.3f} "
             f"ahead50={_med(ahead):.3f} "
-            f"remaining25={_med([r.remaining_err(0.25) for r in rows if r.scored_ahead(0.25)]):.3f} "
-            f"remaining50={_med([r.remaining_err(0.5) for r in rows if r.scored_ahead(0.5)]):.3f} "
+            f"remaining25={_med(remaining(rows, 0.25)):.3f} "
+            f"remaining50={_med(remaining(rows, 0.5)):.3f} "
             f"target25={_med([r.err(0.25, 'target') for r in rows]):.3f} "
             f"target50={_med([r.err(0.5, 'target') for r in rows]):.3f}"
         )
@@ -414,6 +414,11 @@ def print_family_ablation(by_choice: dict[str, list[ConvRow | str]]) -> None:
         f"# leave-one-model-out choice: {' '.join(picks)}; out-of-fold err25={_med(out25):.3f} "
         f"err50={_med(out50):.3f}"
     )
+
+
+def remaining(rows: list[ConvRow], frac: float) -> list[float]:
+    """The headline's errors: remaining epochs, on the curves ahead with a known stop."""
+    return [r.remaining_err(frac) for r in rows if r.scored_ahead(frac)]
 
 
 def _med(xs: list[float]) -> float:
@@ -472,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in ("plateau", "target")
     }
     ahead = {f: [r.err(f) for r in curves if r.ahead(f)] for f in FRACTIONS}
-    remaining = {f: [r.remaining_err(f) for r in curves if r.scored_ahead(f)] for f in FRACTIONS}
+    left = {f: remaining(curves, f) for f in FRACTIONS}
     censored = {f: sum(r.ahead(f) and not r.truth_met for r in curves) for f in FRACTIONS}
     unmet = sum(not r.truth_met for r in curves)
     print(
@@ -492,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         "# headline: error of the predicted remaining epochs, |pred - true| / (true - seen), "
         "on the curves ahead whose truth is known: "
         + ", ".join(
-            f"{int(f * 100)}%: {len(remaining[f])} curves, median err={_med(remaining[f]):.3f} "
+            f"{int(f * 100)}%: {len(left[f])} curves, median err={_med(left[f]):.3f} "
             f"({censored[f]} ahead never met the criterion: left out)"
             for f in FRACTIONS
         )
@@ -544,10 +549,10 @@ def main(argv: list[str] | None = None) -> int:
         f"conv_median_err_50={med[0.5, 'plateau']:.3f} "
         f"conv_target_median_err_25={med[0.25, 'target']:.3f} "
         f"conv_target_median_err_50={med[0.5, 'target']:.3f} "
-        f"conv_ahead_median_err_25={_med(remaining[0.25]):.3f} "
-        f"conv_ahead_median_err_50={_med(remaining[0.5]):.3f} "
-        f"conv_ahead_curves_25={len(remaining[0.25])} "
-        f"conv_ahead_curves_50={len(remaining[0.5])} "
+        f"conv_ahead_median_err_25={_med(left[0.25]):.3f} "
+        f"conv_ahead_median_err_50={_med(left[0.5]):.3f} "
+        f"conv_ahead_curves_25={len(left[0.25])} "
+        f"conv_ahead_curves_50={len(left[0.5])} "
         f"conv_ahead_total_median_err_25={_med(ahead[0.25]):.3f} "
         f"conv_ahead_total_median_err_50={_med(ahead[0.5]):.3f} "
         f"conv_ahead_total_curves_50={len(ahead[0.5])} "

@@ -11,7 +11,8 @@ ints, the kind by value, string pairs); four indexes beside them answer the quer
 read every cycle without a pass over every row: ids of open rows, of refused rows, ids
 per job, and ids of links not ended.  (A prune keeps every row within the accounting
 look-back, 30 days by default, so a pass over every row each cycle grows with the trace:
-at 10,000 jobs a third of the run went in ``refusals``.)  They change only in ``_put_row``, ``_put_link`` and ``prune``.
+at 10,000 jobs a third of the run went in ``refusals``.)  They change only in ``_put_row``,
+``_put_link`` and ``prune``.
 """
 
 from __future__ import annotations
