@@ -9,7 +9,10 @@ refactor that claims to change no decision must leave those files identical; ``d
 shows the first job that moved.  The last line is ``jobs=N <policy>=<sha256 prefix> ...``.
 
     python scripts/sim_fingerprint.py [--jobs 1000] [--policy mip --policy greedy]
+                                      [--budget declared|converge|mix]
                                       [--out sim-out/fingerprint] [--traces DIR]
+
+``--budget`` is the workload's (``WorkloadConfig.budget``; default the simulator's, mix).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from bench_sim import TRACES, make_study, tiled  # noqa: E402
 from slurm_elastic.sim import study  # noqa: E402
 from slurm_elastic.sim.engine import SimJob  # noqa: E402
 from slurm_elastic.sim.traces import read_trace  # noqa: E402
+from slurm_elastic.sim.workload import BUDGETS, WorkloadConfig  # noqa: E402
 
 
 def job_line(job: SimJob) -> str:
@@ -50,13 +54,15 @@ def main() -> int:
     parser.add_argument("--policy", action="append", dest="policies")
     parser.add_argument("--out", type=Path, default=Path("sim-out/fingerprint"))
     parser.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    parser.add_argument("--budget", choices=BUDGETS, default=WorkloadConfig().budget)
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     base = read_trace(args.traces / TRACES["cluster06"])
-    st = make_study(tiled(base, args.jobs), "cluster06 tiled", args.traces)
+    cfg = WorkloadConfig(budget=args.budget)
+    st = make_study(tiled(base, args.jobs), "cluster06 tiled", args.traces, cfg=cfg)
     workload = st.workload()
     args.out.mkdir(parents=True, exist_ok=True)
-    figures = {"jobs": str(len(workload.jobs))}
+    figures = {"jobs": str(len(workload.jobs)), "budget": args.budget}
     for policy in args.policies or ["mip", "greedy"]:
         outcome = study.run_policy(st, policy, workload)
         lines = sorted(job_line(job) for job in outcome.jobs)

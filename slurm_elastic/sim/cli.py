@@ -91,6 +91,14 @@ def _quiet_logs() -> None:
     show_default=True,
     help="How elastic jobs resize: torchrun restarts from a checkpoint, torchft is stop-free.",
 )
+@click.option(
+    "--budget",
+    type=click.Choice(["declared", "converge", "mix"]),
+    default="mix",
+    show_default=True,
+    help="Jobs declare their step budget (declared), train until converged and the daemon "
+    "only predicts when (converge), or half each (mix).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N jobs of the trace.")
 @click.option(
@@ -146,6 +154,7 @@ def _run(
     max_multiple: float,
     restart_s: float | None,
     resize_mode: str,
+    budget: str,
     seed: int,
     limit: int | None,
     interval_s: float | None,
@@ -184,6 +193,7 @@ def _run(
         restart_s=restart_s,
         seed=seed,
         resize_mode=resize_mode,
+        budget=budget,
     )
     parts = study.parse_partitions(partitions) if partitions else ()
     if parts:
@@ -229,6 +239,11 @@ def _run(
     table.add_row("wall_s", *(f"{stats[p]['wall_s']:.1f}" for p in names))
     table.add_row("ms_per_cycle", *(f"{stats[p]['cycle_ms']:.1f}" for p in names))
     Console(width=max(100, 16 * (len(names) + 1))).print(table)
+    declared = sum(job.declares_budget for job in workload.jobs)
+    click.echo(
+        f"budget {budget}: {declared} jobs declare their step budget, "
+        f"{len(workload.jobs) - declared} train until converged (the daemon predicts when)"
+    )
     if workload.rejected:
         click.echo(f"{len(workload.rejected)} jobs larger than the cluster were not simulated")
     click.echo(f"wrote {out_dir / 'results.json'} and plots in {out_dir}")

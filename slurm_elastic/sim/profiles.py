@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.model.convergence import PATIENCE_EPOCHS, observed_convergence
 
 #: Pollux models and the validated batch used as the progress unit (smallest B).
 POLLUX_MODELS: tuple[str, ...] = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -70,14 +71,22 @@ CHECKPOINT_S: dict[str, float] = {
 
 @dataclass(frozen=True, slots=True)
 class Curve:
-    """Validation metric as a function of the fraction of training done (0..1)."""
+    """Validation metric as a function of the fraction of training done (0..1), one point
+    per epoch after the first at 0; ``stop_fraction``: where the convergence criterion
+    first holds on the whole curve (``model.convergence.observed_convergence``, the bench's
+    truth), 1.0 where it never does."""
 
     fraction: tuple[float, ...]
     metric: tuple[float, ...]
     higher_is_better: bool
+    stop_fraction: float = 1.0
 
     def at(self, frac: float) -> float:
         return float(np.interp(frac, self.fraction, self.metric))
+
+    def epoch_at(self, frac: float) -> float:
+        """Epochs done at ``frac`` (the point at 0 is epoch 0, the next ones 1, 2, ...)."""
+        return float(np.interp(frac, self.fraction, np.arange(len(self.fraction))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +125,14 @@ def _curve(pollux_dir: Path, model: str) -> Curve:
     progress = np.array([float(r["progress"]) for r in rows])
     metric = np.array([float(r["metric"]) for r in rows])
     frac = progress / progress[-1]
+    rising = bool(metric[-1] > metric[0])
+    epochs = np.arange(1, len(metric) + 1, dtype=float)
+    stop = observed_convergence(epochs, metric, higher_is_better=rising, window=PATIENCE_EPOCHS)
     return Curve(
         fraction=(0.0, *frac.tolist()),
         metric=(float(metric[0]), *metric.tolist()),
-        higher_is_better=bool(metric[-1] > metric[0]),
+        higher_is_better=rising,
+        stop_fraction=1.0 if stop is None else float(frac[int(stop) - 1]),
     )
 
 

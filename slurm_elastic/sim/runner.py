@@ -59,7 +59,6 @@ class SimSettings:
     refresh_s: float = 1800.0
     report_every_s: float = 1800.0
     sacct_interval_s: float = 3600.0  # the daemon's incremental history read
-    report_total_steps: bool = True  # jobs declare their step budget (ElasticFlow-style)
 
 
 @dataclass(slots=True)
@@ -197,22 +196,25 @@ def _queued(cluster: Cluster) -> int:
     )
 
 
-def report_for(job: SimJob, cluster: Cluster, now: float, *, total_steps: bool) -> ProgressReport:
-    """What the job's agent would report now."""
+def report_for(job: SimJob, cluster: Cluster, now: float) -> ProgressReport:
+    """What the job's agent would report now: its step budget if it declares one, else its
+    epochs (the daemon's convergence window is in epochs), and its metric either way."""
     assert job.spec is not None
     spec = job.spec
     rate = cluster.rate(job)
     curve = spec.profile.curve
+    at = (job.done / spec.work if spec.work else 1.0) * spec.curve_span
     return ProgressReport(
         job_id=job.job_id,
         time=now,
         step=int(job.done),
         nodes=job.world,
-        loss=curve.at(job.done / spec.work if spec.work else 1.0),
+        epoch=None if spec.declares_budget else curve.epoch_at(at),
+        loss=curve.at(at),
         metric_higher_is_better=curve.higher_is_better,
         samples_per_s=rate * spec.profile.batch,
         global_batch=spec.profile.batch,
-        total_steps=math.ceil(spec.work) if total_steps else None,
+        total_steps=math.ceil(spec.work) if spec.declares_budget else None,
         mode="torchft" if spec.stop_free else None,
     )
 
@@ -302,9 +304,7 @@ class ControllerDriver:
             last = self._reported.get(job.job_id)
             if last is None or last[1] != job.world or now - last[0] >= every:
                 c.advance(job, now)
-                self.reports.add(
-                    report_for(job, c, now, total_steps=self.settings.report_total_steps)
-                )
+                self.reports.add(report_for(job, c, now))
                 self._reported[job.job_id] = (now, job.world)
         result = self.controller.run_once(now)
         self.observe(result)

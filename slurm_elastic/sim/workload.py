@@ -22,6 +22,16 @@ Rules (all configurable through :class:`WorkloadConfig`, all seeded):
   draw, independent of the model draw); min nodes = ``max(1, ceil(req × min_fraction))``,
   max nodes = ``min(partition size, max(req, floor(req × max_multiple)))``, step =
   ``gcd(min, req)`` so the requested size is always an allowed size.
+* **Step budget.**  ``budget="declared"``: every job tells the daemon its step budget
+  (``total_steps``, as an ElasticFlow-style job with a fixed number of epochs does) and
+  trains through its whole validation curve.  ``"converge"``: no job declares one; each
+  trains until its real curve meets the convergence criterion (``Curve.stop_fraction``)
+  and reports its metric and epochs, so the daemon knows only what its fitted curve
+  predicts.  ``"mix"`` (the default): each job draws one or the other, half and half
+  (``MIX_CONVERGE_SHARE``, a seeded draw of its own stream).  A converge job's trace
+  duration is its time to converge at the requested size (the curve is stretched so that
+  its stop falls there); without a duration (Pollux workloads) it is the curve up to its
+  stop, where a declared job runs the whole curve.
 * **Resize cost** = measured restart overhead (``restart_s``, default 15 s: grow 12-19 s,
   shrink 9-13 s with tuned rendezvous timeouts in SLURM-FACTS) + the model's checkpoint
   time (``profiles.CHECKPOINT_S``, assumed).  With ``resize_mode="torchft"`` (stop-free,
@@ -43,6 +53,10 @@ from slurm_elastic.sim.profiles import Profile
 from slurm_elastic.sim.traces import Trace, TraceJob
 
 RESIZE_MODES = ("torchrun", "torchft")
+BUDGETS = ("declared", "converge", "mix")
+# In the mixed workload, the share of jobs that train until converged: no measured figure
+# exists for that share at a site, so an even split, where neither kind dominates.
+MIX_CONVERGE_SHARE = 0.5
 TORCHRUN_RESTART_S = 15.0  # SLURM-FACTS: grow 12-19 s, shrink 9-13 s (tuned rendezvous)
 # The torchft mode's survivor pause per resize: scripts/bench_resize.py --mode torchft on
 # the local cluster (docs/benchmarks.md: shrink 0.84 s, grow 0.21 s, medians of 3), the
@@ -62,6 +76,7 @@ class WorkloadConfig:
     checkpoint_s: float | None = None  # None: per-model table (torchft: none is written)
     seed: int = 0
     resize_mode: str = "torchrun"
+    budget: str = "mix"  # "declared" | "converge" | "mix" (module docstring)
 
     @property
     def resize_restart_s(self) -> float:
@@ -77,6 +92,8 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         if self.resize_mode not in RESIZE_MODES:
             raise ConfigError(f"resize mode must be torchrun or torchft, got {self.resize_mode!r}")
+        if self.budget not in BUDGETS:
+            raise ConfigError(f"budget must be declared, converge or mix, got {self.budget!r}")
         if self.gpus_per_node < 1:
             raise ConfigError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 0.0 <= self.elastic_fraction <= 1.0:
@@ -107,6 +124,13 @@ class JobSpec:
     restart_s: float  # relaunch of the workers at the new size (torchft: the survivors' pause)
     checkpoint_s: float  # write + read of one checkpoint
     stop_free: bool = False  # resizes through torchft replica groups (reported as such)
+    declares_budget: bool = True  # reports total_steps; else trains until converged
+
+    @property
+    def curve_span(self) -> float:
+        """The fraction of its validation curve the job trains through (its stop, for a job
+        that trains until converged)."""
+        return 1.0 if self.declares_budget else self.profile.curve.stop_fraction
 
     @property
     def resize_cost_s(self) -> float:
@@ -171,6 +195,7 @@ def build_workload(
     """Map every trace job; jobs larger than their partition are rejected (as Slurm would)."""
     model_rng = random.Random(f"model-{cfg.seed}")
     elastic_rng = random.Random(f"elastic-{cfg.seed}")
+    budget_rng = random.Random(f"budget-{cfg.seed}")
     jobs: list[JobSpec] = []
     rejected: list[str] = []
     for job in trace.jobs:
@@ -178,6 +203,8 @@ def build_workload(
         # another job's draws.
         profile = _profile(job, trace.format, traces_dir, model_rng)
         draw = elastic_rng.random()
+        converges = budget_rng.random() < MIX_CONVERGE_SHARE
+        declares = cfg.budget == "declared" or (cfg.budget == "mix" and not converges)
         partition = job.partition if job.partition in partition_nodes else default_partition
         cap = partition_nodes[partition]
         req_nodes = math.ceil(job.gpus / cfg.gpus_per_node)
@@ -208,10 +235,11 @@ def build_workload(
             restart_s=cfg.resize_restart_s,
             checkpoint_s=cfg.resize_checkpoint_s(profile),
             stop_free=cfg.resize_mode == "torchft",
+            declares_budget=declares,
         )
         if job.duration_s is not None:
             work = job.duration_s * probe.rate_at(req_nodes)
         else:
-            work = profile.full_run_steps
+            work = profile.full_run_steps * probe.curve_span
         jobs.append(replace(probe, work=work))
     return Workload(jobs=tuple(jobs), rejected=tuple(rejected))
