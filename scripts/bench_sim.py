@@ -3,6 +3,7 @@ harm to each job against static on mixed workloads, and the wall time of simulat
 10,000 jobs with the mip policy.
 
     python scripts/bench_sim.py [--traces DIR] [--out DIR] [--only cluster06|philly|harm|10k]
+                                [--budget declared|converge|mix]
 
 Prints, per trace, the side-by-side table (the same figures as ``slurm-elastic simulate``
 with default settings) and each policy's wall time and per-cycle controller cost; then
@@ -12,7 +13,9 @@ and per class (rigid, elastic) the figures of ``slurm_elastic.sim.harm``
 (``_ef25``/``_ef50``/``_ef100``, each the worse of the two traces; ``_ef100`` has no rigid
 jobs); the last line is ``key=value`` pairs.  The 10,000-job run tiles
 ``itp_elasticflow/raw/cluster06.csv`` in time (copy k shifted by k × the trace's span, so
-the offered load is the trace's own) on the cluster06 default cluster.
+the offered load is the trace's own) on the cluster06 default cluster.  ``--budget`` is
+every run's ``WorkloadConfig.budget`` (default the simulator's, mix: half the jobs declare
+their step budget, half train until converged), printed first and in the last line.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from slurm_elastic.sim import study
 from slurm_elastic.sim.harm import Harm, harm
 from slurm_elastic.sim.runner import SimSettings
 from slurm_elastic.sim.traces import Trace, read_trace
-from slurm_elastic.sim.workload import WorkloadConfig
+from slurm_elastic.sim.workload import BUDGETS, WorkloadConfig
 
 TRACES = {
     "cluster06": "itp_elasticflow/raw/cluster06.csv",
@@ -116,14 +119,16 @@ HARM_KEYS = {
 }
 
 
-def harm_figures(traces_dir: Path, names: list[str], out: Path) -> dict[str, str]:
+def harm_figures(
+    traces_dir: Path, names: list[str], out: Path, base: WorkloadConfig
+) -> dict[str, str]:
     """Mixed workloads, mip against static, per class; each key the worse of the traces."""
     worst: dict[str, float] = {}
     rows: dict[str, dict[str, dict[str, float | int]]] = {}
     for name in names:
         trace = read_trace(traces_dir / TRACES[name])
         for suffix, fraction in HARM_FRACTIONS.items():
-            cfg = WorkloadConfig(elastic_fraction=fraction)
+            cfg = replace(base, elastic_fraction=fraction)
             st = make_study(trace, TRACES[name], traces_dir, cfg=cfg)
             workload = st.workload()
             t0 = time.perf_counter()
@@ -156,15 +161,18 @@ def main() -> int:
     )
     ap.add_argument("--out", type=Path, default=Path("sim-out/bench"))
     ap.add_argument("--only", choices=["cluster06", "philly", "harm", "10k"], action="append")
+    ap.add_argument("--budget", choices=BUDGETS, default=WorkloadConfig().budget)
     args = ap.parse_args()
+    cfg = WorkloadConfig(budget=args.budget)
+    print(f"budget {args.budget}", flush=True)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     only = set(args.only or ["cluster06", "philly", "harm", "10k"])
-    figures: dict[str, str] = {}
+    figures: dict[str, str] = {"budget": args.budget}
     for name, rel in TRACES.items():
         if name not in only:
             continue
         trace = read_trace(args.traces / rel)
-        res = compare(name, make_study(trace, rel, args.traces), args.out)
+        res = compare(name, make_study(trace, rel, args.traces, cfg=cfg), args.out)
         mip, static, greedy = res["mip"], res["static"], res["greedy"]
         r1 = mip["avg_jct_s"] / static["avg_jct_s"]
         r2 = mip["avg_jct_s"] / greedy["avg_jct_s"]
@@ -180,10 +188,10 @@ def main() -> int:
             f"{name}_mip_over_greedy_queue": f"{r3:.3f}",
         }
     if "harm" in only:
-        figures |= harm_figures(args.traces, list(TRACES), args.out)
+        figures |= harm_figures(args.traces, list(TRACES), args.out, cfg)
     if "10k" in only:
         base = read_trace(args.traces / TRACES["cluster06"])
-        st = make_study(tiled(base, TILED_JOBS), "cluster06 tiled", args.traces)
+        st = make_study(tiled(base, TILED_JOBS), "cluster06 tiled", args.traces, cfg=cfg)
         workload = st.workload()
         t0, c0 = time.perf_counter(), time.process_time()
         outcome = study.run_policy(st, "mip", workload)
