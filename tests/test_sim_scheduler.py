@@ -75,3 +75,20 @@ def test_never_overcommits_and_never_delays_the_first_blocked_job(
         - sum(w.nodes for w in behind if w.runtime_s > shadow)
     )
     assert at_shadow >= blocked.nodes
+
+
+@given(
+    free=st.integers(0, 16),
+    jobs=st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5)), max_size=20),
+    holding=st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5)), max_size=8),
+)
+def test_the_run_time_of_a_job_larger_than_free_is_never_read(
+    free: int, jobs: list[tuple[int, float]], holding: list[tuple[int, float]]
+) -> None:
+    """The contract the engine relies on to skip those run times (Cluster.schedule)."""
+    held = [Holding(n, e) for n, e in holding]
+    exact = [Waiting(i, n, r) for i, (n, r) in enumerate(jobs)]
+    unknown = [Waiting(i, n, r if n <= free else math.inf) for i, (n, r) in enumerate(jobs)]
+    assert fifo_easy_backfill(0.0, free, unknown, held) == fifo_easy_backfill(
+        0.0, free, exact, held
+    )

@@ -419,6 +419,8 @@ class Cluster:
     # ------------------------------------------------------------ scheduling
     def schedule(self) -> None:
         """One FIFO + EASY backfill pass per partition at ``now``."""
+        if not any(self.free.values()):
+            return  # every job asks for a node at least: none can start (a busy cluster)
         by_part: dict[str, list[SimJob]] = {}
         for job in self.active.values():
             if job.state is JobState.PENDING:
@@ -431,7 +433,12 @@ class Cluster:
                 # most passes on a busy cluster end here).
                 continue
             pending.sort(key=lambda j: (j.submit, j.job_id))
-            waiting = [Waiting(j.job_id, j.request, self._runtime(j)) for j in pending]
+            # A job asking more than is free now never starts in this pass, and the
+            # backfill reads its nodes only (fifo_easy_backfill's contract).
+            waiting = [
+                Waiting(j.job_id, j.request, self._runtime(j) if j.request <= free else math.inf)
+                for j in pending
+            ]
             holding = [
                 Holding(len(j.nodes), self.expected_end(j))
                 for j in self.active.values()

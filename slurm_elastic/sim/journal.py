@@ -7,9 +7,10 @@ the same (``tests/test_journal.py`` runs one scenario on both and compares every
 and is never used by the daemon: a simulated cluster has nothing to recover after a crash.
 
 The rows are stored once, as the daemon's store reads them back (``decode_action``:
-ints, the kind by value, string pairs); four indexes beside them answer the queries
-read every cycle without a pass over every row: ids of open rows, of refused rows, ids
-per job, and ids of links not ended.  (A prune keeps every row within the accounting
+ints, the kind by value, string pairs); indexes beside them answer the queries read
+every cycle without a pass over every row: ids of open rows, of refused rows, ids per
+job, each job's last resize end, ids of links not ended, and closed rows and ended links
+by age (for ``prune``).  (A prune keeps every row within the accounting
 look-back, 30 days by default, so a pass over every row each cycle grows with the trace:
 at 10,000 jobs a third of the run went in ``refusals``.)  They change only in ``_put_row``,
 ``_put_link`` and ``prune``.
@@ -17,6 +18,7 @@ at 10,000 jobs a third of the run went in ``refusals``.)  They change only in ``
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
@@ -45,6 +47,15 @@ class MemoryJournal:
         self._last_id = 0  # never reused, like SQLite's AUTOINCREMENT
         self._open: set[int] = set()  # ids of rows intent or waiting
         self._refused: set[int] = set()  # ids of rows refused
+        # (updated_at, id) of every row put closed, and (ended_at, companion id) of every
+        # link put ended, oldest first: a prune pops what is older than its limit instead of
+        # passing over every row.  An entry whose row changed since is stale and dropped.
+        self._closed_by_age: list[tuple[float, int]] = []
+        # Per job, when its last shrink or grow ended (the answer of ``last_resize_at``),
+        # worked out again from the job's rows whenever one of its resize rows is put or
+        # pruned: read for every elastic job each cycle, written far less often.
+        self._last_resize: dict[int, float] = {}
+        self._ended_by_age: list[tuple[float, int]] = []
         self._by_job: dict[int, list[int]] = {}  # job id -> its rows' ids, in id order
         self._links: dict[int, CompanionLink] = {}  # by companion id
         self._active: set[int] = set()  # companion ids of links not ended
@@ -66,6 +77,21 @@ class MemoryJournal:
                 index.add(entry.id)
             else:
                 index.discard(entry.id)
+        if not entry.status.is_open:
+            heapq.heappush(self._closed_by_age, (entry.updated_at, entry.id))
+        if entry.kind in _RESIZES:
+            self._resize_ends_changed(entry.job_id)
+
+    def _resize_ends_changed(self, job_id: int) -> None:
+        ends = [
+            e.updated_at
+            for e in map(self._rows.__getitem__, self._by_job.get(job_id, ()))
+            if e.kind in _RESIZES and not e.status.is_open
+        ]
+        if ends:
+            self._last_resize[job_id] = max(ends)
+        else:
+            self._last_resize.pop(job_id, None)
 
     def _put_link(self, link: CompanionLink) -> None:
         self._links[link.companion_id] = link
@@ -73,6 +99,7 @@ class MemoryJournal:
             self._active.add(link.companion_id)
         else:
             self._active.discard(link.companion_id)
+            heapq.heappush(self._ended_by_age, (link.ended_at, link.companion_id))
 
     # ------------------------------------------------------------------ actions
 
@@ -143,17 +170,10 @@ class MemoryJournal:
         return tuple(self._rows.values())
 
     def last_resize_at(self, job_ids: Iterable[int] | None = None) -> dict[int, float]:
-        jobs = self._by_job if job_ids is None else job_ids
-        found: dict[int, float] = {}
-        for job_id in jobs:
-            ends = [
-                e.updated_at
-                for e in map(self._rows.__getitem__, self._by_job.get(job_id, ()))
-                if e.kind in _RESIZES and not e.status.is_open
-            ]
-            if ends:
-                found[job_id] = max(ends)
-        return found
+        if job_ids is None:
+            return dict(self._last_resize)
+        last = self._last_resize
+        return {job_id: last[job_id] for job_id in job_ids if job_id in last}
 
     def grow_failures(self, job_id: int, limit: int = 100) -> tuple[int, float | None, str]:
         grows = [
@@ -185,22 +205,37 @@ class MemoryJournal:
 
     def prune(self, before: float, keep_jobs: Collection[int] = ()) -> int:
         keep = set(keep_jobs)
-        rows = [
-            i
-            for i, e in self._rows.items()
-            if not e.status.is_open and e.updated_at < before and e.job_id not in keep
-        ]
-        for i in rows:
-            self._by_job[self._rows.pop(i).job_id].remove(i)
+        gone = 0
+        kept: list[tuple[float, int]] = []  # old enough, but their job is still in Slurm
+        while self._closed_by_age and self._closed_by_age[0][0] < before:
+            at, i = heapq.heappop(self._closed_by_age)
+            entry = self._rows.get(i)
+            if entry is None or entry.status.is_open or entry.updated_at != at:
+                continue  # stale: deleted, reopened, or put again (a newer entry exists)
+            if entry.job_id in keep:
+                kept.append((at, i))
+                continue
+            del self._rows[i]
+            self._by_job[entry.job_id].remove(i)
             self._refused.discard(i)
-        links = [
-            c
-            for c, link in self._links.items()
-            if link.ended_at is not None and link.ended_at < before and link.parent_id not in keep
-        ]
-        for c in links:
+            if entry.kind in _RESIZES:
+                self._resize_ends_changed(entry.job_id)
+            gone += 1
+        kept_links: list[tuple[float, int]] = []
+        while self._ended_by_age and self._ended_by_age[0][0] < before:
+            at, c = heapq.heappop(self._ended_by_age)
+            link = self._links.get(c)
+            if link is None or link.ended_at != at:
+                continue
+            if link.parent_id in keep:
+                kept_links.append((at, c))
+                continue
             del self._links[c]
-        return len(rows) + len(links)
+            gone += 1
+        for heap, back in ((self._closed_by_age, kept), (self._ended_by_age, kept_links)):
+            for item in back:
+                heapq.heappush(heap, item)
+        return gone
 
     # ------------------------------------------------------------------ companions
 
