@@ -9,6 +9,11 @@ from hypothesis import strategies as st
 
 from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
 
+# Random partitions: free nodes, pending jobs (nodes, run time), running jobs (nodes, end).
+FREE = st.integers(0, 16)
+JOBS = st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5)), max_size=20)
+HOLDING = st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5)), max_size=8)
+
 
 def test_fifo_starts_in_order_while_jobs_fit() -> None:
     waiting = [Waiting(1, 2, 10), Waiting(2, 2, 10), Waiting(3, 1, 10)]
@@ -41,11 +46,7 @@ def _shadow(free: int, need: int, holding: list[Holding]) -> float:
     return math.inf
 
 
-@given(
-    free=st.integers(0, 16),
-    jobs=st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5)), max_size=20),
-    holding=st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5)), max_size=8),
-)
+@given(free=FREE, jobs=JOBS, holding=HOLDING)
 def test_never_overcommits_and_never_delays_the_first_blocked_job(
     free: int, jobs: list[tuple[int, float]], holding: list[tuple[int, float]]
 ) -> None:
@@ -77,11 +78,7 @@ def test_never_overcommits_and_never_delays_the_first_blocked_job(
     assert at_shadow >= blocked.nodes
 
 
-@given(
-    free=st.integers(0, 16),
-    jobs=st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5)), max_size=20),
-    holding=st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5)), max_size=8),
-)
+@given(free=FREE, jobs=JOBS, holding=HOLDING)
 def test_the_run_time_of_a_job_larger_than_free_is_never_read(
     free: int, jobs: list[tuple[int, float]], holding: list[tuple[int, float]]
 ) -> None:
