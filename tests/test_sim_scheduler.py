@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
+from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill, read_by_backfill
 
 # Random partitions: free nodes, pending jobs (nodes, run time), running jobs (nodes, end).
 FREE = st.integers(0, 16)
@@ -89,3 +89,20 @@ def test_the_run_time_of_a_job_larger_than_free_is_never_read(
     assert fifo_easy_backfill(0.0, free, unknown, held) == fifo_easy_backfill(
         0.0, free, exact, held
     )
+
+
+@given(free=FREE, jobs=JOBS, holding=HOLDING)
+def test_of_the_jobs_larger_than_free_only_the_first_is_read(
+    free: int, jobs: list[tuple[int, float]], holding: list[tuple[int, float]]
+) -> None:
+    """The contract the engine relies on to leave the others out (Cluster.schedule)."""
+    held = [Holding(n, e) for n, e in holding]
+    every = [Waiting(i, n, r) for i, (n, r) in enumerate(jobs)]
+    read = [every[i] for i in read_by_backfill([w.nodes for w in every], free)]
+    assert fifo_easy_backfill(0.0, free, read, held) == fifo_easy_backfill(0.0, free, every, held)
+
+
+def test_read_by_backfill_keeps_the_fitting_jobs_and_the_first_larger_one() -> None:
+    assert read_by_backfill([5, 1, 6, 2, 4, 3], 3) == [0, 1, 3, 5]
+    assert read_by_backfill([1, 2], 3) == [0, 1]
+    assert read_by_backfill([], 3) == []

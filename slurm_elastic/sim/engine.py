@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from slurm_elastic.errors import ActionRefused, SlurmRejected
-from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill
+from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill, read_by_backfill
 from slurm_elastic.sim.workload import JobSpec
 from slurm_elastic.types import JobState
 
@@ -139,6 +139,11 @@ class Cluster:
             self.owner.extend([0] * part.nodes)
         self.specs = jobs
         self.active: dict[int, SimJob] = {}  # pending + running, insertion = submit order
+        # The same jobs by state, for the passes at every event that read one state only
+        # (a busy cluster has thousands pending and tens running): pending in submit order,
+        # running in start order.
+        self.pending: dict[int, SimJob] = {}
+        self.running: dict[int, SimJob] = {}
         self.finished: list[SimJob] = []
         self.next_id = (max((j.sim_id for j in jobs), default=0)) + 1
         self.changed = True  # something happened since the last control cycle
@@ -261,12 +266,15 @@ class Cluster:
         )
         self.jobs[job.job_id] = job
         self.active[job.job_id] = job
+        self.pending[job.job_id] = job
         self.changed = True
 
     def start(self, job: SimJob) -> None:
         t = self.now
         self._take(job, job.request)
         job.state = JobState.RUNNING
+        del self.pending[job.job_id]
+        self.running[job.job_id] = job
         job.start = t
         job.last = t
         self._open_period(job, t)
@@ -288,6 +296,8 @@ class Cluster:
         job.end = t
         job.version += 1
         self.active.pop(job.job_id, None)
+        self.pending.pop(job.job_id, None)
+        self.running.pop(job.job_id, None)
         self.finished.append(job)
         self.changed = True
         for cid in list(job.companions):
@@ -375,6 +385,7 @@ class Cluster:
         self.next_id += 1
         self.jobs[job.job_id] = job
         self.active[job.job_id] = job
+        self.pending[job.job_id] = job
         if parent is not None:
             self.jobs[parent].companions.append(job.job_id)
         self.actions += 1
@@ -422,9 +433,8 @@ class Cluster:
         if not any(self.free.values()):
             return  # every job asks for a node at least: none can start (a busy cluster)
         by_part: dict[str, list[SimJob]] = {}
-        for job in self.active.values():
-            if job.state is JobState.PENDING:
-                by_part.setdefault(job.partition, []).append(job)
+        for job in self.pending.values():
+            by_part.setdefault(job.partition, []).append(job)
         for part, pending in by_part.items():
             free = len(self.free[part])
             if all(j.request > free for j in pending):
@@ -433,16 +443,18 @@ class Cluster:
                 # most passes on a busy cluster end here).
                 continue
             pending.sort(key=lambda j: (j.submit, j.job_id))
-            # A job asking more than is free now never starts in this pass, and the
-            # backfill reads its nodes only (fifo_easy_backfill's contract).
+            # A job asking more than is free now never starts in this pass: the backfill
+            # reads only the first such job, and its nodes only (fifo_easy_backfill's
+            # contract), and on a busy cluster most pending jobs are such jobs.
+            read = [pending[i] for i in read_by_backfill([j.request for j in pending], free)]
             waiting = [
                 Waiting(j.job_id, j.request, self._runtime(j) if j.request <= free else math.inf)
-                for j in pending
+                for j in read
             ]
             holding = [
                 Holding(len(j.nodes), self.expected_end(j))
-                for j in self.active.values()
-                if j.partition == part and j.state is JobState.RUNNING
+                for j in self.running.values()
+                if j.partition == part
             ]
             for job_id in fifo_easy_backfill(self.now, free, waiting, holding):
                 self.start(self.jobs[job_id])
@@ -463,3 +475,7 @@ class Cluster:
         free = sum(len(f) for f in self.free.values())
         if held != self.busy_nodes() or held + free != len(self.owner):
             raise AssertionError(f"capacity broken at t={self.now}: held={held} free={free}")
+        pending = [i for i, j in self.active.items() if j.state is JobState.PENDING]
+        running = {i for i, j in self.active.items() if j.state is JobState.RUNNING}
+        if list(self.pending) != pending or set(self.running) != running:
+            raise AssertionError(f"pending/running index broken at t={self.now}")

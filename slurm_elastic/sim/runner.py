@@ -191,9 +191,7 @@ def _driver_stats(driver: Driver | None) -> dict[str, Any]:
 
 
 def _queued(cluster: Cluster) -> int:
-    return sum(
-        1 for j in cluster.active.values() if j.state is JobState.PENDING and j.spec is not None
-    )
+    return sum(1 for j in cluster.pending.values() if j.spec is not None)
 
 
 def report_for(job: SimJob, cluster: Cluster, now: float) -> ProgressReport:

@@ -40,9 +40,12 @@ def fifo_easy_backfill(
 ) -> list[int]:
     """Ids of the ``waiting`` jobs (priority order) to start now on ``free`` nodes.
 
-    A job's ``runtime_s`` is read only when it fits in what is free at that point, which
-    never grows during the pass: a caller may leave it ``inf`` for a job asking more than
-    ``free``."""
+    What the pass reads, which a caller may rely on (``Cluster.schedule`` does): free nodes
+    never grow during the pass, so a job asking more than ``free`` never starts. Its
+    ``runtime_s`` is never read (the caller may leave it ``inf``), and of all such jobs
+    only the first matters, as the head whose reservation the backfill keeps (or as one
+    skipped behind that head): a caller may leave the others out (``read_by_backfill``).
+    """
     started: list[int] = []
     releases = sorted((h.end, h.nodes) for h in holding)
     shadow: float | None = None
@@ -67,6 +70,21 @@ def fifo_easy_backfill(
             free -= job.nodes
             extra -= job.nodes
     return started
+
+
+def read_by_backfill(requests: Sequence[int], free: int) -> list[int]:
+    """Indices of the jobs (``requests``: nodes asked, priority order) whose presence can
+    change what ``fifo_easy_backfill`` starts on ``free`` nodes: each that fits in ``free``
+    and the first that does not."""
+    kept: list[int] = []
+    head_seen = False
+    for i, nodes in enumerate(requests):
+        if nodes <= free:
+            kept.append(i)
+        elif not head_seen:
+            kept.append(i)
+            head_seen = True
+    return kept
 
 
 def _reservation(free: int, need: int, releases: list[tuple[float, int]]) -> tuple[float, int]:
