@@ -3,6 +3,7 @@
 #
 #   bash scripts/cluster.sh up     [--slurm V] [--nodes N] [--instance K] [--fresh]
 #                                   [--conf KEY=VALUE]...   # extra slurm.conf lines
+#                                   [--gpu-types TYPE:N,...] # typed GPUs, a partition per type
 #   bash scripts/cluster.sh down   [--slurm V] [--instance K | --all]
 #   bash scripts/cluster.sh status [--slurm V] [--instance K]
 #   bash scripts/cluster.sh env    [--slurm V] [--instance K]   # prints export lines
@@ -27,7 +28,10 @@
 # `sbatch` works; any other lives in <root>/etc/slurm-cluster/iK (clients need `env`'s
 # SLURM_CONF, and PATH for a root's clients).  Every node: 4 CPUs, 4 fake GPUs (gres on
 # dummy char devices /dev/fakegpu/gpuN).  Partitions: batch (default, whole nodes) and
-# shared.  Facts: ../shared/SLURM-FACTS.md.
+# shared.  Opt-in, `--gpu-types a100:2,t4:2` types those GPUs in node order (n1-n2
+# gpu:a100:4, n3-n4 gpu:t4:4; the counts add up to --nodes) and adds one partition per
+# type, named after it, beside batch and shared; without it the conf files are unchanged.
+# Facts: ../shared/SLURM-FACTS.md.
 #
 # Idempotent: `up` on a running instance with the same config only checks that every
 # daemon answers; `down` on a stopped one succeeds; the last instance of a version going
@@ -49,7 +53,7 @@ HOST="$(hostname -s)"
 WAIT_S=${CLUSTER_WAIT_S:-40}
 
 usage() {
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -91,6 +95,8 @@ FRESH=0
 # Extra slurm.conf lines of this `up` (a site's setting a test needs, e.g.
 # DataParserParameters=v0.0.40): an instance runs with exactly the ones of its last `up`.
 EXTRA_CONF=()
+# --gpu-types TYPE:COUNT,...: typed fake GPUs for a heterogeneous-GPU cluster ("" = untyped).
+GPU_TYPES=""
 SLURM=${SLURM_ELASTIC_SLURM:-22.05}
 SLURM_GIVEN=0
 while [[ $# -gt 0 ]]; do
@@ -105,6 +111,8 @@ while [[ $# -gt 0 ]]; do
         --fresh) FRESH=1; shift ;;
         --conf) EXTRA_CONF+=("${2:?--conf needs KEY=VALUE}"); shift 2 ;;
         --conf=*) EXTRA_CONF+=("${1#*=}"); shift ;;
+        --gpu-types) GPU_TYPES=${2:?--gpu-types needs TYPE:COUNT[,TYPE:COUNT]...}; shift 2 ;;
+        --gpu-types=*) GPU_TYPES=${1#*=}; shift ;;
         --) shift; break ;;
         -h | --help) usage ;;
         *) die "unknown argument '$1' (see: cluster.sh --help)" ;;
@@ -120,6 +128,23 @@ for line in "${EXTRA_CONF[@]}"; do
     [[ $line =~ $conf_line ]] ||
         die "--conf must be KEY=VALUE (a word; letters, digits, spaces, ._,+/:=[]-), got '$line'"
 done
+# --gpu-types as "TYPE FIRST LAST" node groups, in node order.  A type names a partition
+# too, so not batch or shared, and each type once.
+GPU_GROUPS=()
+if [[ -n $GPU_TYPES ]]; then
+    gpu_item='[a-z][a-z0-9_]{0,15}:[1-9][0-9]?'
+    gpu_error="--gpu-types must be TYPE:COUNT[,TYPE:COUNT]... (TYPE: a-z, 0-9, _, a letter first, each once, not batch or shared; the COUNTs adding up to --nodes $NODES), got '$GPU_TYPES'"
+    [[ $GPU_TYPES =~ ^$gpu_item(,$gpu_item)*$ ]] || die "$gpu_error"
+    first=1
+    IFS=, read -ra gpu_items <<<"$GPU_TYPES"
+    for item in "${gpu_items[@]}"; do
+        type=${item%%:*}
+        case " batch shared ${GPU_GROUPS[*]/%/ } " in *" $type "*) die "$gpu_error" ;; esac
+        GPU_GROUPS+=("$type $first $((first + ${item#*:} - 1))")
+        first=$((first + ${item#*:}))
+    done
+    ((first - 1 == NODES)) || die "$gpu_error"
+fi
 
 # ------------------------------------------------------------------ versions
 #
@@ -489,6 +514,43 @@ build_spank() {
     install -m 0644 "$REPO/etc/spank/elastic.c" "$so.c"
 }
 
+# The rendered slurm.conf or gres.conf ($1, content $2) with --gpu-types applied: the one
+# NodeName line of all nodes becomes one line per type (its nodes, their ports, Gres=gpu:TYPE:4
+# in slurm.conf, Type=TYPE in gres.conf), and slurm.conf gets one partition per type, like
+# batch (whole nodes).  Only called with --gpu-types: the default files stay as rendered.
+typed_gpu_conf() {
+    local name=$1 line group type first last nodes ports typed out=()
+    while IFS= read -r line; do
+        if [[ $line != "NodeName=n[1-$NODES] "* ]]; then
+            out+=("$line")
+            continue
+        fi
+        for group in "${GPU_GROUPS[@]}"; do
+            read -r type first last <<<"$group"
+            nodes="n[$first-$last]" ports="[$((CTLD_PORT + first))-$((CTLD_PORT + last))]"
+            if ((first == last)); then nodes="n$first" ports=$((CTLD_PORT + first)); fi
+            typed=${line/#"NodeName=n[1-$NODES] "/"NodeName=$nodes "}
+            if [[ $name == slurm.conf ]]; then
+                typed=${typed/" Port=[$((CTLD_PORT + 1))-$((CTLD_PORT + NODES))] "/" Port=$ports "}
+                typed=${typed/" Gres=gpu:4 "/" Gres=gpu:$type:4 "}
+            else
+                typed=${typed/" Name=gpu "/" Name=gpu Type=$type "}
+            fi
+            out+=("$typed")
+        done
+    done <<<"$2"
+    if [[ $name == slurm.conf ]]; then
+        out+=("# cluster.sh up --gpu-types $GPU_TYPES: one partition per GPU type.")
+        for group in "${GPU_GROUPS[@]}"; do
+            read -r type first last <<<"$group"
+            nodes="n[$first-$last]"
+            ((first != last)) || nodes="n$first"
+            out+=("PartitionName=$type Nodes=$nodes Default=NO OverSubscribe=EXCLUSIVE MaxTime=INFINITE State=UP")
+        done
+    fi
+    printf '%s\n' "${out[@]}"
+}
+
 write_confs() { # writes the instance's conf files; sets CONF_CHANGED=1 when anything changed
     local name content
     install -d "$CONF_DIR"
@@ -501,6 +563,9 @@ write_confs() { # writes the instance's conf files; sets CONF_CHANGED=1 when any
     fi
     for name in slurm.conf gres.conf cgroup.conf; do
         content=$(render "$TEMPLATES/$name.tmpl")
+        if [[ $name != cgroup.conf ]] && ((${#GPU_GROUPS[@]})); then
+            content=$(typed_gpu_conf "$name" "$content")
+        fi
         if [[ $name == slurm.conf ]] && ((${#EXTRA_CONF[@]})); then
             content+=$'\n# cluster.sh up --conf:'
             content+=$(printf '\n%s' "${EXTRA_CONF[@]}")

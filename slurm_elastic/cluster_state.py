@@ -19,6 +19,7 @@ grammar, ``companion_parent``, is ``marker``'s), the layout of a shrink (``shrin
 which companions go, how many of the parent's own nodes stay), the sizes a job may be
 offered (``offered_sizes``), and the pending jobs Slurm will not start whatever the free
 nodes (``not_eligible``: the problem builder leaves them out, the controller freezes them).
+And the GPU type of each partition (``partition_gpu_types``), for placing jobs by GPU kind.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from dataclasses import dataclass, field
 
 from slurm_elastic.errors import MarkerError, OutOfReach
 from slurm_elastic.marker import companion_parent, untrusted
-from slurm_elastic.types import ClusterSnapshot, ElasticSpec, JobState, JobView
+from slurm_elastic.types import (
+    MIXED_GPU_TYPE,
+    ClusterSnapshot,
+    ElasticSpec,
+    JobState,
+    JobView,
+)
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker; OutOfReach
 # when its minimum is more than its partitions can ever give).
@@ -342,3 +349,45 @@ def _requeued_soon(job: JobView, now: float | None, window_s: float) -> bool:
         and begins is not None
         and begins <= now + window_s
     )
+
+
+# --------------------------------------------------------------------------- GPU types
+
+
+def partition_gpu_types(
+    snapshot: ClusterSnapshot, configured: Mapping[str, str] | None = None
+) -> Mapping[str, str]:
+    """Partition name -> the type of its GPUs, for every partition of the snapshot (pure).
+
+    A partition's type is that of its usable nodes with GPUs (``NodeView.gpu_type``; its
+    members as Slurm lists them in the partition, as ``daemon.problem.node_pools`` reads
+    them), whatever the partition's state: a type is a fact of the hardware, and the
+    partition's state is the scheduler's business.  Sites put each GPU generation in a
+    partition of its own, so one type is the rule:
+
+    * all of them share one type: that type ("" when it is untyped: ``gpu:4``);
+    * none (no GPU node, or every GPU node down or drained): "" -- nothing to say, and a
+      node that comes back brings its type with it;
+    * several types, or typed beside untyped nodes (whose type nobody knows):
+      :data:`~slurm_elastic.types.MIXED_GPU_TYPE`, never the most common type -- a job there
+      may land on either kind, and a per-type speed would then be a guess.  A node whose own
+      gres hold several types is "mixed" too and makes its partition so.
+
+    ``configured`` (``cluster.gpu_types`` in the config: partition -> type, lower case)
+    decides for the partitions it names, whatever their nodes say: for sites whose gres are
+    untyped, or to settle a "mixed" one.  A configured partition that Slurm does not list is
+    left out, like any partition the snapshot does not have.
+    """
+    by_name = {node.name: node for node in snapshot.nodes}
+    types: dict[str, str] = {}
+    for part in snapshot.partitions:
+        if configured is not None and part.name in configured:
+            types[part.name] = configured[part.name]
+            continue
+        seen = {
+            node.gpu_type
+            for name in part.nodes
+            if (node := by_name.get(name)) is not None and node.gpus > 0 and node.is_usable
+        }
+        types[part.name] = seen.pop() if len(seen) == 1 else (MIXED_GPU_TYPE if seen else "")
+    return types

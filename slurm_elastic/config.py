@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -42,6 +43,7 @@ from pydantic import (
 
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.policy.registry import DEFAULT_FALLBACK, DEFAULT_POLICY, FALLBACKS, POLICIES
+from slurm_elastic.types import MIXED_GPU_TYPE
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-elastic/slurm-elastic.yaml")
 ENV_VAR = "SLURM_ELASTIC_CONFIG"
@@ -218,6 +220,41 @@ class PartitionsSection(_Section):
         return partition not in self.exclude
 
 
+# A GPU type as Slurm's gres.conf writes it (``Type=a100``): a word, the same characters the
+# gres parser accepts (slurm.convert.gres_gpu_type).
+_GPU_TYPE = re.compile(r"[A-Za-z0-9_.+-]{1,256}")
+
+
+def _partition_name(value: Any) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("a partition name must be a non-empty string")
+    return value
+
+
+def _gpu_type(value: Any) -> Any:
+    """One GPU type of ``cluster.gpu_types``, in lower case as nodes' types are read
+    (``NodeView.gpu_type``), so that a configured "A100" matches a node's ``gpu:a100``."""
+    if not isinstance(value, str):
+        raise ValueError("must be a GPU type name (a string, as gres.conf's Type=)")
+    if not value:
+        raise ValueError("must not be empty: name the partition's GPU type")
+    if not _GPU_TYPE.fullmatch(value):
+        raise ValueError("must be one word of letters, digits and _.+- (as gres.conf's Type=)")
+    if value.lower() == MIXED_GPU_TYPE:
+        raise ValueError(f"{MIXED_GPU_TYPE!r} is what several types read as; name one type")
+    return value.lower()
+
+
+class ClusterSection(_Section):
+    """Facts about the cluster that Slurm does not say (or says in a way a site overrides)."""
+
+    # Partition -> the type of its GPUs ("a100"), for sites whose gres are untyped (gpu:4):
+    # it decides over what the nodes' gres say (cluster_state.partition_gpu_types).
+    gpu_types: dict[
+        Annotated[str, BeforeValidator(_partition_name)], Annotated[str, BeforeValidator(_gpu_type)]
+    ] = Field(default_factory=dict)
+
+
 class Config(_Section):
     """The daemon's whole configuration, with the file each key came from."""
 
@@ -232,6 +269,7 @@ class Config(_Section):
     api: ApiSection = ApiSection()
     log: LogSection = LogSection()
     partitions: PartitionsSection = PartitionsSection()
+    cluster: ClusterSection = ClusterSection()
 
     _provenance: dict[str, str] = PrivateAttr(default_factory=dict)
     _files: tuple[str, ...] = PrivateAttr(default=())

@@ -132,6 +132,9 @@ class JobView:
 
 
 _UNUSABLE_STATES = frozenset(("down", "drained", "drain", "fail", "failing", "future", "unknown"))
+# NodeView.gpu_type (and a partition's, cluster_state.partition_gpu_types) when GPUs of more
+# than one type (or typed beside untyped ones) are there: no single type can be claimed.
+MIXED_GPU_TYPE = "mixed"
 _UNUSABLE_FLAGS = frozenset(("DRAIN", "DRAINED", "FAIL"))
 
 
@@ -148,6 +151,11 @@ class NodeView:
     alloc_gpus: int
     partitions: tuple[str, ...]
     reason: str = ""
+    # The type of the node's GPUs in its gres (``gpu:a100:4`` -> "a100"), lower case: the
+    # same hardware reads the same however a site capitalises it.  "" when the GPUs are
+    # untyped (``gpu:4``) or the node has none; MIXED_GPU_TYPE when it has several types
+    # (``convert.gres_gpu_type`` says why not the most numerous one).
+    gpu_type: str = ""
 
     @property
     def is_usable(self) -> bool:

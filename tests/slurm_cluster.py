@@ -326,23 +326,31 @@ def two_users(slurm_cluster: SlurmCluster) -> tuple[ClusterUser, ClusterUser]:
 
 
 @contextlib.contextmanager
-def configured(cluster: SlurmCluster, settings: list[str]) -> Iterator[SlurmCluster]:
+def configured(
+    cluster: SlurmCluster, settings: list[str], *, gpu_types: str = ""
+) -> Iterator[SlurmCluster]:
     """The instance restarted with ``settings`` as extra slurm.conf lines (``cluster.sh up
-    --conf``), then restarted as the session had it: for a test of a site's setting
-    (preemption, the step manager).  Every job of the instance is cancelled either way."""
+    --conf``) and, when given, typed GPUs (``cluster.sh up --gpu-types``, e.g.
+    ``"a100:2,t4:2"``), then restarted as the session had it: for a test of a site's setting
+    (preemption, the step manager, GPU types).  Every job of the instance is cancelled
+    either way.  Inside a version's root (``cluster.sh exec``) cluster.sh cannot run: skip."""
+    if os.environ.get("SLURM_ELASTIC_IN_ROOT"):
+        pytest.skip("cluster.sh cannot restart the instance from inside a version's root")
 
-    def up(lines: list[str]) -> None:
+    def up(lines: list[str], types: str = "") -> None:
         for job in cluster.active_job_ids():
             cluster.run("scancel", str(job), check=False)
         cmd = ["bash", str(CLUSTER_SH), "up", "--slurm", cluster.version]
         cmd += ["--instance", str(cluster.instance), "--nodes", str(len(cluster.nodes))]
         for line in lines:
             cmd += ["--conf", line]
+        if types:
+            cmd += ["--gpu-types", types]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=UP_TIMEOUT_S)
         if proc.returncode != 0:
             pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
 
-    up(settings)
+    up(settings, gpu_types)
     try:
         yield cluster
     finally:

@@ -166,6 +166,7 @@ def test_status_plain_table_and_filters(tmp_path: Path) -> None:
         "reclaims": [
             {"borrower": 7, "waiting_job": 9, "nodes": 1, "seconds": 12.5, "detail": "agent ready"}
         ],
+        "gpu_types": {"t4": "t4", "batch": "", "a100": "a100"},
         "jobs": [
             {**TRAIN_ROW, "loan": 1},
             {
@@ -196,6 +197,7 @@ def test_status_plain_table_and_filters(tmp_path: Path) -> None:
     )
     assert " ".join(lines[2].split()) == "8 shared plain bob PD 1 - - - - - - - not elastic"
     assert "# 1 nodes on loan; last reclaim: job 7 gave back 1 to job 9 in 12.5s" in result.output
+    assert "# GPU types: a100 a100, t4 t4" in result.output  # untyped partitions left out
     result = runner.invoke(
         status, ["--config", str(config_file), "--file", str(path), "-u", "bob", "--json"]
     )

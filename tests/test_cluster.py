@@ -119,6 +119,17 @@ def test_status_and_env(slurm_cluster: SlurmCluster) -> None:
             "got 'Data Parser=v0.0.40'",
         ),
         (["up", "--conf", "Key=$(id)"], "--conf must be KEY=VALUE"),
+        (
+            ["up", "--gpu-types", "a100:2,t4:1"],
+            "--gpu-types must be TYPE:COUNT[,TYPE:COUNT]... (TYPE: a-z, 0-9, _, a letter first, "
+            "each once, not batch or shared; the COUNTs adding up to --nodes 4), got 'a100:2,t4:1'",
+        ),
+        (["up", "--nodes", "2", "--gpu-types", "a100:1,a100:1"], "got 'a100:1,a100:1'"),
+        (["up", "--gpu-types", "shared:4"], "not batch or shared"),
+        (["up", "--gpu-types", "A100:4"], "--gpu-types must be TYPE:COUNT"),
+        (["up", "--gpu-types", "a100:4,"], "--gpu-types must be TYPE:COUNT"),
+        (["up", "--gpu-types", "a100:0,t4:4"], "--gpu-types must be TYPE:COUNT"),
+        (["up", "--gpu-types", "a1;id:4"], "--gpu-types must be TYPE:COUNT"),
         (["restart"], "unknown command 'restart'"),
     ],
 )

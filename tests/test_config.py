@@ -105,6 +105,15 @@ def test_missing_default_file_gives_defaults() -> None:
         ("guards: 5\n", "guards", "valid dictionary"),
         ("log: {json: maybe}\n", "log.json", "maybe"),
         ("policy: {time_limit_s: fast}\n", "policy.time_limit_s", "valid number"),
+        ("cluster: {gpu_types: {a100: ''}}\n", "cluster.gpu_types.a100", "must not be empty"),
+        ("cluster: {gpu_types: {a100: 100}}\n", "cluster.gpu_types.a100", "a string"),
+        ("cluster: {gpu_types: {a100: [x]}}\n", "cluster.gpu_types.a100", "a string"),
+        ("cluster: {gpu_types: {a100: null}}\n", "cluster.gpu_types.a100", "a string"),
+        ("cluster: {gpu_types: {a100: 'a 100'}}\n", "cluster.gpu_types.a100", "one word"),
+        ("cluster: {gpu_types: {a100: Mixed}}\n", "cluster.gpu_types.a100", "name one type"),
+        ("cluster: {gpu_types: {'': a100}}\n", "cluster.gpu_types..[key]", "partition name"),
+        ("cluster: {gpu_types: [a100]}\n", "cluster.gpu_types", "valid dictionary"),
+        ("cluster: {gpu_type: {}}\n", "cluster.gpu_type", "unknown key"),
     ],
 )
 def test_errors_name_file_key_and_reason(tmp_path: Path, text: str, key: str, reason: str) -> None:
@@ -142,6 +151,16 @@ def test_replacing_a_list_and_partitions_filter(tmp_path: Path) -> None:
     assert config.partitions.include == ("batch",)
     assert config.partitions.allows("batch") and not config.partitions.allows("shared")
     assert not config.partitions.allows("debug")
+
+
+def test_gpu_types_are_read_in_lower_case_with_provenance(tmp_path: Path) -> None:
+    """cluster.gpu_types: node types are read in lower case (NodeView.gpu_type), so a
+    configured "A100" must match them; each entry keeps the file that set it."""
+    main = _write(tmp_path / "main.yaml", "cluster:\n  gpu_types: {a100: A100, old: v100}\n")
+    config = load_config(main)
+    assert config.cluster.gpu_types == {"a100": "a100", "old": "v100"}
+    assert config.provenance["cluster.gpu_types.old"] == str(main)
+    assert Config().cluster.gpu_types == {}
 
 
 def test_config_is_frozen() -> None:

@@ -54,16 +54,19 @@ def make(
     agents: tuple[int, ...] = (),
     policy: dict[str, object] | None = None,
     slurm: dict[str, object] | None = None,
+    cluster: dict[str, object] | None = None,
     **guards: object,
 ) -> tuple[Controller, RecordingBackend, Journal, InstructionBoard]:
     """A controller over ``snap`` with a fixed plan (or the given allocator); ``agents``:
-    jobs whose agent has already reported; ``policy`` and ``slurm``: those config sections."""
+    jobs whose agent has already reported; ``policy``, ``slurm`` and ``cluster``: those
+    config sections."""
     backend = RecordingBackend(snap)
     config = Config.model_validate(
         {
             "mode": mode,
             "policy": policy or {},
             "slurm": slurm or {},
+            "cluster": cluster or {},
             "guards": {"min_dwell_s": 0, "cooldown_s": 100, **guards},
         }
     )
@@ -975,3 +978,26 @@ def test_dwell_does_not_keep_a_loan_and_reclaim_off_keeps_it() -> None:
     assert board.pending_for(8) is None and backend.actions() == []
     assert result.plan is not None
     assert {d.job_id: d.target_nodes for d in result.plan.decisions} == {8: 3}
+
+
+def test_the_cycle_reports_each_partitions_gpu_type_with_the_configured_ones_deciding() -> None:
+    """What ``slurm-elastic status`` shows: the nodes' gres types, and ``cluster.gpu_types``
+    for a partition whose gres are untyped."""
+    base = snapshot([pending(1)])
+    typed = ("a100", "a100", "", "")  # n1, n2: gpu:a100:4; n3, n4: gpu:4
+    nodes = tuple(
+        replace(n, gpu_type=t, partitions=("fast" if t else "old",))
+        for n, t in zip(base.nodes, typed, strict=True)
+    )
+    names = [n.name for n in nodes]
+    parts = (
+        replace(base.partitions[0], name="fast", nodes=tuple(names[:2])),
+        replace(base.partitions[0], name="old", nodes=tuple(names[2:]), is_default=False),
+    )
+    snap = replace(base, nodes=nodes, partitions=parts, jobs=())
+    ctl, *_ = make(snap, {})
+    assert ctl.run_once(1000.0).to_json()["gpu_types"] == {"fast": "a100", "old": ""}
+    ctl, *_ = make(snap, {}, cluster={"gpu_types": {"old": "V100"}})
+    result = ctl.run_once(1000.0)
+    assert result.gpu_types == {"fast": "a100", "old": "v100"}
+    assert result.to_json()["gpu_types"] == {"fast": "a100", "old": "v100"}

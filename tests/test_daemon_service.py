@@ -439,6 +439,7 @@ def test_loans_and_reclaims_reach_the_status_document_and_the_metrics() -> None:
     earlier = [{"borrower": 5, "waiting_job": 6}] * (RECENT_RECLAIMS - 1)
     content = content_of(result, ReportStore(), [*earlier, reclaim.to_json()])
     assert content.extra["nodes_on_loan"] == 2
+    assert content.extra["gpu_types"] == {}  # no snapshot kept with this result
     assert content.extra["reclaims"][-1] == {
         "borrower": 8, "waiting_job": 40, "nodes": 1, "planned_at": 100.0, "freed_at": 104.5,
         "seconds": 4.5, "detail": "agent ready at step 9",

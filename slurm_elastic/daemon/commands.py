@@ -389,6 +389,10 @@ def _status_table(document: dict[str, Any], jobs: Sequence[dict[str, Any]], sour
                 f"to job {last.get('waiting_job')} in {last.get('seconds')}s"
             )
         _say(line, err=not sys.stdout.isatty())
+    typed = {p: t for p, t in (document.get("gpu_types") or {}).items() if t}
+    if typed:
+        kinds = ", ".join(f"{p} {t}" for p, t in sorted(typed.items()))
+        _say(f"# GPU types: {kinds}", err=not sys.stdout.isatty())
 
 
 # --------------------------------------------------------------------------- plan / explain

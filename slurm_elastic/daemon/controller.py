@@ -342,6 +342,7 @@ class Controller:
             explanations={d.job_id: d.explanation for d in plan.decisions},
             reclaims=tuple(r for rec in records if (r := self._reclaim_done(rec, now))),
             nodes_on_loan=sum(on_loan.values()),
+            gpu_types_from=(snapshot, self.config.cluster.gpu_types),
         )
 
     # ------------------------------------------------------------------ steps

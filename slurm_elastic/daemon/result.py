@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_elastic.actuate.executor import ActionRecord
-from slurm_elastic.cluster_state import Classification, ElasticJob
+from slurm_elastic.cluster_state import Classification, ElasticJob, partition_gpu_types
 from slurm_elastic.types import (
     ActionKind,
     ActionOutcome,
+    ClusterSnapshot,
     CycleErrorKind,
     ElasticSpec,
     Explanation,
@@ -123,6 +124,9 @@ class CycleResult:
     explanations: Mapping[int, Explanation] = field(default_factory=dict)
     reclaims: tuple[Reclaim, ...] = ()  # loans given back this cycle
     nodes_on_loan: int = 0  # after this cycle's plan was made (before its shrinks)
+    # The snapshot and the configured types (``cluster.gpu_types``) that ``gpu_types`` reads
+    # when asked: the service asks once per cycle, the simulator never.
+    gpu_types_from: tuple[ClusterSnapshot, Mapping[str, str]] | None = None
     _rows: tuple[JobStatusRow, ...] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -140,6 +144,14 @@ class CycleResult:
                 rows = status_rows(src.cls, plan, src.frozen, self.actions, src.loans)
             object.__setattr__(self, "_rows", rows)
         return rows
+
+    @property
+    def gpu_types(self) -> Mapping[str, str]:
+        """Partition -> the type of its GPUs (``cluster_state.partition_gpu_types``)."""
+        if self.gpu_types_from is None:
+            return {}
+        snapshot, configured = self.gpu_types_from
+        return partition_gpu_types(snapshot, configured)
 
     @property
     def job_count(self) -> int:
@@ -197,6 +209,7 @@ class CycleResult:
             "jobs": [row.to_json() for row in self.jobs],
             "reclaims": [r.to_json() for r in self.reclaims],
             "nodes_on_loan": self.nodes_on_loan,
+            "gpu_types": dict(self.gpu_types),
         }
 
 

@@ -184,7 +184,11 @@ def content_of(
         jobs=tuple(jobs),
         plan=wire["plan"],
         actions=tuple(wire["actions"]),
-        extra={"nodes_on_loan": wire["nodes_on_loan"], "reclaims": list(reclaims)},
+        extra={
+            "nodes_on_loan": wire["nodes_on_loan"],
+            "reclaims": list(reclaims),
+            "gpu_types": wire["gpu_types"],
+        },
     )
 
 

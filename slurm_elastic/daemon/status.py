@@ -25,7 +25,9 @@ versioned (``"version": 1``); fields are only ever added.
       "actions": [ {kind, job_id, from_nodes, to_nodes, outcome, detail, ...} ],
       "nodes_on_loan": 3,                      # summed over the jobs' loans
       "reclaims": [ {borrower, waiting_job, nodes, planned_at, freed_at, seconds,
-                     detail} ]                 # the latest 20 loans given back, newest last
+                     detail} ],                # the latest 20 loans given back, newest last
+      "gpu_types": {"a100": "a100", "batch": ""}  # partition -> its GPUs' type ("" untyped,
+                                               # "mixed"; cluster_state.partition_gpu_types)
     }
 """
 

@@ -14,7 +14,8 @@ Representations that differ between Slurm's JSON generations are decoded here:
   flags) from v0.0.40 on, see :func:`job_state`;
 * node states: a string plus ``state_flags`` in v0.0.38, one list from v0.0.40 on, see
   :func:`node_state`;
-* GPU GRES: ``gres:gpu:1`` in 22.05's ``tres_per_node``, ``gres/gpu:1`` in 24.11+.
+* GPU GRES: ``gres:gpu:1`` in 22.05's ``tres_per_node``, ``gres/gpu:1`` in 24.11+; a
+  node's ``gres`` is the same string in every version (``gpu:4``, typed ``gpu:a100:4``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import hostlist
 
 from slurm_elastic.errors import SlurmParseError
-from slurm_elastic.types import JobState
+from slurm_elastic.types import MIXED_GPU_TYPE, JobState
 
 # Slurm's own "infinite" sentinels and the facts' rule: a limit of a year or more
 # (525600 min) is what sites write for "unlimited" and the daemon treats it so.
@@ -258,6 +259,63 @@ def gres_gpus(value: Any, where: str) -> int:
             count = "1"
         total += int(count)
     return total
+
+
+# A GRES type as slurm.conf/gres.conf accept it (a word: no ':', ',', parentheses or spaces).
+_GRES_TYPE = re.compile(r"[A-Za-z0-9_.+-]{1,256}")
+# A trailing "(S:0)", "(IDX:0-3)", "(IDX:0,2)"; not the "(null)" of "gpu:(null)" (no type).
+_GRES_SUFFIX = re.compile(r"(?<=[^:])\([^()]*\)$")
+
+
+def gres_gpu_type(value: Any, where: str) -> str:
+    """The type of the GPUs in a gres string, lower case; "" when untyped or no GPUs.
+
+    The forms :func:`gres_gpus` reads: ``gpu:a100:4``, ``gpu:a100:2(S:0)``,
+    ``gpu:a100:4(IDX:0-3),mps:100``, ``gpu:4`` (untyped), ``gpu:a100`` (one GPU) and the
+    ``gres:``/``gres/`` prefixes; ``(null)`` as a type is Slurm's "untyped".  Other gres
+    (``mps``, ``shard``, ...) are not GPUs and are skipped; so are items of count 0.
+
+    Several types on one node (``gpu:a100:2,gpu:t4:2``, or a typed item beside an untyped
+    one) give :data:`~slurm_elastic.types.MIXED_GPU_TYPE`, not the most numerous type: a job
+    on that node may get either kind, so naming one would let a per-type speed model price
+    the node at a speed part of it does not have; "mixed" says so, the same word a partition
+    of mixed nodes gets (``cluster_state.partition_gpu_types``).
+
+    A gpu item of another shape (``gpu:a:b:2``, a type with spaces or commas, a count that
+    is not a number) raises SlurmParseError: a gres string this misread would give a type
+    the node does not have.
+    """
+    text = as_str(value, where)
+    types: set[str] = set()
+    for raw in _split_top_level(text):
+        item = raw.strip()
+        for prefix in ("gres:", "gres/"):
+            item = item.removeprefix(prefix)
+        if not (item == "gpu" or item.startswith("gpu:")):
+            continue
+        kind, count = _gpu_item(item, raw, where)
+        if count > 0:
+            types.add(kind.lower())
+    if len(types) > 1:
+        return MIXED_GPU_TYPE
+    return types.pop() if types else ""
+
+
+def _gpu_item(item: str, raw: str, where: str) -> tuple[str, int]:
+    """(type or "", count) of one ``gpu[:TYPE][:COUNT][(...)]`` item (prefix already off)."""
+    fields = _GRES_SUFFIX.sub("", item).split(":")[1:]  # after "gpu"; [] for a bare "gpu"
+    if len(fields) == 1 and fields[0].isdigit():
+        fields = ["(null)", fields[0]]  # gpu:4: untyped
+    elif len(fields) == 1:
+        fields.append("1")  # gpu:a100: one GPU
+    kind, count = fields if len(fields) == 2 else ("(null)", "1" if not fields else "")
+    if not count.isdigit():
+        raise SlurmParseError(f"{where}: bad GPU gres item {short(raw)}")
+    if kind == "(null)":  # Slurm's word for "no type"
+        return "", int(count)
+    if not _GRES_TYPE.fullmatch(kind):
+        raise SlurmParseError(f"{where}: bad GPU type in gres item {short(raw)}")
+    return kind, int(count)
 
 
 def tres_count(value: Any, name: str, where: str) -> int:

@@ -106,6 +106,7 @@ def _node(raw: Mapping[str, Any], index: int) -> NodeView:
         alloc_gpus=cv.gres_gpus(raw.get("gres_used"), f"{where}: gres_used"),
         partitions=tuple(cv.as_str(p, f"{where}: partitions") for p in partitions),
         reason=cv.as_str(raw.get("reason"), f"{where}: reason"),
+        gpu_type=cv.gres_gpu_type(raw.get("gres"), f"{where}: gres"),
     )
 
 

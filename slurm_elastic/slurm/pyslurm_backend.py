@@ -71,7 +71,8 @@ views (tested live), except as listed here.  pyslurm 22.5 quirks handled here:
   allocated CPUs, as sinfo does), then ``+FLAG`` per flag removed: ``MIXED+DRAIN``,
   ``IDLE*`` (not responding).  :func:`node_state` turns it into sinfo's base state and
   flag names.  pyslurm writes ``+FAIL`` instead of ``+DRAIN`` when a node has both.
-* ``gres``/``gres_used`` are lists split at commas; they are joined back before parsing.
+* ``gres``/``gres_used`` are lists split at commas; they are joined back before parsing
+  (GPU count and type: ``["gpu:a100:2(IDX:0", "2)"]`` is ``gpu:a100:2(IDX:0,2)`` again).
 * user names: pyslurm gives only the uid; it is resolved like squeue does (the number
   as a string when the uid is unknown), cached per process.
 
@@ -271,13 +272,14 @@ def node_view(raw: Mapping[str, Any]) -> NodeView:
         raise SlurmParseError("pyslurm node: empty node name")
     where = f"pyslurm node {name}"
     state, flags = node_state(cv.as_str(raw.get("state"), f"{where}: state"))
+    gres = _joined(raw.get("gres"), f"{where}: gres")
     return NodeView(
         name=name,
         state=state,
         flags=flags,
         cpus=cv.as_int(raw.get("cpus"), f"{where}: cpus"),
         alloc_cpus=cv.as_int(raw.get("alloc_cpus"), f"{where}: alloc_cpus", default=0),
-        gpus=cv.gres_gpus(_joined(raw.get("gres"), f"{where}: gres"), f"{where}: gres"),
+        gpus=cv.gres_gpus(gres, f"{where}: gres"),
         alloc_gpus=cv.gres_gpus(
             _joined(raw.get("gres_used"), f"{where}: gres_used"), f"{where}: gres_used"
         ),
@@ -286,6 +288,7 @@ def node_view(raw: Mapping[str, Any]) -> NodeView:
             for p in cv.as_list(raw.get("partitions") or [], f"{where}: partitions")
         ),
         reason=cv.as_str(raw.get("reason"), f"{where}: reason"),
+        gpu_type=cv.gres_gpu_type(gres, f"{where}: gres"),
     )
 
 
@@ -311,7 +314,7 @@ def node_state(text: str) -> tuple[str, tuple[str, ...]]:
 
 def _joined(value: Any, where: str) -> str:
     # pyslurm splits gres strings at commas ("gpu:2(IDX:0,2)" naively into two items);
-    # joining restores Slurm's string, which convert.gres_gpus parses.
+    # joining restores Slurm's string, which convert.gres_gpus and gres_gpu_type parse.
     if value is None or isinstance(value, str):
         return cv.as_str(value, where)
     return ",".join(cv.as_str(item, where) for item in cv.as_list(value, where))
