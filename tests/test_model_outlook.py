@@ -277,55 +277,6 @@ def test_fit_all_matches_single_fits() -> None:
     assert len(bank) == 3 and 0 not in bank
 
 
-def test_a_throughput_is_refitted_only_when_its_observations_change(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The rule of ``JobModel``'s throughput memo: the fit is a function of the
-    observations, so a report that leaves them equal (a full window of a steady rate)
-    reuses it, and any report that moves them fits again, in a batch or alone."""
-    from slurm_elastic.model import outlook
-
-    fitted: list[int] = []
-    real = outlook.fit_throughput_many
-
-    def counting(items):  # type: ignore[no-untyped-def]
-        fitted.append(len(items))
-        return real(items)
-
-    monkeypatch.setattr(outlook, "fit_throughput_many", counting)
-    rate = 5.0  # steps/s, the same at every report (the simulator's agents report so)
-
-    def report(bank: ModelBank, i: int, nodes: int = 4) -> None:
-        bank.update(
-            ProgressReport(
-                job_id=1,
-                time=float(i),
-                step=int(5 * i),
-                nodes=nodes,
-                loss=1.0 / (1.0 + i),
-                samples_per_s=rate * 64,
-                global_batch=64,
-            )
-        )
-
-    bank = ModelBank()
-    for i in range(1, outlook.RATE_WINDOW + 1):  # fill the window at 4 nodes
-        report(bank, i)
-    first = bank.fit_all()[1].throughput
-    assert fitted == [1]
-    report(bank, outlook.RATE_WINDOW + 1)  # same median, same weight: same observations
-    again = bank.fit_all()[1]
-    assert fitted == [1] and again.throughput is first
-    assert again.n_reports == outlook.RATE_WINDOW + 1  # the rest of the fit is new
-    report(bank, outlook.RATE_WINDOW + 2, nodes=8)  # a new size moves them
-    moved = bank.fit_all()[1].throughput
-    assert fitted == [1, 1] and moved is not first and moved is not None
-    assert moved.sizes == (4, 8)
-    single = bank.model(1)
-    report(bank, outlook.RATE_WINDOW + 3, nodes=8)  # alone, through ``fit``
-    assert single.fit().throughput is not None and fitted == [1, 1, 1]
-
-
 def test_marginal_progress_per_node() -> None:
     m = JobModel(7)
     _feed(m, 20)

@@ -168,9 +168,6 @@ class JobModel:
         self.overpromised = False  # a grow fell short: no gain is extrapolated any more
         self._from_jobs = False  # rates measured from a job's reports (see observations)
         self._cache: JobFit | None = None
-        # The throughput fit of the last observations fitted: a report at a size whose
-        # window is full and steady leaves them equal, and the fit is a function of them.
-        self._tput_fitted: tuple[Observations, ThroughputFit | None] | None = None
         self._cache_key: tuple[int, int, ScalingParams | None] | None = None
         self._last_prior: Prior | None = None  # the prior the cached fit was given
         self._n_costs = 0
@@ -364,18 +361,8 @@ class JobModel:
             else None
         )
         obs = self.observations(prior)
-        if obs is not None and self.throughput_fitted(obs) is None:
-            self.keep_throughput(obs, fit_throughput_many([obs])[0])
-        tput = self.throughput_fitted(obs) if obs is not None else None
+        tput = fit_throughput_many([obs])[0] if obs is not None else None
         return self.assemble(conv, tput, prior)
-
-    def throughput_fitted(self, obs: Observations) -> ThroughputFit | None:
-        """The throughput fit of ``obs`` if these are the observations last fitted."""
-        kept = self._tput_fitted
-        return kept[1] if kept is not None and kept[0] == obs else None
-
-    def keep_throughput(self, obs: Observations, fit: ThroughputFit | None) -> None:
-        self._tput_fitted = (obs, fit)
 
     def _key(self, prior: Prior | None) -> tuple[int, int, ScalingParams | None]:
         """What the fit depends on.
@@ -536,15 +523,13 @@ def _refit(batch: list[tuple[JobModel, Prior | None]]) -> None:
             strict=True,
         )
     )
-    obs = [(m, p, m.observations(p)) for m, p in batch]
-    # Only observations that changed since the job's last fit are fitted again.
-    fresh = [(m, o) for m, _, o in obs if o is not None and m.throughput_fitted(o) is None]
-    if fresh:
-        fits = fit_throughput_many([seen for _, seen in fresh])
-        for (model, seen), fit in zip(fresh, fits, strict=True):
-            model.keep_throughput(seen, fit)
-    for m, p, o in obs:
-        m.assemble(convs.get(m.job_id), m.throughput_fitted(o) if o is not None else None, p)
+    obs = [(m.job_id, m.observations(p)) for m, p in batch]
+    rated = [(j, o) for j, o in obs if o is not None]
+    tputs = dict(
+        zip((j for j, _ in rated), fit_throughput_many([o for _, o in rated]), strict=True)
+    )
+    for m, p in batch:
+        m.assemble(convs.get(m.job_id), tputs.get(m.job_id), p)
 
 
 class ModelBank:
