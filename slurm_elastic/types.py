@@ -123,6 +123,12 @@ class JobView:
         return self.het_job_id is not None
 
     @property
+    def partitions(self) -> tuple[str, ...]:
+        """The partitions the job may run in, in its own order: a pending job submitted with
+        ``-p a100,t4`` lists both ("a100,t4"), a running one the one it runs in."""
+        return tuple(p for p in (name.strip() for name in self.partition.split(",")) if p)
+
+    @property
     def is_running(self) -> bool:
         return self.state is JobState.RUNNING
 

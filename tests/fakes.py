@@ -94,8 +94,10 @@ class RecordingBackend:
         return Capabilities("22.05.8", "openapi/v0.0.38", False, True, self.leaks)
 
     # ---------------------------------------------------------------- actions
-    def pin_pending_size(self, job_id: int, nodes: int) -> None:
-        self.calls.append(("pin", (job_id, nodes)))
+    def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
+        self.calls.append(
+            ("pin", (job_id, nodes) if partition is None else (job_id, nodes, partition))
+        )
         self._refuse("pin", job_id)
 
     def shrink(self, job_id: int, nodes: int) -> None:

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from slurm_elastic.errors import ConfigError
+from slurm_elastic.errors import ActionRefused, ConfigError
 from slurm_elastic.sim.audit import conservation_errors
+from slurm_elastic.sim.backend import SimBackend
 from slurm_elastic.sim.engine import Cluster, ClusterSpec, PartitionSpec
 from slurm_elastic.sim.metrics import summarize
 from slurm_elastic.sim.runner import ORIGIN, ControllerDriver, SimSettings, simulate
@@ -181,12 +182,8 @@ def test_sim_backend_implements_the_backend_protocol(hand_trace: Path, traces: P
     assert isinstance(SimBackend(cluster), SlurmBackend)
 
 
-def test_partitions_keep_jobs_on_their_nodes(tmp_path: Path, traces: Path) -> None:
-    path = tmp_path / "parts.csv"
-    rows = ["job_id,submit_s,duration_s,gpus,model,batch_size,partition"]
-    rows += [f"s{i},{i * 30},{600 + 60 * i},1,resnet50,64,small" for i in range(6)]
-    rows += [f"b{i},{i * 45},{900 + 30 * i},4,vgg16,64,big" for i in range(6)]
-    path.write_text("\n".join(rows) + "\n")
+def _big_and_small(path: Path, traces: Path) -> tuple[ClusterSpec, Workload]:
+    """A trace's jobs on two partitions, ``big`` (8 nodes, the default) and ``small`` (2)."""
     spec = ClusterSpec((PartitionSpec("big", 8), PartitionSpec("small", 2)), 1)
     wl = build_workload(
         read_trace(path),
@@ -195,6 +192,16 @@ def test_partitions_keep_jobs_on_their_nodes(tmp_path: Path, traces: Path) -> No
         partition_nodes={"big": 8, "small": 2},
         default_partition="big",
     )
+    return spec, wl
+
+
+def test_partitions_keep_jobs_on_their_nodes(tmp_path: Path, traces: Path) -> None:
+    path = tmp_path / "parts.csv"
+    rows = ["job_id,submit_s,duration_s,gpus,model,batch_size,partition"]
+    rows += [f"s{i},{i * 30},{600 + 60 * i},1,resnet50,64,small" for i in range(6)]
+    rows += [f"b{i},{i * 45},{900 + 30 * i},4,vgg16,64,big" for i in range(6)]
+    path.write_text("\n".join(rows) + "\n")
+    spec, wl = _big_and_small(path, traces)
     assert max(j.max_nodes for j in wl.jobs if j.partition == "small") == 2
 
     def check(cluster: Cluster) -> None:
@@ -262,3 +269,23 @@ def test_the_stop_free_mode_prices_a_resize_at_the_measured_pause(
     settings = SimSettings(policy="mip", interval_s=10.0)
     out = simulate(ft, _spec(4), settings, driver_factory=ControllerDriver)
     assert summarize(out)["jobs_finished"] == len(EXPECTED)
+
+
+def test_the_simulated_backend_starts_a_job_only_in_its_own_partition(
+    tmp_path: Path, traces: Path
+) -> None:
+    """The backend protocol's placement rule (``pin_pending_size(..., partition=)``): a
+    simulated job is submitted to one partition, so that one is the only one it takes."""
+    path = tmp_path / "one.csv"
+    path.write_text("job_id,submit_s,duration_s,gpus,model,batch_size,partition\n")
+    path.write_text(path.read_text() + "a,0,600,4,vgg16,64,big\n")
+    spec, wl = _big_and_small(path, traces)
+    cluster = Cluster(spec, wl.jobs)
+    cluster.arrive(wl.jobs[0])
+    job_id = wl.jobs[0].sim_id
+    backend = SimBackend(cluster)
+    with pytest.raises(ActionRefused, match="asked for 'big'"):
+        backend.pin_pending_size(job_id, 2, partition="small")
+    assert cluster.active[job_id].request == 4
+    backend.pin_pending_size(job_id, 2, partition="big")
+    assert cluster.active[job_id].request == 2

@@ -281,6 +281,26 @@ def test_pending_n4_pinned_to_2_starts_on_2_nodes(
     assert not set(started.nodes) & set(job(backend, blocker).nodes)
 
 
+def test_a_job_of_two_partitions_starts_in_the_one_chosen_and_never_in_another(
+    backend: CliBackend, clean_queue: SlurmCluster
+) -> None:
+    """``Partition=P`` with the size, for placing a job by GPU type; Slurm would let root
+    set any partition, the backend only narrows to one the job asked for."""
+    job_id = sbatch(clean_queue, "-p", "shared,batch", "-N1", "--hold")
+    pending = job(backend, job_id)
+    assert set(pending.partitions) == {"shared", "batch"}
+    sent = actions_sent(backend)
+    with pytest.raises(ActionRefused, match="only narrows"):
+        backend.pin_pending_size(job_id, 2, partition="debug")
+    assert actions_sent(backend) == sent  # nothing was sent to Slurm
+    backend.pin_pending_size(job_id, 2, partition="batch")
+    pinned = job(backend, job_id)
+    assert pinned.partitions == ("batch",) and pinned.min_nodes == 2
+    clean_queue.run("scontrol", "release", str(job_id))
+    started = wait_state(backend, job_id, JobState.RUNNING)
+    assert started.partition == "batch" and len(started.nodes) == 2
+
+
 def test_invalid_actions_are_refused_before_reaching_slurm(
     backend: CliBackend, clean_queue: SlurmCluster
 ) -> None:

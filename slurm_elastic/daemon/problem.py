@@ -124,7 +124,7 @@ def job_capacity(
         return most
 
     def capacity(job: JobView) -> int:
-        known = [in_partition(job, p) for p in job.partition.split(",") if p in capacities]
+        known = [in_partition(job, p) for p in job.partitions if p in capacities]
         most = max(known) if known else everything
         for limit in (qos.get(job.qos), None if known else assoc.get((job.account, job.user, ""))):
             if limit is not None:
@@ -136,7 +136,7 @@ def job_capacity(
 
 def first_partition(job: JobView) -> str:
     """A pending job may list several partitions ("batch,shared"); the first is its choice."""
-    return job.partition.split(",")[0]
+    return job.partitions[0] if job.partitions else job.partition
 
 
 Reclaim = Literal["requested", "minimum", "off"]

@@ -15,7 +15,7 @@ import functools
 from operator import getitem
 from typing import NamedTuple
 
-from slurm_elastic.errors import SlurmRejected
+from slurm_elastic.errors import ActionRefused, SlurmRejected
 from slurm_elastic.marker import companion_parent, format_marker
 from slurm_elastic.sim.engine import Cluster, SimJob
 from slurm_elastic.types import (
@@ -228,7 +228,14 @@ class SimBackend:
         return Capabilities(version="22.05.8-sim", json_plugin=None, permit_job_expansion=False)
 
     # ---------------------------------------------------------------- actions
-    def pin_pending_size(self, job_id: int, nodes: int) -> None:
+    def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
+        job = self.cluster.get_active(job_id)
+        if partition is not None and partition != job.partition:
+            # A simulated job is submitted to one partition (sim.workload).
+            raise ActionRefused(
+                f"cannot start job {job_id} in partition {partition!r}: it asked for "
+                f"{job.partition!r}"
+            )
         self.cluster.pin(job_id, nodes)
 
     def shrink(self, job_id: int, nodes: int) -> None:

@@ -107,11 +107,16 @@ class SlurmBackend(Protocol):
         ...
 
     # ---------------------------------------------------------------- actions
-    def pin_pending_size(self, job_id: int, nodes: int) -> None:
-        """Pending job: ``NumNodes=n-n`` so it starts at exactly ``nodes``.
+    def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
+        """Pending job: ``NumNodes=n-n`` so it starts at exactly ``nodes``; with
+        ``partition``, also ``Partition=P`` in the same update, so that a job submitted to
+        several partitions (``-p a100,t4``) starts in that one.  Slurm lets root set any
+        partition, one the user never asked for too: this only ever narrows to one of the
+        job's own (``JobView.partitions``).
 
         Raises:
-            ActionRefused: ``nodes`` < 1, or the job is not pending (nothing sent).
+            ActionRefused: ``nodes`` < 1, the job is not pending, or ``partition`` is not one
+                of the job's own (nothing sent).
             SlurmRejected: Slurm refused the update.
             SlurmUnreachable, SlurmTimeout: it may or may not have been applied.
         """

@@ -302,16 +302,22 @@ class CliBackend:
 
     # ------------------------------------------------------------------ actions
 
-    def pin_pending_size(self, job_id: int, nodes: int) -> None:
+    def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
         _positive(job_id, "job id")
         _positive(nodes, "node count")
-        self._require_state(job_id, JobState.PENDING, "pin the size of")
+        job = self._require_state(job_id, JobState.PENDING, "pin the size of")
+        change = [f"NumNodes={nodes}-{nodes}"]
+        if partition is not None:
+            if partition not in job.partitions:
+                raise ActionRefused(
+                    f"cannot start job {job_id} in partition {partition!r}: it asked for "
+                    f"{job.partition!r}, and a placement only narrows a job's partitions"
+                )
+            change.insert(0, f"Partition={partition}")
         self._idempotent(
-            lambda: self.runner.act(
-                ("scontrol", "update", f"JobId={job_id}", f"NumNodes={nodes}-{nodes}")
-            )
+            lambda: self.runner.act(("scontrol", "update", f"JobId={job_id}", *change))
         )
-        log.info("slurm.pin_pending_size", job_id=job_id, nodes=nodes)
+        log.info("slurm.pin_pending_size", job_id=job_id, nodes=nodes, partition=partition)
 
     def shrink(self, job_id: int, nodes: int) -> None:
         _positive(job_id, "job id")
