@@ -344,6 +344,17 @@ class Outlook:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacementOption:
+    """One partition a pending job may start in, and what it would buy there: a job
+    submitted to several partitions whose GPUs differ (``-p a100,t4``) has one per
+    partition, each with its own sizes and speeds (``ElasticDemand.options``)."""
+
+    partition: str  # one partition of the job's own list
+    allowed_sizes: tuple[int, ...]  # ascending, as ``ElasticDemand.allowed_sizes``
+    outlook: Outlook
+
+
+@dataclass(frozen=True, slots=True)
 class ElasticDemand:
     """One elastic job as a policy sees it."""
 
@@ -366,6 +377,11 @@ class ElasticDemand:
     entitled_nodes: int | None = None
     # Frozen only by dwell or cooldown: a reclaim may still take its loan.
     loan_yields: bool = False
+    # A pending job that may start in several partitions of different speeds: one option
+    # per partition, in the job's own order; the policy picks one (``Decision.partition``).
+    # Empty: ``partition``, ``allowed_sizes`` and ``outlook`` are its one placement (every
+    # running job: moving one between partitions is a requeue, never planned).
+    options: tuple[PlacementOption, ...] = ()
 
     @property
     def min_nodes(self) -> int:
@@ -515,6 +531,8 @@ class Decision:
     current_nodes: int
     target_nodes: int  # 0 = stay pending (no room yet)
     explanation: Explanation
+    # The partition to start in, for a demand with placement options; None otherwise.
+    partition: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

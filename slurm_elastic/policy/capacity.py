@@ -78,7 +78,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from slurm_elastic.errors import SolverError
@@ -201,13 +201,17 @@ def build_rows(
     classes_of: dict[int, Class],
     max_component: int,
     elastic_reclaims: bool = True,
+    placement_classes: Iterable[Class] = (),
 ) -> list[RowSpec]:
     """Capacity rows (one per Hall set), reservation, reclaim and promise rows, in a
     stable order.  ``elastic_reclaims``: pending elastic jobs reclaim loans too (with the
-    admission floor, ``PolicyOptions.fair_floor``, which makes them start)."""
+    admission floor, ``PolicyOptions.fair_floor``, which makes them start).
+    ``placement_classes``: the partitions of jobs' placement options, whose capacity rows
+    are needed although no job's demand class is one of them."""
     rigid_classes = {r.job_id: demand_class(r.partition) for r in problem.rigid}
     all_classes = sorted(
-        set(classes_of.values()) | set(rigid_classes.values()), key=lambda c: sorted(c)
+        set(classes_of.values()) | set(rigid_classes.values()) | set(placement_classes),
+        key=lambda c: sorted(c),
     )
     rows: list[RowSpec] = []
     for classes, cap in hall_sets(tuple(all_classes), tuple(problem.pools), max_component):

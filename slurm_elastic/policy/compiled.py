@@ -56,7 +56,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -75,6 +75,9 @@ from slurm_elastic.policy.capacity import (
 )
 from slurm_elastic.policy.options import PolicyOptions
 from slurm_elastic.types import AllocationProblem, ElasticDemand
+
+#: Row kind: a job with placement options starts in one of its partitions at most.
+PLACEMENT = "placement"
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -140,6 +143,16 @@ class Compiled:
     progress: FloatArray  # flat candidate progress
     throughput: FloatArray  # flat candidate throughput
     keep: IntArray  # flat index of each job's current size ("no change")
+    # Per job (``jobs``): the index of the problem's demand it places, when some demand
+    # has placement options (``ElasticDemand.options``): such a demand is one job per
+    # option here, side by side, tied by a PLACEMENT row.  Empty when none has: then
+    # ``jobs[i]`` places demand ``i``.
+    owner: tuple[int, ...] = ()
+
+    @property
+    def placed(self) -> bool:
+        """Whether some demand has placement options (``owner`` is given)."""
+        return bool(self.owner)
 
     def at(self, choice: Sequence[int]) -> IntArray:
         """Flat index of each job's chosen candidate."""
@@ -161,7 +174,20 @@ class Compiled:
 # --------------------------------------------------------------------------- validation
 
 
-def _validate(problem: AllocationProblem) -> None:
+def _validate_options(d: ElasticDemand) -> None:
+    if d.is_running:
+        raise SolverError(f"job {d.job_id}: a running job has no placement options")
+    own = demand_class(d.partition)
+    names = [o.partition for o in d.options]
+    if len(set(names)) != len(names) or not own.issuperset(names):
+        raise SolverError(
+            f"job {d.job_id}: placement options {names!r} must be distinct partitions of "
+            f"its own {d.partition!r}"
+        )
+
+
+def _validate(problem: AllocationProblem, placed: Sequence[ElasticDemand]) -> None:
+    """``placed``: the problem's demands, one per placement option (``_placements``)."""
     if not (problem.horizon_s > 0 and math.isfinite(problem.horizon_s)):
         raise SolverError(f"horizon_s must be a positive number, got {problem.horizon_s!r}")
     if not problem.time_limit_s > 0:
@@ -171,6 +197,9 @@ def _validate(problem: AllocationProblem) -> None:
         if d.job_id in seen:
             raise SolverError(f"job {d.job_id} appears twice in the problem")
         seen.add(d.job_id)
+        if d.options:
+            _validate_options(d)
+    for d in placed:
         sizes = d.allowed_sizes
         # Ascending and distinct, so all >= 1 exactly when the first is.
         if not sizes or sizes[0] < 1 or list(sizes) != sorted(set(sizes)):
@@ -247,9 +276,16 @@ class _Flat:
 
 
 def _values(
-    problem: AllocationProblem, options: PolicyOptions, reclaiming: frozenset[Class]
+    problem: AllocationProblem,
+    options: PolicyOptions,
+    reclaiming: frozenset[Class],
+    owner: Sequence[int] = (),
 ) -> _Flat:
     """Objective value, progress and Optimus remaining time of every legal candidate.
+
+    ``owner``: the demand each job places (``Compiled.owner``), when some demand has
+    placement options; a job's best speed is then its demand's best over every placement,
+    so a slower partition's sizes are worth less than a faster one's.
 
     ``C(s)`` is the job's estimated completion time from now: ``c [resized] + W / f(s)``
     when that is inside the horizon, else ``H + (W - f(s) H_eff) / f_max`` (the work left
@@ -299,6 +335,11 @@ def _values(
     ).T
     running = run > 0
     top = np.maximum.reduceat(thr, start[:-1]) if n else np.zeros(0)
+    if owner:
+        of = np.asarray(owner, dtype=np.int64)
+        fastest = np.zeros(int(of.max()) + 1)
+        np.maximum.at(fastest, of, top)
+        top = fastest[of]
     best = top[job]
     # Unknown remaining work: at least ten horizons at the job's best speed.
     work = np.where(np.isfinite(raw_work), raw_work, 10.0 * horizon * best)
@@ -342,6 +383,13 @@ def _undominated(flat: _Flat, protect: npt.NDArray[np.bool_]) -> npt.NDArray[np.
 # --------------------------------------------------------------------------- compile
 
 
+def _class_index(classes: list[Class]) -> tuple[list[Class], IntArray]:
+    """The distinct classes in a stable order, and each job's position among them."""
+    distinct = sorted(set(classes), key=sorted)
+    position = {c: i for i, c in enumerate(distinct)}
+    return distinct, np.array([position[c] for c in classes], dtype=np.int64)
+
+
 def _row_coefficients(
     demands: Sequence[ElasticDemand],
     specs: list[RowSpec],
@@ -350,15 +398,18 @@ def _row_coefficients(
     kept: IntArray,
     sizes: IntArray,
     job: IntArray,
+    queue_classes: list[Class] | None = None,
 ) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
     """Dense (rows x kept candidates) usage, and a (rows x jobs) mask of who is in each row.
 
-    ``sizes`` and ``job`` are ``flat``'s at ``kept``.
+    ``sizes`` and ``job`` are ``flat``'s at ``kept``.  ``classes``: each job's demand class
+    in the capacity rows; ``queue_classes`` (default the same): in the queue's rows
+    (reservations, reclaims, promises), where a placement option still counts as the job
+    Slurm queues in all its partitions.
     """
     s = sizes.astype(float)
-    distinct = sorted(set(classes), key=sorted)
-    position = {c: i for i, c in enumerate(distinct)}
-    class_ix = np.array([position[c] for c in classes], dtype=np.int64)
+    capacity_view = _class_index(classes)
+    queue_view = capacity_view if queue_classes is None else _class_index(queue_classes)
     coef = np.zeros((len(specs), sizes.size))
     member = np.zeros((len(specs), len(demands)), dtype=bool)
     if any(spec.kind != CAPACITY and spec.cutoff is not None for spec in specs):
@@ -367,6 +418,7 @@ def _row_coefficients(
         floors = np.array([d.reclaim_floor for d in demands], dtype=float)[job]
         keys = [flat.queue[j] for j in range(len(demands))]
     for i, spec in enumerate(specs):
+        distinct, class_ix = capacity_view if spec.kind == CAPACITY else queue_view
         inside = [c in spec.classes for c in distinct]
         if spec.growth_only:
             row = np.where(flat.running[kept], s - flat.current[kept], 0.0)
@@ -394,26 +446,92 @@ def _reserver(spec: RowSpec) -> int | None:
     return None if spec.cutoff is None else spec.cutoff[2]
 
 
+def _placements(
+    demands: Sequence[ElasticDemand],
+) -> tuple[tuple[ElasticDemand, ...], tuple[int, ...]]:
+    """One demand per placement (a demand's options, else the demand itself), each with the
+    index of the demand it places."""
+    placed: list[ElasticDemand] = []
+    owner: list[int] = []
+    for i, d in enumerate(demands):
+        for option in d.options:
+            placed.append(
+                replace(
+                    d,
+                    partition=option.partition,
+                    allowed_sizes=option.allowed_sizes,
+                    outlook=option.outlook,
+                    options=(),
+                )
+            )
+            owner.append(i)
+        if not d.options:
+            placed.append(d)
+            owner.append(i)
+    return tuple(placed), tuple(owner)
+
+
+def _placement_rows(
+    owner: Sequence[int], sizes: IntArray, job: IntArray, n_jobs: int
+) -> tuple[FloatArray, npt.NDArray[np.bool_], list[IntArray]]:
+    """One row per demand placed in several partitions: 1 per positive candidate of each
+    of its placements, so that it starts in one at most (rhs 1).  ``sizes`` and ``job``
+    per kept candidate; returns the rows, their (rows x jobs) membership and the groups."""
+    first: dict[int, list[int]] = {}
+    for j, demand in enumerate(owner):
+        first.setdefault(demand, []).append(j)
+    groups = [np.array(g, dtype=np.int64) for g in first.values() if len(g) > 1]
+    coef = np.zeros((len(groups), sizes.size))
+    member = np.zeros((len(groups), n_jobs), dtype=bool)
+    for r, group in enumerate(groups):
+        coef[r] = np.isin(job, group) & (sizes > 0)
+        member[r, group] = True
+    return coef, member, groups
+
+
 def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compiled:
-    """Validate and compile; raises SolverError with a one-line reason on bad input."""
-    _validate(problem)
-    demands = problem.elastic
+    """Validate and compile; raises SolverError with a one-line reason on bad input.
+
+    A demand with placement options becomes one job per option (``Compiled.owner``), each
+    in the capacity rows of its own partition, tied by a PLACEMENT row.
+    """
+    placed = any(d.options for d in problem.elastic)
+    demands, owner = _placements(problem.elastic) if placed else (problem.elastic, ())
+    _validate(problem, demands)
     n = len(demands)
     classes = [demand_class(d.partition) for d in demands]
+    queue_classes = [demand_class(problem.elastic[i].partition) for i in owner] or None
     specs = build_rows(
         problem,
-        dict(zip((d.job_id for d in demands), classes, strict=True)),
+        {d.job_id: demand_class(d.partition) for d in problem.elastic},
         options.max_component_classes,
         options.fair_floor,
+        placement_classes=classes if placed else (),
     )
     reclaiming = frozenset().union(*(spec.classes for spec in specs if spec.kind == RECLAIM))
-    flat = _values(problem, options, reclaiming)
+    flat = (
+        _values(replace(problem, elastic=demands), options, reclaiming, owner)
+        if placed
+        else _values(problem, options, reclaiming)
+    )
     static = np.array([_static_size(d) for d in demands], dtype=np.int64)
     protect = (flat.sizes == flat.current) | (flat.sizes == static[flat.job])
     kept = np.flatnonzero(_undominated(flat, protect))
     kjob, ksizes = flat.job[kept], flat.sizes[kept]
     kstart = np.searchsorted(kjob, np.arange(n + 1))
-    coef, member = _row_coefficients(demands, specs, classes, flat, kept, ksizes, kjob)
+    coef, member = _row_coefficients(
+        demands, specs, classes, flat, kept, ksizes, kjob, queue_classes
+    )
+    if placed:
+        one, one_member, groups = _placement_rows(owner, ksizes, kjob, n)
+        coef, member = np.vstack([coef, one]), np.vstack([member, one_member])
+        specs = [
+            *specs,
+            *(
+                RowSpec(f"{PLACEMENT}:job{demands[g[0]].job_id}", PLACEMENT, 1.0, frozenset())
+                for g in groups
+            ),
+        ]
 
     # Relax each row to what the jobs' floors already use (never force below min), and
     # drop rows that no choice can violate (candidates ascend, so usage does too).
@@ -441,10 +559,14 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
     for j, d in enumerate(demands):
         a, b = ks[j], ks[j + 1]
         la, lb = ls[j], ls[j + 1]
-        got = rows_of.get(classes[j])
+        # Without placements, jobs of one class share their rows; a placement row is one
+        # job's own.
+        got = None if placed else rows_of.get(classes[j])
         if got is None:
             in_rows = np.flatnonzero(member[:, j])
-            got = rows_of[classes[j]] = (in_rows, in_rows.size == len(rows))
+            got = (in_rows, in_rows.size == len(rows))
+            if not placed:
+                rows_of[classes[j]] = got
         in_rows, every_row = got
         jobs.append(
             JobModel(
@@ -476,6 +598,7 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
         kprogress,
         kthroughput,
         keep_at,
+        owner,
     )
 
 

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -135,6 +136,18 @@ def build_plan(
                 ),
             )
         )
+    weighed = weighed_sizes(compiled)
+    if compiled.placed:
+        shown = _placements_chosen(compiled, targets)
+        demands = compiled.problem.elastic
+        decisions = [
+            # A demand placed in several partitions is told which one it starts in.
+            replace(decisions[j], partition=compiled.jobs[j].demand.partition)
+            if demands[compiled.owner[j]].options and targets[j] > 0
+            else decisions[j]
+            for j in shown
+        ]
+        weighed = _only(weighed, shown)
     return Plan(
         decisions=tuple(decisions),
         solver=solver,
@@ -143,7 +156,34 @@ def build_plan(
         gap=float(gap) if np.isfinite(gap) else 0.0,
         solve_s=solve_s,
         note=note,
-        weighed=weighed_sizes(compiled),
+        weighed=weighed,
+    )
+
+
+def _placements_chosen(compiled: Compiled, targets: Sequence[int]) -> list[int]:
+    """Per demand, the compiled job that speaks for it: the placement it starts in, else
+    (staying pending) its first."""
+    chosen: dict[int, int] = {}
+    for j, demand in enumerate(compiled.owner):
+        if demand not in chosen or (targets[j] > 0 and targets[chosen[demand]] == 0):
+            chosen[demand] = j
+    return [chosen[demand] for demand in sorted(chosen)]
+
+
+def _only(weighed: WeighedSizes, jobs: Sequence[int]) -> WeighedSizes:
+    """The sizes weighed for the given compiled jobs only, in that order."""
+    start: list[int] = [0]
+    picked: list[int] = []
+    for j in jobs:
+        a, b = weighed.start[j], weighed.start[j + 1]
+        picked.extend(range(a, b))
+        start.append(start[-1] + b - a)
+    return WeighedSizes(
+        start=tuple(start),
+        nodes=tuple(weighed.nodes[i] for i in picked),
+        steps_per_s=tuple(weighed.steps_per_s[i] for i in picked),
+        predicted_gain=tuple(weighed.predicted_gain[i] for i in picked),
+        resize_cost=tuple(weighed.resize_cost[i] for i in picked),
     )
 
 

@@ -60,10 +60,28 @@ from slurm_elastic.policy.ledger import Ledger, admit_queue_minimums
 
 @dataclass(frozen=True, slots=True)
 class MipInput:
-    """The MIP's flat model after the admission floor, with each candidate's local index."""
+    """The MIP's flat model after the admission floor, with each candidate's local index.
+
+    A demand placed in several partitions is one job of the flat model (its placements'
+    candidates side by side): choosing one candidate per job is then choosing one
+    placement, and the admission floor makes the job start in whichever one.  ``variant``
+    says which compiled job each candidate belongs to; None when every flat job is one.
+    """
 
     model: FlatModel
-    local: IntArray  # candidate index within its job, per flat candidate
+    local: IntArray  # candidate index within its (compiled) job, per flat candidate
+    variant: IntArray | None = None  # compiled job of each flat candidate
+    n_variants: int = 0  # compiled jobs (with ``variant``)
+
+    def choice(self, pick: IntArray) -> list[int]:
+        """Candidate index per compiled job, from one flat candidate per flat job; the
+        placements not chosen stay pending (their candidate 0)."""
+        if self.variant is None:
+            return self.local[pick].tolist()
+        out = [0] * self.n_variants
+        for job, index in zip(self.variant[pick].tolist(), self.local[pick].tolist(), strict=True):
+            out[job] = index
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +106,44 @@ def fair_floor_jobs(compiled: Compiled) -> set[int]:
     return set(admit_queue_minimums(compiled, Ledger(compiled)))
 
 
+def _merged_input(compiled: Compiled, job: IntArray, local: IntArray, floor: set[int]) -> MipInput:
+    """``build_input`` where demands have placements: each demand is one flat job whose
+    candidates are its placements', the admitted one first (the FIFO pass proved its
+    minimum fits beside every other floor: index 0 stays a feasible floor for the
+    incumbent's repair), with one "stay pending" (none when admitted)."""
+    by_demand: dict[int, list[int]] = {}
+    for j, demand in enumerate(compiled.owner):
+        by_demand.setdefault(demand, []).append(j)
+    start = compiled.start
+    order: list[int] = []
+    counts: list[int] = []
+    for variants in by_demand.values():
+        admitted = [v for v in variants if v in floor]
+        ranked = admitted + [v for v in variants if v not in admitted]
+        taken = 0
+        for rank, v in enumerate(ranked):
+            # The pending column: the first placement's only, none once admitted.
+            skip = 1 if admitted or rank > 0 else 0
+            cols = range(int(start[v]) + skip, int(start[v + 1]))
+            order.extend(cols)
+            taken += len(cols)
+        counts.append(taken)
+    at = np.array(order, dtype=np.int64)
+    new_start = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_start[1:])
+    model = FlatModel.make(compiled.value[at], new_start, compiled.coef[:, at], compiled.rhs)
+    return MipInput(model, local[at], job[at], len(compiled.jobs))
+
+
 def build_input(compiled: Compiled) -> MipInput:
     """Flatten every job's candidates; the fairness floor removes "stay pending"."""
     n_jobs = len(compiled.jobs)
     start = compiled.start
     job = np.repeat(np.arange(n_jobs), np.diff(start))
     local = np.arange(start[-1]) - start[job]
+    if compiled.placed:
+        floored = fair_floor_jobs(compiled) if compiled.options.fair_floor else set()
+        return _merged_input(compiled, job, local, floored)
     cols = np.ones(local.size, dtype=bool)
     if compiled.options.fair_floor:
         floor = np.array(sorted(fair_floor_jobs(compiled)), dtype=np.int64)
@@ -211,7 +261,7 @@ def solve_input(
     free = np.flatnonzero(per_job > 1)
     best = float(model.value[warm].sum())
     gap = max(0.0, upper - best) / max(abs(best), 1e-9)
-    choice = data.local[warm].tolist()
+    choice = data.choice(warm)
     if free.size == 0 or gap <= rel_gap:
         # Proven within the requested gap by the Lagrangian bound: HiGHS would stop here too.
         return MipResult(choice, True, gap, "proven by the Lagrangian bound", int(free.size), upper)
@@ -238,4 +288,4 @@ def solve_input(
     upper = min(upper, highs_upper) if np.isfinite(highs_upper) else upper
     gap = max(0.0, upper - final) / max(abs(final), 1e-9)
     message = h.modelStatusToString(status)
-    return MipResult(data.local[pick].tolist(), optimal, gap, message, int(free.size), upper)
+    return MipResult(data.choice(pick), optimal, gap, message, int(free.size), upper)

@@ -25,10 +25,20 @@ def rigidified(problem: AllocationProblem) -> AllocationProblem:
             demands.append(replace(d, frozen=True))
             continue
         want = d.requested_nodes if d.requested_nodes is not None else d.max_nodes
-        fitting = [s for s in d.allowed_sizes if s <= want]
-        size = fitting[-1] if fitting else d.min_nodes
-        demands.append(replace(d, allowed_sizes=(size,), requested_nodes=size))
+        # A job of several partitions asks the same in each; Slurm starts it in the first
+        # where that fits (the admission pass tries its placements in the job's order).
+        options = tuple(
+            replace(o, allowed_sizes=(_asked(o.allowed_sizes, want),)) for o in d.options
+        )
+        size = _asked(d.allowed_sizes, want)
+        demands.append(replace(d, allowed_sizes=(size,), requested_nodes=size, options=options))
     return replace(problem, elastic=tuple(demands))
+
+
+def _asked(allowed: tuple[int, ...], want: int) -> int:
+    """The request snapped down to the allowed grid (its smallest size when below it)."""
+    fitting = [s for s in allowed if s <= want]
+    return fitting[-1] if fitting else allowed[0]
 
 
 def solve_static(compiled: Compiled) -> list[int]:
