@@ -89,6 +89,28 @@ def test_diff_pins_shrinks_grows_in_that_order() -> None:
     assert dict(actions[2].extra)["companion_nodes"] == "1"
 
 
+def test_a_placed_pending_job_is_pinned_with_its_partition_even_at_its_size() -> None:
+    """Policy placement options: the pin narrows a job of several partitions to the one
+    the plan chose, also when its size already is the planned one."""
+    two = replace(pending(3, lo=2, hi=2), partition="a100,t4")
+    cls = classify(snapshot([two, pending(4, lo=2, hi=2)]), resolve)
+    placed = Plan(
+        (
+            Decision(3, 0, 2, Explanation(0.0, 0.0, "test"), partition="t4"),
+            Decision(4, 0, 2, Explanation(0.0, 0.0, "test")),
+        ),
+        "test",
+        SolverStatus.OPTIMAL,
+        0.0,
+    )
+    actions = diff(placed, cls, frozen={})
+    assert [(a.job_id, a.to_nodes, dict(a.extra)) for a in actions] == [
+        (3, 2, {"partition": "t4"})
+    ]  # job 4 is at its size already and has no partition to narrow
+    narrowed = classify(snapshot([replace(two, partition="t4")]), resolve)
+    assert diff(placed, narrowed, frozen={}) == []
+
+
 def test_diff_skips_frozen_jobs_and_jobs_at_target() -> None:
     cls = classify(snapshot([job(1, nodes=("n1", "n2")), pending(3, lo=2, hi=2)]), resolve)
     assert diff(plan(j1=1, j3=2), cls, frozen={1: "cooldown"}) == []

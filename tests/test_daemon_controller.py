@@ -32,6 +32,8 @@ from slurm_elastic.types import (
     ActionOutcome,
     AllocationProblem,
     ClusterSnapshot,
+    Decision,
+    Explanation,
     JobState,
     JobView,
     Plan,
@@ -94,6 +96,21 @@ def test_pending_job_is_pinned_to_the_planned_size() -> None:
     assert entry.kind is ActionKind.START_AT_SIZE and entry.status is ActionStatus.APPLIED
     row = {r.job_id: r for r in result.jobs}[7]
     assert (row.min_nodes, row.max_nodes, row.target) == (1, 4, 3)
+
+
+def test_a_placed_pending_job_is_pinned_in_the_partition_the_plan_chose() -> None:
+    two = replace(pending(7), partition="a100,t4")
+
+    def placing(problem: AllocationProblem, policy: str) -> Plan:
+        chosen = Decision(7, 0, 3, Explanation(0.0, 0.0, "test"), partition="t4")
+        return Plan((chosen,), "test-plan", SolverStatus.OPTIMAL, 0.0)
+
+    ctl, backend, journal, _ = make(snapshot([two]), placing)
+    assert ctl.run_once(1000.0).ok
+    assert backend.actions() == [("pin", (7, 3, "t4"))]
+    (entry,) = journal.all_actions()
+    assert entry.status is ActionStatus.APPLIED
+    assert entry.detail == "pinned NumNodes=3-3 Partition=t4"
 
 
 def test_shadow_mode_changes_nothing() -> None:
@@ -469,7 +486,7 @@ def test_a_refusal_that_is_not_slurms_stays_a_failure_and_is_retried() -> None:
     backend.fail_reads = False
     calls = []
 
-    def unreachable(job_id: int, nodes: int) -> None:
+    def unreachable(job_id: int, nodes: int, partition: str | None = None) -> None:
         calls.append(job_id)
         raise SlurmUnreachable("scontrol: Unable to contact slurm controller")
 

@@ -58,8 +58,13 @@ def diff(
         if ej.job.is_pending and target == 0 and decision.job_id in returning:
             target, rule = returning[decision.job_id], RETURNING
         if ej.job.is_pending:
-            if target > 0 and not pinned_to(ej.job, target):
-                pins.append(Action(ActionKind.START_AT_SIZE, ej.job.job_id, 0, target, reason=rule))
+            # A plan that places the job names one of its partitions (policy placement
+            # options): the pin narrows the job to it in the same update.
+            place = decision.partition if target > 0 else None
+            narrows = place is not None and ej.job.partitions != (place,)
+            if target > 0 and (narrows or not pinned_to(ej.job, target)):
+                extra = (("partition", place),) if place is not None else ()
+                pins.append(Action(ActionKind.START_AT_SIZE, ej.job.job_id, 0, target, rule, extra))
             continue
         if not ej.job.is_running:
             continue

@@ -140,8 +140,11 @@ class Executor:
         action_id = self.journal.record_intent(action, now)
         try:
             if action.kind is ActionKind.START_AT_SIZE:
-                self.backend.pin_pending_size(action.job_id, action.to_nodes)
+                partition = dict(action.extra).get("partition")
+                self.backend.pin_pending_size(action.job_id, action.to_nodes, partition)
                 detail = f"pinned NumNodes={action.to_nodes}-{action.to_nodes}"
+                if partition is not None:
+                    detail += f" Partition={partition}"
             elif action.kind is ActionKind.GROW:
                 companion_id = self._submit_companion(action, elastic[action.job_id].job, now)
                 self.journal.link_companion(
