@@ -106,7 +106,8 @@ def test_a_placed_pending_job_is_pinned_in_the_partition_the_plan_chose() -> Non
         return Plan((chosen,), "test-plan", SolverStatus.OPTIMAL, 0.0)
 
     ctl, backend, journal, _ = make(snapshot([two]), placing)
-    assert ctl.run_once(1000.0).ok
+    result = ctl.run_once(1000.0)
+    assert result.ok and result.to_json()["plan"]["decisions"][0]["partition"] == "t4"
     assert backend.actions() == [("pin", (7, 3, "t4"))]
     (entry,) = journal.all_actions()
     assert entry.status is ActionStatus.APPLIED

@@ -188,6 +188,7 @@ class CycleResult:
                         "job_id": d.job_id,
                         "current_nodes": d.current_nodes,
                         "target_nodes": d.target_nodes,
+                        "partition": d.partition,
                         "predicted_gain": d.explanation.predicted_gain,
                         "resize_cost": d.explanation.resize_cost,
                         "rule": d.explanation.rule,

@@ -11,8 +11,9 @@ versioned (``"version": 1``); fields are only ever added.
       "cycle": {"count", "ok", "error", "started_at", "finished_at", "duration_s",
                 "slurm_calls", "last_ok_at"},
       "plan": {"solver", "status", "objective", "solve_s", "gap", "note", "decisions"} | null,
-      "plan.decisions": [ {job_id, current_nodes, target_nodes, rule, predicted_gain,
-                           resize_cost, detail, candidates} ],
+      "plan.decisions": [ {job_id, current_nodes, target_nodes, partition, rule,
+                           predicted_gain, resize_cost, detail, candidates} ],
+                 # partition: where a job of several partitions starts (null otherwise)
                  # candidates: every size weighed, [{nodes, steps_per_s, predicted_gain,
                  # resize_cost}] ascending (the job's predicted rate there)
       "jobs": [ {job_id, partition, name, user, state, nodes, min, max, size_step, target,
