@@ -50,30 +50,27 @@ from slurm_elastic.types import (
 )
 
 
-def _membership(partitions: Sequence[PartitionView]) -> Mapping[str, tuple[str, ...]]:
-    """Node name -> the UP partitions it belongs to, in the order Slurm lists partitions
-    (so two nodes in the same partitions get equal tuples)."""
-    membership: dict[str, tuple[str, ...]] = {}
+def _membership(partitions: Sequence[PartitionView]) -> Mapping[str, frozenset[str]]:
+    """Node name -> the UP partitions it belongs to."""
+    membership: dict[str, set[str]] = {}
     for part in partitions:
         if part.state.upper() != "UP":
             continue
         for node in part.nodes:
-            parts = membership.get(node, ())
-            if part.name not in parts:  # a node listed twice in one partition counts once
-                membership[node] = (*parts, part.name)
-    return membership
+            membership.setdefault(node, set()).add(part.name)
+    return {node: frozenset(parts) for node, parts in membership.items()}
 
 
 def node_pools(snapshot: ClusterSnapshot) -> tuple[NodePool, ...]:
     """Usable nodes grouped by the exact set of UP partitions they belong to."""
     membership = _membership(snapshot.partitions)
-    counts: Counter[tuple[str, ...]] = Counter()
+    counts: Counter[frozenset[str]] = Counter()
     for node in snapshot.nodes:
         parts = membership.get(node.name)
         if parts and node.is_usable:
             counts[parts] += 1
     return tuple(
-        NodePool(partitions=frozenset(parts), nodes=n)
+        NodePool(partitions=parts, nodes=n)
         for parts, n in sorted(counts.items(), key=lambda kv: sorted(kv[0]))
     )
 
