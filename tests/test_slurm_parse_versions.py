@@ -439,6 +439,15 @@ def test_unlimited_time_limit_forms() -> None:
     assert cv.limit_minutes({"set": True, "infinite": False, "number": 30}, "t") == 1800.0
 
 
+def test_a_time_limit_slurm_does_not_know_reads_as_none() -> None:
+    """``squeue -O TimeLimit`` prints NOT_SET for a job whose partition was removed from
+    slurm.conf while the job was still listed (22.05, seen when a test restarted its cluster
+    without the partition a cancelled job had used); one such job must not fail the read."""
+    assert cv.duration_text("NOT_SET", "t") is None
+    with pytest.raises(SlurmParseError, match="bad duration"):
+        cv.duration_text("NOT_A_TIME", "t")
+
+
 def test_gres_forms() -> None:
     assert cv.gres_gpus("gres:gpu:1", "g") == 1  # 22.05's tres_per_node
     assert cv.gres_gpus("gres/gpu:2", "g") == 2  # 24.11+

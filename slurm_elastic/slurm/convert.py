@@ -217,9 +217,13 @@ _DURATION = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)$
 
 
 def duration_text(value: str, where: str) -> float | None:
-    """Slurm text duration (``[D-][HH:]MM:SS``, ``UNLIMITED``, ``N/A``) -> seconds or None."""
+    """Slurm text duration (``[D-][HH:]MM:SS``, ``UNLIMITED``, ``N/A``) -> seconds or None.
+
+    ``NOT_SET``: squeue's word for a limit Slurm does not know, e.g. the time limit of a job
+    whose partition was removed from slurm.conf while the job was still listed (seen on
+    22.05 after a partition was taken out by a restart: ``squeue -O TimeLimit``)."""
     text = value.strip()
-    if text.upper() in {"UNLIMITED", "INFINITE", "N/A", "NONE", "", "PARTITION_LIMIT"}:
+    if text.upper() in {"UNLIMITED", "INFINITE", "N/A", "NONE", "", "PARTITION_LIMIT", "NOT_SET"}:
         return None
     if text.isdigit():  # bare minutes, as scontrol accepts and some fields print
         return limit_minutes(int(text), where)
