@@ -237,7 +237,7 @@ def _gpu_type(value: Any) -> Any:
     if not isinstance(value, str):
         raise ValueError("must be a GPU type name (a string, as gres.conf's Type=)")
     if not value:
-        raise ValueError("must not be empty: name the partition's GPU type")
+        raise ValueError("must not be empty: name a GPU type")
     if not _GPU_TYPE.fullmatch(value):
         raise ValueError("must be one word of letters, digits and _.+- (as gres.conf's Type=)")
     if value.lower() == MIXED_GPU_TYPE:
@@ -252,6 +252,14 @@ class ClusterSection(_Section):
     # it decides over what the nodes' gres say (cluster_state.partition_gpu_types).
     gpu_types: dict[
         Annotated[str, BeforeValidator(_partition_name)], Annotated[str, BeforeValidator(_gpu_type)]
+    ] = Field(default_factory=dict)
+    # GPU type -> how fast one of its GPUs trains, relative to the others (any scale: only
+    # ratios count; a100: 2.2, t4: 1.0).  A type not listed, and an untyped or mixed
+    # partition, count 1.0.  Prices a job's start in each partition it may run in before it
+    # has run in any (daemon.placement); what a job reports from where it runs decides over it.
+    gpu_speeds: dict[
+        Annotated[str, BeforeValidator(_gpu_type)],
+        Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=1e6, allow_inf_nan=False)],
     ] = Field(default_factory=dict)
 
 

@@ -51,10 +51,22 @@ from slurm_elastic.actuate.guards import (
 )
 from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.actuate.journal import JournalStore
-from slurm_elastic.cluster_state import Classification, classify, not_eligible
+from slurm_elastic.cluster_state import (
+    Classification,
+    classify,
+    not_eligible,
+    partition_gpu_types,
+)
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
-from slurm_elastic.daemon.problem import build_problem, job_capacity, loans
+from slurm_elastic.daemon.placement import partition_speeds
+from slurm_elastic.daemon.problem import (
+    Placing,
+    build_problem,
+    job_capacity,
+    loans,
+    partition_capacity,
+)
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.daemon.result import CycleResult, JobStatusRow, Reclaim, RowInputs
 from slurm_elastic.errors import SlurmElasticError, SlurmError, StateError
@@ -296,7 +308,16 @@ class Controller:
             if why:
                 frozen[job_id] = why
 
-        outlooks = self.estimator.outlooks(cls.elastic, now)
+        gpu_speeds = self.config.cluster.gpu_speeds
+        speeds = (
+            partition_speeds(
+                partition_gpu_types(snapshot, self.config.cluster.gpu_types), gpu_speeds
+            )
+            if gpu_speeds
+            else {}
+        )
+        outlooks = self.estimator.outlooks(cls.elastic, now, speeds)
+        placing = Placing(speeds, partition_capacity(snapshot, self._qos_nodes, self._assoc_nodes))
         cleanup = [
             a
             for a in companion_cleanup(
@@ -309,7 +330,7 @@ class Controller:
         ]
         housekeeping, blocked = self._screen(cleanup, cls, outlooks, now, bars)
         plan, allowed, not_allowed = self._plan(
-            snapshot, cls, outlooks, frozen, waiting, now, frozenset(yielding), bars
+            snapshot, cls, outlooks, frozen, waiting, now, frozenset(yielding), bars, placing
         )
         records += blocked + not_allowed
         taken, deferred = limit_resizes(housekeeping + allowed, self.knobs.max_resizes_per_cycle)
@@ -483,6 +504,7 @@ class Controller:
         now: float,
         yielding: frozenset[int] = frozenset(),
         bars: Mapping[tuple[int, ActionKind], str] | None = None,
+        placing: Placing | None = None,
     ) -> tuple[Plan, list[Action], list[ActionRecord]]:
         """Decide, diff and screen through the guards: (plan, allowed, blocked or deferred).
 
@@ -513,6 +535,7 @@ class Controller:
                 yielding=frozenset(yields),
                 promise_window_s=self.config.guards.payback_horizon_s,
                 no_shrink=no_shrink,
+                placing=placing,
             )
             plan = self._decide(problem)
             actions = diff(plan, cls, held, returning)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import structlog
 
 from slurm_elastic.cluster_state import ElasticJob
+from slurm_elastic.daemon.placement import REFERENCE_SPEED, at_speed, own_partition, speed_of
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.outlook import GrowCheck, JobFit, ModelBank, OutlookBasis, outlook_basis
 from slurm_elastic.model.priors import HistoryIndex, Prior, prior_from_similar
@@ -69,6 +70,15 @@ class Estimator:
 
     Each is one cache of one thing, and each rule follows from the purity of what it
     caches (``prior_from_similar``, ``outlook_basis``, ``OutlookBasis.outlook``).
+
+    GPU speeds (``daemon.placement``): each outlook is priced in the job's own partition
+    (``own_partition``).  A job's reports were measured where it ran, at that partition's
+    speed (``_reported_in``, noted when they are fed); a prior is brought to the reference
+    speed (each similar job's run time times the speed of the partition it ran in); the
+    outlook is moved from that basis to its own partition's speed.  Priors are rebuilt when
+    the speeds change.  A job requeued into a partition of another speed mixes two speeds in
+    one fit until its new reports outnumber the old (requeues across types are rare, and the
+    daemon never plans one).
     """
 
     def __init__(
@@ -98,6 +108,11 @@ class Estimator:
         # between two cycles, so their basis is reused, and a job whose progress is not
         # extrapolated (pending, or silent for MAX_EXTRAPOLATION_S) gets the same outlook.
         self._estimated: dict[int, _Estimated] = {}
+        # Partition -> relative GPU speed, as of the last cycle (priors are normalised by it).
+        self._speeds: Mapping[str, float] = {}
+        # Per job, the partition it ran in when its reports were fed: its speed there (as
+        # configured now) is the speed its measurements were made at.
+        self._reported_in: dict[int, str] = {}
 
     def history_changed(self, records: Iterable[JobHistory], removed: Iterable[int]) -> None:
         """An accounting read: ``records`` read, ``removed`` aged out.  Priors are rebuilt
@@ -116,6 +131,7 @@ class Estimator:
             self._seen.pop(job_id, None)
             self._priors.pop(job_id, None)
             self._estimated.pop(job_id, None)
+            self._reported_in.pop(job_id, None)
 
     def known_jobs(self) -> tuple[int, ...]:
         return tuple(self._fed_until)
@@ -125,11 +141,23 @@ class Estimator:
         (median per size; steps at the job's first global batch).  Empty when none."""
         return self.bank.model(job_id).throughput_points() if job_id in self.bank else ()
 
-    def outlooks(self, elastic: Mapping[int, ElasticJob], now: float) -> dict[int, Outlook]:
+    def outlooks(
+        self,
+        elastic: Mapping[int, ElasticJob],
+        now: float,
+        speeds: Mapping[str, float] | None = None,
+    ) -> dict[int, Outlook]:
         """One pass per cycle: feed each job's new reports and find its prior, refit every
         stale job in one batched solve (``ModelBank.fit_all``; ~2x less estimate time than
         job-by-job fits when dozens of jobs report between cycles), then estimate each job
-        from the fit cache.  A model bug on one job drops that job only, never the cycle."""
+        from the fit cache.  A model bug on one job drops that job only, never the cycle.
+
+        ``speeds``: partition -> relative GPU speed (``placement.partition_speeds``); each
+        outlook is priced in the job's own partition (class docstring).  None: all alike."""
+        speeds = speeds or {}
+        if speeds != self._speeds:
+            self._speeds = dict(speeds)
+            self._priors.clear()
         priors: dict[int, Prior] = {}
         for job_id, ej in elastic.items():
             try:
@@ -159,12 +187,16 @@ class Estimator:
                     self.bank.update(report)
                     fed = report.time
             self._seen[job.job_id] = latest
+            if job.is_running:
+                self._reported_in[job.job_id] = job.partition
         self._fed_until[job.job_id] = fed
         prior = self._priors.get(job.job_id)
         if prior is None:
             nodes = max(ej.spec.min_nodes, job.node_count)
             similar = self._index.similar(job.user, job.name, job.work_dir)
-            prior = self._priors[job.job_id] = prior_from_similar(similar, nodes)
+            prior = self._priors[job.job_id] = prior_from_similar(
+                similar, nodes, speed=self._history_speed if self._speeds else None
+            )
         return prior
 
     def _estimate(
@@ -196,4 +228,12 @@ class Estimator:
         done = last.basis.done(now, elapsed)
         if last.outlook is None or done != last.done:
             last.done, last.outlook = done, last.basis.outlook(done, elapsed)
-        return last.outlook
+        if not self._speeds:
+            return last.outlook
+        reported = fit is not None and fit.n_reports > 0
+        where = self._reported_in.get(job.job_id)
+        source = speed_of(self._speeds, where) if reported and where else REFERENCE_SPEED
+        return at_speed(last.outlook, speed_of(self._speeds, own_partition(job)) / source)
+
+    def _history_speed(self, record: JobHistory) -> float:
+        return speed_of(self._speeds, record.partition)

@@ -15,6 +15,12 @@
   counting them twice would make the solver see less capacity than there is;
 * node pools: usable nodes of UP partitions, grouped by the exact set of partitions
   each node belongs to;
+* placement (``Placing``, ``daemon.placement``): every outlook is moved to the speed of
+  its job's own partition; a pending job that may start in several UP partitions of its
+  list gets one placement option per partition, each with the sizes that partition holds
+  for it and its speed there, and the policy picks one.  A job with one such partition is
+  planned in it, whatever comes first in its list (a partition its user may not run in is
+  never planned for: Slurm would not start it there);
 * pending jobs that Slurm will not start whatever the free nodes — held, waiting on a
   dependency, a begin time or a reservation that has not started (``cluster_state.
   not_eligible_reason``) — are left out: an elastic one gets no capacity this cycle (its
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 from slurm_elastic.cluster_state import (
@@ -37,6 +44,7 @@ from slurm_elastic.cluster_state import (
     not_eligible_reason,
     offered_sizes,
 )
+from slurm_elastic.daemon.placement import own_partition, placement_options
 from slurm_elastic.types import (
     AllocationProblem,
     ClusterSnapshot,
@@ -46,6 +54,7 @@ from slurm_elastic.types import (
     NodePool,
     Outlook,
     PartitionView,
+    PlacementOption,
     RigidDemand,
 )
 
@@ -81,6 +90,33 @@ def _capacities(partitions: Sequence[PartitionView]) -> Mapping[str, tuple[int, 
     return {part.name: (part.job_capacity, part.qos) for part in partitions}
 
 
+def partition_capacity(
+    snapshot: ClusterSnapshot,
+    qos_nodes: Mapping[str, int] | None = None,
+    assoc_nodes: Mapping[tuple[str, str, str], int] | None = None,
+) -> Callable[[JobView, str], int]:
+    """(job, partition) -> the most nodes the job can ever hold in that listed partition
+    (``job_capacity``'s rules, for one partition); 0 for a partition Slurm does not list."""
+    capacities = _capacities(snapshot.partitions)
+    qos = qos_nodes or {}
+    assoc = assoc_nodes or {}
+
+    def in_partition(job: JobView, name: str) -> int:
+        if name not in capacities:
+            return 0
+        most, part_qos = capacities[name]
+        for limit in (
+            qos.get(part_qos),
+            assoc.get((job.account, job.user, name), assoc.get((job.account, job.user, ""))),
+            qos.get(job.qos),
+        ):
+            if limit is not None:
+                most = min(most, limit)
+        return most
+
+    return in_partition
+
+
 def job_capacity(
     snapshot: ClusterSnapshot,
     qos_nodes: Mapping[str, int] | None = None,
@@ -106,34 +142,24 @@ def job_capacity(
     are read once per snapshot, not once per job.
     """
     capacities = _capacities(snapshot.partitions)
+    in_partition = partition_capacity(snapshot, qos_nodes, assoc_nodes)
     everything = len(snapshot.nodes)
     qos = qos_nodes or {}
     assoc = assoc_nodes or {}
 
-    def in_partition(job: JobView, name: str) -> int:
-        most, part_qos = capacities[name]
-        for limit in (
-            qos.get(part_qos),
-            assoc.get((job.account, job.user, name), assoc.get((job.account, job.user, ""))),
-        ):
-            if limit is not None:
-                most = min(most, limit)
-        return most
-
     def capacity(job: JobView) -> int:
+        # The job's QOS caps every partition alike (in ``in_partition``), so capping the
+        # largest is the same as the largest of the capped.
         known = [in_partition(job, p) for p in job.partitions if p in capacities]
-        most = max(known) if known else everything
-        for limit in (qos.get(job.qos), None if known else assoc.get((job.account, job.user, ""))):
+        if known:
+            return max(known)
+        most = everything
+        for limit in (qos.get(job.qos), assoc.get((job.account, job.user, ""))):
             if limit is not None:
                 most = min(most, limit)
         return most
 
     return capacity
-
-
-def first_partition(job: JobView) -> str:
-    """A pending job may list several partitions ("batch,shared"); the first is its choice."""
-    return job.partitions[0] if job.partitions else job.partition
 
 
 Reclaim = Literal["requested", "minimum", "off"]
@@ -161,6 +187,46 @@ def loans(cls: Classification, reclaim: Reclaim) -> dict[int, int]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Placing:
+    """What placing pending jobs by partition needs (``daemon.placement``), read once per
+    cycle: each partition's relative GPU speed, the most nodes a job can hold in a partition
+    (``partition_capacity``), and whether a job's user may run in it (``may_use``)."""
+
+    speeds: Mapping[str, float] = field(default_factory=dict)
+    capacity_in: Callable[[JobView, str], int] | None = None
+    may_use: Callable[[JobView, str], bool] = lambda job, partition: True
+
+
+def _placed(
+    job: JobView,
+    sizes: tuple[int, ...],
+    outlook: Outlook,
+    placing: Placing,
+    up: frozenset[str],
+) -> tuple[str, tuple[int, ...], Outlook, tuple[PlacementOption, ...]]:
+    """(partition, sizes, outlook, options) of a pending job listing several partitions:
+    options where two or more are UP and usable, the one partition where only one is, else
+    the job as listed (Slurm then says why it waits)."""
+    if placing.capacity_in is None:
+        return own_partition(job), sizes, outlook, ()
+    capacity_in = placing.capacity_in
+    options = placement_options(
+        job,
+        sizes,
+        outlook,
+        placing.speeds,
+        usable=lambda p: p in up and placing.may_use(job, p),
+        capacity_in=lambda p: capacity_in(job, p),
+    )
+    if len(options) > 1:
+        return ",".join(o.partition for o in options), sizes, outlook, options
+    if len(options) == 1:
+        only = options[0]
+        return only.partition, only.allowed_sizes, only.outlook, ()
+    return own_partition(job), sizes, outlook, ()
+
+
 def elastic_demand(
     ej: ElasticJob,
     outlook: Outlook,
@@ -170,22 +236,32 @@ def elastic_demand(
     reclaim: Reclaim = "off",
     loan_yields: bool = False,
     no_shrink: bool = False,
+    placing: Placing | None = None,
+    up: frozenset[str] = frozenset(),
 ) -> ElasticDemand:
     """``no_shrink``: the job may not be shrunk (``actuate.guards``: Slurm refused it, or its
     steps run under Slurm's step manager).  It keeps whatever it starts with, so a pending
     one is offered only its smallest size (more comes as companion jobs, which a reclaim
     can take back: no user gets a start above the minimum by making their job
-    unshrinkable), and a running one nothing below its own size."""
+    unshrinkable), and a running one nothing below its own size.
+
+    ``placing``: a pending job listing several partitions is placed among the ``up`` ones
+    (``_placed``).  ``outlook`` is priced in the job's own partition (``Estimator``)."""
     current = ej.effective_nodes
     sizes = offered_sizes(ej)
     if no_shrink:
         sizes = sizes[:1] if ej.job.is_pending else tuple(n for n in sizes if n >= current)
+    partition = own_partition(ej.job)
+    options: tuple[PlacementOption, ...] = ()
+    if placing is not None and ej.job.is_pending and len(ej.job.partitions) > 1:
+        partition, sizes, outlook, options = _placed(ej.job, sizes, outlook, placing, up)
     return ElasticDemand(
         job_id=ej.job.job_id,
-        partition=first_partition(ej.job),
+        partition=partition,
         current_nodes=current,
         allowed_sizes=sizes,
         outlook=outlook,
+        options=options,
         weight=weight,
         submit_time=ej.job.submit_time or 0.0,
         requested_nodes=ej.job.node_count if ej.job.is_pending else current,
@@ -223,7 +299,7 @@ def rigid_demands(
         rigid.append(
             RigidDemand(
                 job_id=job_id,
-                partition=first_partition(job),
+                partition=own_partition(job),
                 nodes=max(1, job.node_count),
                 running=not pending,
                 submit_time=job.submit_time or 0.0,
@@ -248,6 +324,7 @@ def build_problem(
     yielding: frozenset[int] = frozenset(),
     promise_window_s: float = 0.0,
     no_shrink: frozenset[int] = frozenset(),
+    placing: Placing | None = None,
 ) -> AllocationProblem:
     """An elastic job without an outlook (the model failed on it) is held rigid at its size.
 
@@ -258,6 +335,7 @@ def build_problem(
     elastic: list[ElasticDemand] = []
     if waiting is None:
         waiting = not_eligible(classification)
+    up = frozenset(p.name for p in snapshot.partitions if p.state.upper() == "UP")
     for job_id, ej in sorted(classification.elastic.items()):
         if job_id in waiting:
             continue
@@ -271,6 +349,8 @@ def build_problem(
                     reclaim=reclaim,
                     loan_yields=job_id in yielding,
                     no_shrink=job_id in no_shrink,
+                    placing=placing,
+                    up=up,
                 )
             )
     return AllocationProblem(

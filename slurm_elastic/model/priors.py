@@ -25,7 +25,7 @@ the requested size, 1 s per step at that size, the ``DEFAULT_SHAPE`` scaling cur
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurm_elastic.model.throughput import (
@@ -236,14 +236,22 @@ def prior_from_similar(
     past_throughput: Mapping[int, Sequence[tuple[int, float]]] | None = None,
     past_steps: Mapping[int, float] | None = None,
     site: SiteDefaults = SiteDefaults(),
+    speed: Callable[[JobHistory], float] | None = None,
 ) -> Prior:
     """``build_prior`` once the similar jobs are found (``HistoryIndex.similar``): a pure
-    function of them (immutable records) and the other arguments."""
+    function of them (immutable records) and the other arguments.
+
+    ``speed``: how fast the GPUs a finished job ran on were, relative to the reference 1.0
+    (``daemon.placement``).  Each run time is then brought to the reference speed (times
+    that speed: a run of an hour on GPUs twice as fast is two hours of reference GPUs), so
+    that jobs that ran on different hardware make one prior.  None: all alike."""
     if not similar:
         return site_prior(requested_nodes, site)
     completed = [h for h in similar if h.state is JobState.COMPLETED]
     pool = completed or similar
-    runtimes = [r for r in (_runtime(h) for h in pool) if r is not None]
+    runtimes = [
+        r * (speed(h) if speed is not None else 1.0) for h in pool if (r := _runtime(h)) is not None
+    ]
     sizes = [s for s in (_main_size(h) for h in pool) if s is not None]
     if not runtimes:
         return site_prior(requested_nodes, site)
