@@ -13,7 +13,9 @@ the typed gres reach pyslurm's parser only through the fixtures (tests/test_gpu_
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -21,8 +23,22 @@ import pytest
 from slurm_elastic.cluster_state import partition_gpu_types
 from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.slurm.pyslurm_backend import PyslurmBackend
-from slurm_elastic.types import MIXED_GPU_TYPE
+from slurm_elastic.types import MIXED_GPU_TYPE, ActionKind
 from tests.slurm_cluster import SlurmCluster, configured, site_settings
+from tests.test_daemon_live import (  # noqa: F401  (live: a fixture)
+    BLOCK,
+    controller,
+    cycle,
+    ending,
+    jobs,
+    keep_jobs_off,
+    live,
+    live_config,
+    running,
+    sbatch,
+    scontrol,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -68,3 +84,53 @@ def test_pyslurm_reads_the_same_types(
     assert {n.name: (n.gpus, n.gpu_type) for n in ours} == {
         n.name: (n.gpus, n.gpu_type) for n in cli
     }
+
+
+def _partition_of(job_id: int) -> str:
+    view = jobs()[job_id]
+    return view.partition
+
+
+def test_a_pending_job_starts_in_the_partition_and_size_the_plan_chose(
+    typed_cluster: SlurmCluster,
+    live: Path,  # noqa: F811
+) -> None:
+    """Issue 17's live test.  A job submitted to ``t4,a100`` (t4 first) while both are free:
+    with a100 GPUs priced twice as fast, the MIP places it in a100 at 2 nodes, the daemon
+    narrows it there (``Partition=a100 NumNodes=2-2``) and Slurm starts it on the a100
+    nodes.  A second job of ``a100,t4`` then finds a100 full and is placed in t4; when a100
+    frees up, it stays in t4: a running job is never moved between partitions."""
+    everything = tuple(n.name for n in CliBackend().read_nodes())
+    keep_jobs_off(everything)  # Slurm must not start them before the daemon places them
+    first = sbatch("-p", "t4,a100", "-N1-2", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+    config = live_config(
+        live / "state", live / "fake-agent", cluster={"gpu_speeds": {"a100": 2.0, "t4": 1.0}}
+    )
+    ctl, _ = controller(config)
+    result = cycle(ctl)
+    assert result.gpu_types["a100"] == "a100" and result.gpu_types["t4"] == "t4"
+    assert result.plan is not None
+    decision = {d.job_id: d for d in result.plan.decisions}[first]
+    assert (decision.partition, decision.target_nodes) == ("a100", 2)
+    view = jobs()[first]
+    assert view.is_pending and view.partition == "a100"
+    assert (view.min_nodes, view.max_nodes) == (2, 2)
+    (entry,) = ctl.journal.actions_for(first)
+    assert entry.kind is ActionKind.START_AT_SIZE
+    scontrol("delete", f"ReservationName={BLOCK}")
+    started = wait_for(lambda: running(first), timeout_s=40)
+    assert started.partition == "a100" and set(started.nodes) == {"n1", "n2"}
+
+    second = sbatch("-p", "a100,t4", "-N1-2", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
+    cycle(ctl)
+    placed = wait_for(lambda: running(second), timeout_s=40)
+    assert placed.partition == "t4" and set(placed.nodes) <= {"n3", "n4"}
+    subprocess.run(["scancel", str(first)], check=True, timeout=30)
+    wait_for(lambda: ending(first), timeout_s=30)
+    for _ in range(3):
+        cycle(ctl)
+        assert _partition_of(second) == "t4"
+    assert all(
+        dict(e.action.extra).get("partition") in (None, "t4")
+        for e in ctl.journal.actions_for(second)
+    )
