@@ -21,7 +21,7 @@ Representations that differ between Slurm's JSON generations are decoded here:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -246,17 +246,22 @@ def timestamp_text(value: str, where: str) -> float | None:
         raise SlurmParseError(f"{where}: bad timestamp {short(text)}") from None
 
 
+def _gpu_items(text: str) -> Iterator[tuple[str, str]]:
+    """(as written, without its ``gres:``/``gres/`` prefix) of each GPU item of a gres
+    string; other gres (``mps``, ``shard``, ...) are skipped."""
+    for raw in _split_top_level(text):
+        item = raw.strip()
+        for prefix in ("gres:", "gres/"):
+            item = item.removeprefix(prefix)
+        if item == "gpu" or item.startswith("gpu:"):
+            yield raw, item
+
+
 def gres_gpus(value: Any, where: str) -> int:
     """GPU count in a gres string: ``gpu:4``, ``gpu:a100:2(S:0)``, ``gpu:4(IDX:0-3),foo:1``,
     and the TRES-per-node forms ``gres:gpu:1`` (22.05) / ``gres/gpu:1`` (24.11+)."""
-    text = as_str(value, where)
     total = 0
-    for item in _split_top_level(text):
-        item = item.strip()
-        for prefix in ("gres:", "gres/"):
-            item = item.removeprefix(prefix)
-        if not (item == "gpu" or item.startswith("gpu:")):
-            continue
+    for _, item in _gpu_items(as_str(value, where)):
         item = item.split("(", 1)[0]
         count = item.rsplit(":", 1)[-1] if ":" in item else "1"
         if not count.isdigit():  # "gpu:a100" without a count means one
@@ -289,14 +294,8 @@ def gres_gpu_type(value: Any, where: str) -> str:
     is not a number) raises SlurmParseError: a gres string this misread would give a type
     the node does not have.
     """
-    text = as_str(value, where)
     types: set[str] = set()
-    for raw in _split_top_level(text):
-        item = raw.strip()
-        for prefix in ("gres:", "gres/"):
-            item = item.removeprefix(prefix)
-        if not (item == "gpu" or item.startswith("gpu:")):
-            continue
+    for raw, item in _gpu_items(as_str(value, where)):
         kind, count = _gpu_item(item, raw, where)
         if count > 0:
             types.add(kind.lower())
