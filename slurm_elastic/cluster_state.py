@@ -25,7 +25,7 @@ And the GPU type of each partition (``partition_gpu_types``), for placing jobs b
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from slurm_elastic.errors import MarkerError, OutOfReach
@@ -36,6 +36,7 @@ from slurm_elastic.types import (
     ElasticSpec,
     JobState,
     JobView,
+    PartitionView,
 )
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker; OutOfReach
@@ -391,3 +392,27 @@ def partition_gpu_types(
         }
         types[part.name] = seen.pop() if len(seen) == 1 else (MIXED_GPU_TYPE if seen else "")
     return types
+
+
+# --------------------------------------------------------------------------- access
+
+
+def may_use(job: JobView, partition: PartitionView, groups: Collection[str]) -> bool:
+    """Whether Slurm would run the job in ``partition`` (pure).
+
+    ``groups``: the names of the job's user's groups, its primary group included.  The
+    user must be in one of the partition's AllowGroups, the job's account in AllowAccounts
+    and not in DenyAccounts, its QOS in AllowQos and not in DenyQos (None: everyone).
+    Slurm accepts a job listing a partition its user may not use beside one it may, and a
+    job narrowed to one it may not use stays pending for good (docs/design.md), so a
+    placement offers only partitions this says yes to.
+    """
+    if partition.allow_groups is not None and not set(partition.allow_groups) & set(groups):
+        return False
+    if partition.allow_accounts is not None and job.account not in partition.allow_accounts:
+        return False
+    if job.account in partition.deny_accounts:
+        return False
+    if partition.allow_qos is not None and job.qos not in partition.allow_qos:
+        return False
+    return job.qos not in partition.deny_qos

@@ -341,7 +341,26 @@ def partition_view(raw: Mapping[str, Any]) -> PartitionView:
         max_time_s=max_time_s,
         max_nodes=_max_nodes(raw.get("max_nodes"), f"{where}: max_nodes"),
         qos=cv.as_str(raw.get("qos_char"), f"{where}: qos_char").strip(),
+        allow_groups=_allowed(raw.get("allow_groups"), f"{where}: allow_groups"),
+        allow_accounts=_allowed(raw.get("allow_accounts"), f"{where}: allow_accounts"),
+        allow_qos=_allowed(raw.get("allow_qos"), f"{where}: allow_qos"),
+        deny_accounts=_names(raw.get("deny_accounts"), f"{where}: deny_accounts"),
+        deny_qos=_names(raw.get("deny_qos"), f"{where}: deny_qos"),
     )
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    """A list of names as pyslurm gives it: "a,b" (22.5), ["a", "b"] (24.11), None."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list | tuple) else cv.as_str(value, where).split(",")
+    return tuple(n for n in (cv.as_str(item, where).strip() for item in items) if n)
+
+
+def _allowed(value: Any, where: str) -> tuple[str, ...] | None:
+    """An allow list: None for everyone (Slurm's "ALL", or nothing set), else its names."""
+    names = _names(value, where)
+    return None if not names or [n.upper() for n in names] == ["ALL"] else names
 
 
 def partition_record(partition: Any) -> dict[str, Any]:
@@ -357,6 +376,11 @@ def partition_record(partition: Any) -> dict[str, Any]:
         "state": partition.state,
         "max_nodes": partition.max_nodes,
         "qos_char": partition.qos,
+        "allow_groups": partition.allowed_groups,
+        "allow_accounts": partition.allowed_accounts,
+        "allow_qos": partition.allowed_qos,
+        "deny_accounts": partition.denied_accounts,
+        "deny_qos": partition.denied_qos,
     }
 
 
