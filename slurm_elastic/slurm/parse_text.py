@@ -166,24 +166,19 @@ def parse_scontrol_partitions(text: str) -> tuple[PartitionView, ...]:
                 max_time_s=cv.duration_text(fields.get("MaxTime", "UNLIMITED"), where),
                 max_nodes=_max_nodes(fields.get("MaxNodes", "UNLIMITED"), where),
                 qos=_null(fields.get("QoS", "")).strip(),
-                allow_groups=_allowed(fields.get("AllowGroups", "ALL")),
-                allow_accounts=_allowed(fields.get("AllowAccounts", "ALL")),
-                allow_qos=_allowed(fields.get("AllowQos", "ALL")),
-                deny_accounts=_listed(fields.get("DenyAccounts", "")),
-                deny_qos=_listed(fields.get("DenyQos", "")),
+                # scontrol shows AllowAccounts or DenyAccounts, never both (Slurm ignores
+                # the Deny list when an Allow list is set); so for QOS.  A missing Allow
+                # key is everyone, a missing Deny key no one.
+                allow_groups=cv.allow_list(fields.get("AllowGroups"), f"{where}: AllowGroups"),
+                allow_accounts=cv.allow_list(
+                    fields.get("AllowAccounts"), f"{where}: AllowAccounts"
+                ),
+                allow_qos=cv.allow_list(fields.get("AllowQos"), f"{where}: AllowQos"),
+                deny_accounts=cv.names(fields.get("DenyAccounts"), f"{where}: DenyAccounts"),
+                deny_qos=cv.names(fields.get("DenyQos"), f"{where}: DenyQos"),
             )
         )
     return tuple(views)
-
-
-def _listed(value: str) -> tuple[str, ...]:
-    """A comma-separated list of names ("" and Slurm's "(null)" are none)."""
-    return tuple(name for name in (n.strip() for n in _null(value).split(",")) if name)
-
-
-def _allowed(value: str) -> tuple[str, ...] | None:
-    """An Allow* list: None for "ALL" (everyone), else its names."""
-    return None if value.strip().upper() == "ALL" else _listed(value)
 
 
 def parse_qos_node_limits(text: str) -> dict[str, int]:
