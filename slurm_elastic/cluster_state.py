@@ -25,7 +25,7 @@ And the GPU type of each partition (``partition_gpu_types``), for placing jobs b
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from slurm_elastic.errors import MarkerError, OutOfReach
@@ -36,6 +36,7 @@ from slurm_elastic.types import (
     ElasticSpec,
     JobState,
     JobView,
+    PartitionView,
 )
 
 # job -> its spec, None (no marker), or raises MarkerError (malformed marker; OutOfReach
@@ -391,3 +392,61 @@ def partition_gpu_types(
         }
         types[part.name] = seen.pop() if len(seen) == 1 else (MIXED_GPU_TYPE if seen else "")
     return types
+
+
+# --------------------------------------------------------------------------- access
+
+
+def may_use(
+    job: JobView,
+    partition: PartitionView,
+    groups: Collection[str],
+    *,
+    slurm_user: str = "",
+    parent_accounts: Collection[str] = (),
+) -> bool:
+    """Whether Slurm lets the job run in ``partition``, by its access lists (pure).
+
+    Why: Slurm accepts a job listing a partition its user may not use beside one it may
+    (``-p batch,private``), and root's narrowing of a pending job to such a partition
+    strands it, pending for good (docs/design.md); so a placement offers only the
+    partitions this says yes to.
+
+    The rule is slurmctld's (``validate_group``, ``part_policy_valid_acct`` and
+    ``part_policy_valid_qos`` in ``src/slurmctld/partition_mgr.c``, read at 22.05.8,
+    24.11.5 and 26.05.3; checked when the job is scheduled, the groups on 22.05 at
+    submission only):
+
+    * AllowGroups (None: everyone): the user is root or SlurmUser (``slurm_user``), or
+      one of its ``groups`` (every group it belongs to, its primary group included) is
+      listed.
+    * AllowAccounts: when set, the job's account must be listed, and DenyAccounts is
+      ignored; else its account must not be in DenyAccounts.  From 24.11 on a listed
+      account also covers its sub-accounts (pass the account's ancestors as
+      ``parent_accounts`` there; 22.05 compares the account alone: pass none).
+    * AllowQos: when set, the job's QOS must be listed (a job without a QOS may not run),
+      and DenyQos is ignored; else its QOS must not be in DenyQos.  No one is exempt:
+      root's job with an unlisted QOS stays pending on 22.05 and 24.11 (measured), though
+      slurm.conf(5) says root may use any partition whatever its AllowQos.
+
+    Account and QOS names compare in lower case (slurmctld lower-cases the lists), group
+    names as they are.  Not modelled: 24.11 and later skip the account lists unless
+    AccountingStorageEnforce has ``associations`` (applied here anyway: a no only narrows
+    the placement), and slurmctld refuses everyone but root and SlurmUser when no user
+    at all turned up as a member of the listed groups (group enumeration off).
+    """
+    if partition.allow_groups is not None:
+        super_users = {"root", slurm_user} - {""}
+        privileged = job.user_id == 0 or job.user in super_users
+        if not privileged and not set(partition.allow_groups) & set(groups):
+            return False
+    accounts = {a.lower() for a in (job.account, *parent_accounts) if a}
+    if partition.allow_accounts is not None:
+        if not accounts & {a.lower() for a in partition.allow_accounts}:
+            return False
+    elif accounts & {a.lower() for a in partition.deny_accounts}:
+        return False
+    qos = job.qos.lower()
+    if partition.allow_qos is not None:
+        return qos in {q.lower() for q in partition.allow_qos}
+    return qos not in {q.lower() for q in partition.deny_qos}

@@ -181,6 +181,15 @@ class PartitionView:
     max_time_s: float | None = None
     max_nodes: int | None = None  # MaxNodes: the most nodes one job may hold; None = unlimited
     qos: str = ""  # the partition's own QOS (QoS=), whose per-job limits bind its jobs; "" = none
+    # Who may run jobs here (AllowGroups, AllowAccounts, AllowQos; None = ALL) and who may
+    # not (DenyAccounts, DenyQos).  Slurm accepts a job listing a partition its user may
+    # not use beside one it may (``-p batch,private``), and a job narrowed to such a
+    # partition stays pending for good (docs/design.md): placement reads these.
+    allow_groups: tuple[str, ...] | None = None
+    allow_accounts: tuple[str, ...] | None = None
+    allow_qos: tuple[str, ...] | None = None
+    deny_accounts: tuple[str, ...] = ()
+    deny_qos: tuple[str, ...] = ()
 
     @property
     def job_capacity(self) -> int:

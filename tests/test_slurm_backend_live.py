@@ -169,6 +169,40 @@ def test_partitions_read_while_a_job_cannot_be_scheduled(
         clean_queue.run("scontrol", "update", "NodeName=n4", "State=RESUME")
 
 
+def test_partition_access_lists_read_as_scontrol_shows_them(
+    backend: CliBackend, clean_queue: SlurmCluster
+) -> None:
+    """Who may use a partition (issue 17), through both backends: pyslurm 24.11 reads an
+    unset Deny list as ["ALL"], pyslurm 22.5 drops a DenyQos (that read then goes through
+    scontrol); the views equal scontrol's either way.  `scontrol reconfigure` puts
+    slurm.conf's lists back (clearing a Deny list by update leaves "" on 24.11)."""
+    cli = CliBackend(slurm_conf=str(clean_queue.conf), timeout_s=20)
+    update = ("scontrol", "update")
+    try:
+        clean_queue.run(
+            *update, "PartitionName=shared", "AllowGroups=root,wheel", "AllowQos=normal"
+        )
+        clean_queue.run(*update, "PartitionName=batch", "DenyAccounts=guest", "DenyQos=normal")
+        views = {p.name: p for p in backend.read_partitions()}
+        assert views == {p.name: p for p in cli.read_partitions()}
+        shared, batch = views["shared"], views["batch"]
+        assert (shared.allow_groups, shared.allow_qos) == (("root", "wheel"), ("normal",))
+        assert (shared.allow_accounts, shared.deny_qos) == (None, ())
+        assert (batch.deny_accounts, batch.deny_qos) == (("guest",), ("normal",))
+        assert (batch.allow_groups, batch.allow_accounts, batch.allow_qos) == (None, None, None)
+    finally:
+        clean_queue.run("scontrol", "reconfigure")
+
+        def restored() -> bool:
+            try:
+                parts = cli.read_partitions()
+            except SlurmUnreachable:  # 24.11 on: reconfigure restarts slurmctld
+                return False
+            return all(p.allow_qos is None and p.deny_qos == () for p in parts)
+
+        wait_until(restored, 30, "slurm.conf's partitions back")
+
+
 # The JSON generation a plain --json writes, per version, unless the site chose another
 # (DataParserParameters: test-matrix.sh's parser leg).
 JSON_PLUGIN = {

@@ -253,6 +253,33 @@ def test_an_undecodable_state_description_falls_back_to_the_cli_for_that_read(co
     assert (backend.rpc_calls, runner.calls) == (1, 1)
 
 
+def test_a_partition_with_deny_qos_is_read_through_the_cli(conf: str) -> None:
+    """pyslurm 22.5 drops a DenyQos (tests/test_partition_access.py): such a read is
+    scontrol's, with one warning however many reads; without a DenyQos it stays pyslurm's."""
+    access = MOMENT.parent.parent / "access"
+    lost = json.loads((access / "pyslurm-partitions-22.05.json").read_text(encoding="utf-8"))
+    text = (access / "scontrol-o-show-partition-22.05.txt").read_text(encoding="utf-8")
+    module, _ = fake_pyslurm()
+    partition = ModuleType("partition")
+    partition.get = lambda: lost  # type: ignore[attr-defined]
+    module.partition = lambda: partition  # type: ignore[attr-defined]
+    runner = ScriptedRunner({"scontrol -o": text}, slurm_conf=conf)
+    backend = PyslurmBackend(module, runner=runner)
+    with capture_logs() as logs:
+        assert backend.read_partitions() == backend.read_partitions()
+    assert backend.read_partitions() == parse_text.parse_scontrol_partitions(text)
+    warned = [e for e in logs if e["log_level"] == "warning"]
+    assert [(e["event"], e["partitions"]) for e in warned] == [
+        ("slurm.pyslurm_deny_qos_lost", ["open"])
+    ]
+    assert (backend.rpc_calls, runner.calls) == (3, 3)
+    del lost["open"]
+    views = {p.name: p for p in backend.read_partitions()}
+    cli = {p.name: p for p in parse_text.parse_scontrol_partitions(text)}
+    assert views == {name: cli[name] for name in ("batch", "private", "shared")}
+    assert (backend.rpc_calls, runner.calls) == (4, 3)
+
+
 def test_rpc_errors_are_typed_by_libslurms_message(conf: str) -> None:
     module, _ = fake_pyslurm(
         jobs=raises("Unable to contact slurm controller (connect failure)", 1800)

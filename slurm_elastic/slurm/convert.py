@@ -213,6 +213,24 @@ def nodes(value: Any, where: str) -> tuple[str, ...]:
         raise SlurmParseError(f"{where}: bad node list {short(text)}: {exc}") from None
 
 
+def names(value: Any, where: str) -> tuple[str, ...]:
+    """A list of names (a partition's AllowGroups, DenyQos, ...) in any of its forms:
+    ``"a,b"`` (scontrol, pyslurm 22.5), ``["a", "b"]`` (pyslurm 22.5 and 24.11); none for
+    None, ``""`` and ``"(null)"``."""
+    if isinstance(value, list | tuple):
+        items = [as_str(item, where) for item in value]
+    else:
+        items = as_str(value, where).split(",")
+    return tuple(n for n in (item.strip() for item in items) if n and n != "(null)")
+
+
+def allow_list(value: Any, where: str) -> tuple[str, ...] | None:
+    """A partition's Allow* list: None for everyone (Slurm's ``ALL``, which slurmctld
+    stores as no list at all, or nothing set), else its names."""
+    listed = names(value, where)
+    return None if not listed or (len(listed) == 1 and listed[0].upper() == "ALL") else listed
+
+
 _DURATION = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)$")
 
 

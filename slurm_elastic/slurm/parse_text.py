@@ -166,6 +166,16 @@ def parse_scontrol_partitions(text: str) -> tuple[PartitionView, ...]:
                 max_time_s=cv.duration_text(fields.get("MaxTime", "UNLIMITED"), where),
                 max_nodes=_max_nodes(fields.get("MaxNodes", "UNLIMITED"), where),
                 qos=_null(fields.get("QoS", "")).strip(),
+                # scontrol shows AllowAccounts or DenyAccounts, never both (Slurm ignores
+                # the Deny list when an Allow list is set); so for QOS.  A missing Allow
+                # key is everyone, a missing Deny key no one.
+                allow_groups=cv.allow_list(fields.get("AllowGroups"), f"{where}: AllowGroups"),
+                allow_accounts=cv.allow_list(
+                    fields.get("AllowAccounts"), f"{where}: AllowAccounts"
+                ),
+                allow_qos=cv.allow_list(fields.get("AllowQos"), f"{where}: AllowQos"),
+                deny_accounts=cv.names(fields.get("DenyAccounts"), f"{where}: DenyAccounts"),
+                deny_qos=cv.names(fields.get("DenyQos"), f"{where}: DenyQos"),
             )
         )
     return tuple(views)

@@ -73,6 +73,12 @@ views (tested live), except as listed here.  pyslurm 22.5 quirks handled here:
   flag names.  pyslurm writes ``+FAIL`` instead of ``+DRAIN`` when a node has both.
 * ``gres``/``gres_used`` are lists split at commas; they are joined back before parsing
   (GPU count and type: ``["gpu:a100:2(IDX:0", "2)"]`` is ``gpu:a100:2(IDX:0,2)`` again).
+* a partition's access lists: ``allow_*`` is ``"ALL"`` or a list, ``deny_*`` None or a
+  list, as scontrol shows them (a Deny list only while its Allow list is unset); but
+  ``deny_qos`` is always ``[]`` where a DenyQos is set (pyslurm fills it from the unset
+  AllowQos), so a read that meets one falls back to the CLI (:func:`deny_qos_lost`).
+  pyslurm 24.11's ``Partition`` reads an unset Deny list as ``["ALL"]``
+  (:func:`partition_record` maps it back).
 * user names: pyslurm gives only the uid; it is resolved like squeue does (the number
   as a string when the uid is unknown), cached per process.
 
@@ -341,7 +347,23 @@ def partition_view(raw: Mapping[str, Any]) -> PartitionView:
         max_time_s=max_time_s,
         max_nodes=_max_nodes(raw.get("max_nodes"), f"{where}: max_nodes"),
         qos=cv.as_str(raw.get("qos_char"), f"{where}: qos_char").strip(),
+        allow_groups=cv.allow_list(raw.get("allow_groups"), f"{where}: allow_groups"),
+        allow_accounts=cv.allow_list(raw.get("allow_accounts"), f"{where}: allow_accounts"),
+        allow_qos=cv.allow_list(raw.get("allow_qos"), f"{where}: allow_qos"),
+        deny_accounts=cv.names(raw.get("deny_accounts"), f"{where}: deny_accounts"),
+        deny_qos=cv.names(raw.get("deny_qos"), f"{where}: deny_qos"),
     )
+
+
+def deny_qos_lost(raw: Mapping[str, Any]) -> bool:
+    """Whether pyslurm 22.5 dropped this partition's DenyQos (see the module doc).
+
+    Its ``partition().get()`` mirrors scontrol: ``allow_qos`` None and ``deny_qos`` a list
+    exactly when slurmctld sent a DenyQos and no AllowQos; but it fills ``deny_qos`` from
+    the (then unset) AllowQos, so the list is always empty there (pyslurm 22.5.x,
+    ``pyslurm.pyx``; measured with ``DenyQos=low``: ``[]``).
+    """
+    return "allow_qos" in raw and raw["allow_qos"] is None and not raw.get("deny_qos")
 
 
 def partition_record(partition: Any) -> dict[str, Any]:
@@ -357,7 +379,26 @@ def partition_record(partition: Any) -> dict[str, Any]:
         "state": partition.state,
         "max_nodes": partition.max_nodes,
         "qos_char": partition.qos,
+        "allow_groups": partition.allowed_groups,
+        "allow_accounts": partition.allowed_accounts,
+        "allow_qos": partition.allowed_qos,
+        "deny_accounts": _denied(partition.denied_accounts, partition.allowed_accounts),
+        "deny_qos": _denied(partition.denied_qos, partition.allowed_qos),
     }
+
+
+def _denied(denied: list[str] | None, allowed: list[str] | None) -> list[str] | None:
+    """pyslurm 24.11's Deny list as scontrol shows it (None: no one denied).
+
+    ``Partition.denied_*`` reads an unset list as ``["ALL"]`` (the default it hands to
+    ``cstr.to_list``, as for the Allow lists; measured), which would read as an account or
+    QOS named ALL, one Slurm's lower-case names never match anyway.  And scontrol leaves a
+    Deny list out while the Allow list of its kind is set, because Slurm then ignores it
+    (``part_policy_valid_acct``/``_qos``); the views of both backends must agree.
+    """
+    if denied == ["ALL"] or cv.allow_list(allowed, "pyslurm partition: allow list") is not None:
+        return None
+    return denied
 
 
 def _max_nodes(value: Any, where: str) -> int | None:
@@ -433,6 +474,7 @@ class PyslurmBackend(CliBackend):
         self.rpc_calls = 0  # every RPC this backend made
         self.rpc_action_calls = 0  # those that change Slurm state (signal, cancel)
         self._job_cache: dict[Any, tuple[tuple[Any, ...], JobView]] = {}
+        self._deny_qos_warned = False  # read_partitions' fallback, warned once
 
     # ------------------------------------------------------------------ reads
 
@@ -479,9 +521,22 @@ class PyslurmBackend(CliBackend):
         records = self._rpc(
             "slurm_load_partitions", lambda: self._pyslurm.partition().get(), rpcs=PARTITION_RPCS
         )
-        return tuple(
-            partition_view(record) for record in cv.mapping(records, "pyslurm partitions").values()
-        )
+        raw = [
+            cv.mapping(r, "pyslurm partition")
+            for r in cv.mapping(records, "pyslurm partitions").values()
+        ]
+        lost = [
+            cv.as_str(r.get("name"), "pyslurm partition: name") for r in raw if deny_qos_lost(r)
+        ]
+        if lost:
+            # A view without the DenyQos would offer the partition to jobs Slurm refuses
+            # there: the read goes through scontrol, which shows the list (one process per
+            # read for as long as a partition has a DenyQos; warned once, it is config).
+            report = log.debug if self._deny_qos_warned else log.warning
+            report("slurm.pyslurm_deny_qos_lost", partitions=lost, fallback="cli")
+            self._deny_qos_warned = True
+            return super().read_partitions()
+        return tuple(partition_view(record) for record in raw)
 
     def read_job(self, job_id: int) -> JobView | None:
         """One job (action pre-checks): ``slurm_load_job``; None when Slurm does not know it."""
