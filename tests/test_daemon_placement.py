@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from slurm_elastic.cluster_state import ElasticJob, classify
+from slurm_elastic.daemon.controller import user_groups
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.placement import (
     at_speed,
@@ -20,7 +21,7 @@ from slurm_elastic.daemon.placement import (
     placement_options,
     speed_of,
 )
-from slurm_elastic.daemon.problem import Placing, build_problem, partition_capacity
+from slurm_elastic.daemon.problem import Placing, access_rule, build_problem, partition_capacity
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.model.priors import prior_from_similar
 from slurm_elastic.policy.decide import allocate
@@ -218,3 +219,40 @@ def test_the_estimator_prices_each_job_in_its_own_partition() -> None:
     assert typed[2] == alike[2]  # slow is the reference speed
     first_fast = estimator.outlooks({2: ElasticJob(waiting["fast,slow"], spec)}, 900, SPEEDS)
     assert first_fast[2].sizes[0].throughput == pytest.approx(2 * alike[2].sizes[0].throughput)
+
+
+def test_the_access_rule_asks_for_groups_only_where_a_partition_lists_some() -> None:
+    asked: list[str] = []
+
+    def groups_of(user: str) -> tuple[str, ...]:
+        asked.append(user)
+        return ("wheel",) if user == "carol" else ()
+
+    snap = _snap([])
+    parts = (
+        replace(snap.partitions[0], allow_groups=("wheel",)),  # slow: wheel only
+        snap.partitions[1],
+    )
+    allowed = access_rule(replace(snap, partitions=parts), groups_of)
+    alice = replace(pending(1), user="alice", user_id=1001)
+    carol = replace(pending(2), user="carol", user_id=1002)
+    assert allowed(alice, "fast") and asked == []
+    assert not allowed(alice, "slow") and allowed(carol, "slow")
+    assert not allowed(carol, "gone")  # a partition Slurm does not list
+    problem = build_problem(
+        replace(snap, partitions=parts),
+        classify(replace(snap, jobs=(replace(alice, partition="slow,fast"),)), _resolve),
+        {1: _outlook(1)},
+        {},
+        now=1000.0,
+        horizon_s=600.0,
+        time_limit_s=1.0,
+        placing=Placing(SPEEDS, partition_capacity(snap), allowed),
+    )
+    (demand,) = problem.elastic
+    assert demand.partition == "fast" and demand.options == ()
+
+
+def test_user_groups_come_from_the_hosts_user_database() -> None:
+    assert "root" in user_groups("root")
+    assert user_groups("no-such-user-x") == frozenset()

@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import grp
 import heapq
 import math
+import os
+import pwd
 import time
 from collections.abc import Callable, Mapping
 
@@ -62,6 +65,7 @@ from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.placement import partition_speeds
 from slurm_elastic.daemon.problem import (
     Placing,
+    access_rule,
     build_problem,
     job_capacity,
     loans,
@@ -317,7 +321,11 @@ class Controller:
             else {}
         )
         outlooks = self.estimator.outlooks(cls.elastic, now, speeds)
-        placing = Placing(speeds, partition_capacity(snapshot, self._qos_nodes, self._assoc_nodes))
+        placing = Placing(
+            speeds,
+            partition_capacity(snapshot, self._qos_nodes, self._assoc_nodes),
+            access_rule(snapshot, functools.cache(user_groups)),
+        )
         cleanup = [
             a
             for a in companion_cleanup(
@@ -648,6 +656,25 @@ class Controller:
 
 def _grow_check(config: Config) -> GrowCheck:
     return GrowCheck(config.model.grow_check_reports, config.model.grow_min_gain_share)
+
+
+def user_groups(user: str) -> frozenset[str]:
+    """Every group ``user`` belongs to on this host, its primary group included, as
+    slurmctld's ``validate_group`` sees them (the head node shares the cluster's user
+    database); none for a user this host does not know (only partitions open to every
+    group are then offered to the job)."""
+    try:
+        entry = pwd.getpwnam(user)
+        gids = os.getgrouplist(user, entry.pw_gid)
+    except (KeyError, OSError):
+        return frozenset()
+    names = set()
+    for gid in gids:
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue  # a gid without a name cannot be listed in AllowGroups
+    return frozenset(names)
 
 
 def keep_current_plan(problem: AllocationProblem, note: str) -> Plan:

@@ -33,13 +33,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from slurm_elastic.cluster_state import (
     Classification,
     ElasticJob,
+    may_use,
     not_eligible,
     not_eligible_reason,
     offered_sizes,
@@ -115,6 +116,24 @@ def partition_capacity(
         return most
 
     return in_partition
+
+
+def access_rule(
+    snapshot: ClusterSnapshot, groups_of: Callable[[str], Collection[str]]
+) -> Callable[[JobView, str], bool]:
+    """(job, partition) -> whether the job's user may run there (``cluster_state.may_use``,
+    by the partition's access lists; ``groups_of``: a user's groups, asked only for a
+    partition with AllowGroups).  A partition Slurm does not list: no."""
+    by_name = {part.name: part for part in snapshot.partitions}
+
+    def allowed(job: JobView, name: str) -> bool:
+        part = by_name.get(name)
+        if part is None:
+            return False
+        groups = groups_of(job.user) if part.allow_groups is not None else ()
+        return may_use(job, part, groups)
+
+    return allowed
 
 
 def job_capacity(
