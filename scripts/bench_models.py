@@ -16,6 +16,14 @@ Convergence (Pollux ``profiles/<model>/validation-<B>.csv``, one curve per model
   curves whose truth lies beyond the seen prefix and was met, the error of the predicted
   *remaining* epochs, ``|pred - true| / (true - seen)``; the total-epochs error on every
   curve ahead is ``conv_ahead_total_median_err_25/50``.
+* Yardstick (``conv_ahead_oracle_median_err_25/50``, the same curves and error as the
+  headline): a predictor that knows each curve's whole trend, the default family fitted to
+  all its epochs, and the noise around it (that fit's robust residual scale), and predicts
+  the stop as the criterion would meet it on the noisy curve: the median, over
+  ``ORACLE_PATHS`` continuations of the real seen prefix (trend plus Gaussian noise, seeded
+  per curve), of the epoch at which ``observed_convergence`` first holds.  It sees the
+  future no predictor has; what it still misses is the noise, which decides where a slowly
+  flattening curve first meets the criterion: a floor for the headline, not a model.
 * Curves with fewer than 8 epochs (BERT: 2) cannot be split and are listed as skipped.
 * A second figure ("target" mode) gives the model a user target (``target_metric``): the
   value 5% of the run's improvement above its final value (the mean of the last 3 epochs);
@@ -50,8 +58,9 @@ import math
 import statistics
 import sys
 import time
+import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +86,8 @@ from slurm_elastic.types import ElasticSpec, ProgressReport  # noqa: E402
 TOL = 0.05  # target mode's band (see the docstring)
 FINAL_WINDOW = 3
 MIN_EPOCHS = 8
+ORACLE_PATHS = 1000  # simulated continuations per curve for the yardstick
+ORACLE_HORIZON = 4  # a continuation runs to this many times the curve's length
 
 
 # --------------------------------------------------------------------------- convergence
@@ -103,6 +114,26 @@ def target_truth(metric: list[float]) -> tuple[int, float]:
             thr = final + band if metric[0] > final else final - band
             return i + 1, thr
     return len(metric), final
+
+
+def oracle_epoch(metric: list[float], seen: int, seed: int, paths: int = ORACLE_PATHS) -> float:
+    """The yardstick's prediction (see the docstring): the median epoch at which the
+    criterion first holds on ``paths`` continuations of ``metric[:seen]`` drawn from the
+    whole curve's fitted trend plus Gaussian noise of its residual scale.  A path that never
+    meets it counts at its horizon."""
+    rising = metric[-1] > metric[0]
+    n = len(metric)
+    fit = fit_convergence(np.arange(1, n + 1, dtype=float), metric, higher_is_better=rising)
+    horizon = ORACLE_HORIZON * n
+    k = np.arange(1, horizon + 1, dtype=float)
+    trend = np.array([fit.transform.to_metric(v) for v in fit.losses(k[seen:])])
+    rng = np.random.default_rng(seed)
+    firsts = []
+    for _ in range(paths):
+        path = np.concatenate([metric[:seen], trend + rng.normal(0.0, fit.scale, trend.size)])
+        met = observed_convergence(k, path, higher_is_better=rising, window=PATIENCE_EPOCHS)
+        firsts.append(float(met) if met is not None else float(horizon))
+    return float(np.median(firsts))
 
 
 @dataclass
@@ -141,6 +172,8 @@ class ConvRow:
     seen: dict[float, int]  # fraction -> epochs seen
     plateau: dict[float, Prediction]
     target: dict[float, Prediction]
+    # The yardstick's predicted epoch per fraction (see ``oracle_epoch``), where computed.
+    oracle: dict[float, float] = field(default_factory=dict)
 
     def err(self, frac: float, mode: str = "plateau") -> float:
         pred, truth = (
@@ -161,6 +194,10 @@ class ConvRow:
         at 7 is off by 2.5, not by the 0.19 that the total-epochs error says."""
         return abs(self.plateau[frac].epoch - self.truth) / (self.truth - self.seen[frac])
 
+    def oracle_err(self, frac: float) -> float:
+        """The headline's error for the yardstick's prediction."""
+        return abs(self.oracle[frac] - self.truth) / (self.truth - self.seen[frac])
+
     def scored_ahead(self, frac: float) -> bool:
         """Ahead of the prefix and a stopping point known: a curve that never met the
         criterion (``truth_met`` False) stopped recording before it, so its true remaining
@@ -172,8 +209,10 @@ FRACTIONS = (0.25, 0.5)
 
 
 def conv_rows(
-    traces: Path, family: str = DEFAULT_FAMILY, observed: bool = True
+    traces: Path, family: str = DEFAULT_FAMILY, observed: bool = True, oracle: bool = False
 ) -> Iterator[ConvRow | str]:
+    """One row per curve (a line of text for a skipped one); ``oracle``: with the
+    yardstick's predictions for the fractions the headline scores."""
     for path in sorted((traces / "pollux/profiles").glob("*/validation-*.csv")):
         with path.open() as f:
             metric = [float(r["metric"]) for r in csv.DictReader(f)]
@@ -185,6 +224,11 @@ def conv_rows(
         true_e, met = truth_epoch(metric)
         target_e, thr = target_truth(metric)
         seen = {frac: max(3, int(len(metric) * frac)) for frac in FRACTIONS}
+        yard = {
+            f: oracle_epoch(metric, m, seed=zlib.crc32(f"{name}/{m}".encode()))
+            for f, m in seen.items()
+            if oracle and met and true_e > m
+        }
         yield ConvRow(
             name=name,
             epochs=len(metric),
@@ -199,6 +243,7 @@ def conv_rows(
             target={
                 f: predict_epoch(metric[:m], rising, thr, family, observed) for f, m in seen.items()
             },
+            oracle=yard,
         )
 
 
@@ -421,6 +466,11 @@ def remaining(rows: list[ConvRow], frac: float) -> list[float]:
     return [r.remaining_err(frac) for r in rows if r.scored_ahead(frac)]
 
 
+def oracle_remaining(rows: list[ConvRow], frac: float) -> list[float]:
+    """The yardstick's errors on the headline's curves."""
+    return [r.oracle_err(frac) for r in rows if r.scored_ahead(frac) and frac in r.oracle]
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else math.nan
 
@@ -454,7 +504,9 @@ def main(argv: list[str] | None = None) -> int:
         f" {'err25t':>6} {'err50t':>6}  family25/50  (* = criterion already met in the prefix)"
     )
     by_choice = {
-        choice: list(conv_rows(traces, choice, observed=not args.no_observed))
+        choice: list(
+            conv_rows(traces, choice, observed=not args.no_observed, oracle=choice == args.family)
+        )
         for choice in FAMILY_CHOICES
     }
     rows = by_choice[args.family]
@@ -478,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     ahead = {f: [r.err(f) for r in curves if r.ahead(f)] for f in FRACTIONS}
     left = {f: remaining(curves, f) for f in FRACTIONS}
+    floor = {f: oracle_remaining(curves, f) for f in FRACTIONS}
     censored = {f: sum(r.ahead(f) and not r.truth_met for r in curves) for f in FRACTIONS}
     unmet = sum(not r.truth_met for r in curves)
     print(
@@ -508,7 +561,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"#   {int(f * 100)}% {r.name:<20} seen={r.seen[f]:>3} true={r.truth:>3} "
                     f"pred={r.plateau[f].epoch:>4.0f} remaining err={r.remaining_err(f):.2f}"
+                    f"  (yardstick {r.oracle[f]:.0f}: {r.oracle_err(f):.2f})"
                 )
+    print(
+        "# yardstick on the same curves (the whole curve's trend known, the noise not): "
+        + ", ".join(f"{int(f * 100)}%: median err={_med(floor[f]):.3f}" for f in FRACTIONS)
+    )
 
     print_family_ablation(by_choice)
 
@@ -551,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
         f"conv_target_median_err_50={med[0.5, 'target']:.3f} "
         f"conv_ahead_median_err_25={_med(left[0.25]):.3f} "
         f"conv_ahead_median_err_50={_med(left[0.5]):.3f} "
+        f"conv_ahead_oracle_median_err_25={_med(floor[0.25]):.3f} "
+        f"conv_ahead_oracle_median_err_50={_med(floor[0.5]):.3f} "
         f"conv_ahead_curves_25={len(left[0.25])} "
         f"conv_ahead_curves_50={len(left[0.5])} "
         f"conv_ahead_total_median_err_25={_med(ahead[0.25]):.3f} "

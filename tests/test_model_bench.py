@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from slurm_elastic.model.convergence import FAMILIES
@@ -52,6 +53,31 @@ def test_interpolation_yardstick_is_exact_on_a_power_law(bench) -> None:
     rates = [3.0 * n**0.8 for n in sizes]
     assert bench.interp_baseline(sizes, rates, 16) == pytest.approx(3.0 * 16**0.8)
     assert bench.interp_baseline(sizes, rates, 3) == pytest.approx(3.0 * 3**0.8)
+
+
+def test_oracle_yardstick_is_the_criterion_on_the_known_trend(bench) -> None:
+    """Without noise around the trend, the yardstick's continuations are the curve itself:
+    its prediction is the truth.  With noise it stays near it, and a seed fixes it."""
+    curve = [1.0 + 5.0 * math.exp(-(e - 1) / 4.0) for e in range(1, 41)]
+    assert bench.truth_epoch(curve) == (24, True)
+    assert bench.oracle_epoch(curve, 8, seed=1, paths=20) == 24.0
+    rng = np.random.default_rng(0)
+    noisy = [v + float(rng.normal(0.0, 0.05)) for v in curve]
+    first = bench.oracle_epoch(noisy, 8, seed=1, paths=100)
+    assert first == bench.oracle_epoch(noisy, 8, seed=1, paths=100)
+    assert abs(first - bench.truth_epoch(noisy)[0]) <= 5
+
+
+def test_oracle_error_is_the_headlines_error(bench) -> None:
+    pred = bench.Prediction(epoch=32.0, observed=False, family="exp")
+    row = bench.ConvRow(
+        "toy/1", 50, 27, True, 27, {0.5: 25}, {0.5: pred}, {0.5: pred}, oracle={0.5: 28.0}
+    )
+    assert row.oracle_err(0.5) == pytest.approx(0.5)
+    assert bench.oracle_remaining([row], 0.5) == [pytest.approx(0.5)]
+    # Rows without a yardstick prediction (another family's pass) are left out, not errors.
+    bare = bench.ConvRow("toy/2", 50, 27, True, 27, {0.5: 25}, {0.5: pred}, {0.5: pred})
+    assert bench.oracle_remaining([bare], 0.5) == []
 
 
 def _write_traces(root: Path) -> None:
@@ -130,6 +156,8 @@ def test_main_prints_key_value_last_line(bench, tmp_path: Path, capsys) -> None:
         "outlook_1000_jobs_s",
     ):
         assert math.isfinite(float(keys[key]))
+    # The yardstick's keys are there (NaN here: the toy curve never meets the criterion).
+    assert {"conv_ahead_oracle_median_err_25", "conv_ahead_oracle_median_err_50"} <= set(keys)
 
 
 def test_main_rejects_a_missing_traces_dir(bench, tmp_path: Path, capsys) -> None:
