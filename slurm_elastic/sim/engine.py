@@ -381,14 +381,13 @@ class Cluster:
                 f"job {job_id}: {nodes} nodes",
                 slurm_message="Requested node configuration is not available",
             )
-        narrow = partition is not None and job.partitions != (partition,)
-        if narrow:
-            assert partition is not None
-            job.partitions = (partition,)
-            job.partition = partition
-        if nodes != job.request or narrow:
-            job.request = nodes
-            self.actions += 1
+        changed = nodes != job.request
+        if partition is not None and job.partitions != (partition,):
+            job.partitions, job.partition = (partition,), partition
+            changed = True
+        job.request = nodes
+        if changed:
+            self.actions += 1  # one scontrol update, whatever it changed
 
     def shrink(self, job_id: int, nodes: int) -> None:
         job = self.get_active(job_id)
