@@ -1,4 +1,5 @@
-"""FIFO + EASY backfill as a pure function: hand-checked cases and properties."""
+"""FIFO + EASY backfill as a pure function: hand-checked cases and properties, for jobs in
+one partition and for jobs submitted to several (``first_fit_easy_backfill``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill, read_by_backfill
+from slurm_elastic.sim.scheduler import (
+    Candidate,
+    Holding,
+    Waiting,
+    fifo_easy_backfill,
+    first_fit_easy_backfill,
+    read_by_backfill,
+    read_by_first_fit,
+)
 
 # Random partitions: free nodes, pending jobs (nodes, run time), running jobs (nodes, end).
 FREE = st.integers(0, 16)
@@ -106,3 +115,162 @@ def test_read_by_backfill_keeps_the_fitting_jobs_and_the_first_larger_one() -> N
     assert read_by_backfill([5, 1, 6, 2, 4, 3], 3) == [0, 1, 3, 5]
     assert read_by_backfill([1, 2], 3) == [0, 1]
     assert read_by_backfill([], 3) == []
+
+
+# ----------------------------------------------------------------- several partitions
+
+PARTS = ("t4", "a100")
+# Per partition: free nodes and running jobs (nodes, end); pending jobs: nodes, the
+# partitions they list (a non-empty ordered subset) and a run time per partition.
+PART_STATE = st.tuples(FREE, HOLDING)
+LISTS = st.sampled_from([("t4",), ("a100",), ("t4", "a100"), ("a100", "t4")])
+MULTI_JOBS = st.lists(
+    st.tuples(st.integers(1, 8), LISTS, st.floats(1, 1e5), st.floats(1, 1e5)), max_size=20
+)
+
+
+def _cluster(
+    state: tuple[tuple[int, list[tuple[int, float]]], ...],
+) -> tuple[dict[str, int], dict[str, list[Holding]]]:
+    free = {name: f for name, (f, _) in zip(PARTS, state, strict=True)}
+    held = {name: [Holding(n, e) for n, e in h] for name, (_, h) in zip(PARTS, state, strict=True)}
+    return free, held
+
+
+def _candidates(jobs: list[tuple[int, tuple[str, ...], float, float]]) -> list[Candidate]:
+    """The run time differs by partition (t4 the first figure, a100 the second)."""
+    return [
+        Candidate(i, n, parts, tuple(t4 if p == "t4" else a100 for p in parts))
+        for i, (n, parts, t4, a100) in enumerate(jobs)
+    ]
+
+
+def test_a_job_starts_in_the_first_of_its_partitions_where_it_fits() -> None:
+    free = {"t4": 1, "a100": 4}
+    waiting = [
+        Candidate(1, 2, ("t4", "a100"), (10, 10)),  # t4 too small now: a100
+        Candidate(2, 1, ("t4", "a100"), (10, 10)),  # both fit: its first, t4
+        Candidate(3, 1, ("a100", "t4"), (10, 10)),  # its own order: a100
+        Candidate(4, 1, ("t4",), (10,)),  # t4 is full now
+    ]
+    started = first_fit_easy_backfill(0, free, waiting, {})
+    assert started == [(1, "a100"), (2, "t4"), (3, "a100")]
+
+
+def test_a_blocked_job_reserves_where_it_would_start_earliest() -> None:
+    # 2 free in each; the t4 jobs end at 500, the a100 ones at 100: the 4-node head waits
+    # for a100 (shadow 100, no extra nodes), and t4 stays unreserved.
+    free = {"t4": 2, "a100": 2}
+    holding = {"t4": [Holding(2, 500)], "a100": [Holding(2, 100)]}
+    waiting = [
+        Candidate(1, 4, ("t4", "a100"), (50, 50)),
+        Candidate(2, 2, ("a100", "t4"), (300, 300)),  # would delay the head on a100: t4
+        Candidate(3, 2, ("a100",), (50,)),  # ends by the shadow time: backfills
+    ]
+    assert first_fit_easy_backfill(0, free, waiting, holding) == [(2, "t4"), (3, "a100")]
+
+
+def test_the_run_time_where_the_job_would_run_decides_the_backfill() -> None:
+    # a100 reserved until 100 for the head; the job runs 150 s on t4 but 80 s on a100.
+    free = {"t4": 0, "a100": 2}
+    holding = {"t4": [Holding(4, 1000)], "a100": [Holding(2, 100)]}
+    head = Candidate(1, 4, ("a100",), (50,))
+    fast_on_a100 = Candidate(2, 2, ("t4", "a100"), (150, 80))
+    assert first_fit_easy_backfill(0, free, [head, fast_on_a100], holding) == [(2, "a100")]
+    slow_on_a100 = Candidate(2, 2, ("t4", "a100"), (150, 120))
+    assert first_fit_easy_backfill(0, free, [head, slow_on_a100], holding) == []
+
+
+def test_a_partition_smaller_than_the_job_is_never_its_reservation() -> None:
+    # The 3-node head fits only a100 (t4 has 2 nodes); it reserves a100 even though its
+    # end there is unknown, and the 2-node t4 job then holds t4's reservation (shadow 50),
+    # which keeps the long 1-node job out.
+    free = {"t4": 1, "a100": 2}
+    holding = {"t4": [Holding(1, 50)], "a100": [Holding(2, math.inf)]}
+    waiting = [
+        Candidate(1, 3, ("t4", "a100"), (10, 10)),
+        Candidate(2, 2, ("t4",), (10,)),
+        Candidate(3, 1, ("t4",), (100,)),
+    ]
+    assert first_fit_easy_backfill(0, free, waiting, holding) == []
+
+
+def _fits_partition(
+    jobs: list[tuple[int, tuple[str, ...], float, float]],
+    free: dict[str, int],
+    held: dict[str, list[Holding]],
+) -> list[tuple[int, tuple[str, ...], float, float]]:
+    size = {p: free[p] + sum(h.nodes for h in held[p]) for p in PARTS}
+    return [j for j in jobs if all(j[0] <= size[p] for p in j[1])]
+
+
+@given(state=st.tuples(PART_STATE, PART_STATE), jobs=MULTI_JOBS)
+def test_with_one_partition_per_job_it_is_the_per_partition_pass(
+    state: tuple[tuple[int, list[tuple[int, float]]], ...],
+    jobs: list[tuple[int, tuple[str, ...], float, float]],
+) -> None:
+    """The engine's untyped clusters keep their per-partition pass: same jobs, same place
+    (jobs no larger than their partition, as the simulator guarantees)."""
+    free, held = _cluster(state)
+    single = [(n, parts[:1], t4, a100) for n, parts, t4, a100 in jobs]
+    waiting = _candidates(_fits_partition(single, free, held))
+    together = first_fit_easy_backfill(0.0, free, waiting, held)
+    apart = []
+    for name in PARTS:
+        mine = [
+            Waiting(c.job_id, c.nodes, c.runtime_s[0]) for c in waiting if c.partitions == (name,)
+        ]
+        apart += [(i, name) for i in fifo_easy_backfill(0.0, free[name], mine, held[name])]
+    assert sorted(together) == sorted(apart)
+    assert [i for i, _ in together] == sorted(i for i, _ in together)  # priority order
+
+
+@given(state=st.tuples(PART_STATE, PART_STATE), jobs=MULTI_JOBS)
+def test_never_overcommits_and_starts_jobs_only_in_their_own_partitions(
+    state: tuple[tuple[int, list[tuple[int, float]]], ...],
+    jobs: list[tuple[int, tuple[str, ...], float, float]],
+) -> None:
+    free, held = _cluster(state)
+    waiting = _candidates(jobs)
+    started = first_fit_easy_backfill(0.0, free, waiting, held)
+    assert len({i for i, _ in started}) == len(started)
+    for name in PARTS:
+        assert sum(waiting[i].nodes for i, p in started if p == name) <= free[name]
+    for i, name in started:
+        assert name in waiting[i].partitions
+
+
+@given(state=st.tuples(PART_STATE, PART_STATE), jobs=MULTI_JOBS)
+def test_what_the_first_fit_pass_reads(
+    state: tuple[tuple[int, list[tuple[int, float]]], ...],
+    jobs: list[tuple[int, tuple[str, ...], float, float]],
+) -> None:
+    """The contracts the engine relies on: run times where a job does not fit now are never
+    read, and the jobs read_by_first_fit leaves out change nothing."""
+    free, held = _cluster(state)
+    every = _candidates(jobs)
+    expected = first_fit_easy_backfill(0.0, free, every, held)
+    unknown = [
+        Candidate(
+            c.job_id,
+            c.nodes,
+            c.partitions,
+            tuple(
+                r if c.nodes <= free[p] else math.inf
+                for p, r in zip(c.partitions, c.runtime_s, strict=True)
+            ),
+        )
+        for c in every
+    ]
+    assert first_fit_easy_backfill(0.0, free, unknown, held) == expected
+    size = {p: free[p] + sum(h.nodes for h in held[p]) for p in PARTS}
+    kept = read_by_first_fit([(c.nodes, c.partitions) for c in every], free, size)
+    assert first_fit_easy_backfill(0.0, free, [every[i] for i in kept], held) == expected
+
+
+@given(free=FREE, requests=st.lists(st.integers(1, 8), max_size=20))
+def test_read_by_first_fit_with_one_partition_is_read_by_backfill(
+    free: int, requests: list[int]
+) -> None:
+    jobs = [(n, ("gpu",)) for n in requests]
+    assert read_by_first_fit(jobs, {"gpu": free}, {"gpu": 8}) == read_by_backfill(requests, free)

@@ -5,7 +5,10 @@ one batched ``read_cluster`` per cycle, and Slurm-like actions with Slurm's own 
 (``SlurmRejected`` with Slurm's message) when an action is not possible.  Jobs appear as
 Slurm shows them: an elastic job carries its marker in the comment and was submitted at
 its requested size (``-N req``); a pinned pending job shows ``NumNodes=n-n``; a companion
-carries ``slurm-elastic:companion-of=<PARENT>``.
+carries ``slurm-elastic:companion-of=<PARENT>``.  A job submitted to several partitions
+shows them as squeue does, comma-separated in its order while pending ("t4,a100") and the
+one it runs in once started; a node shows its partition's GPU type (``NodeView.gpu_type``),
+as the gres of a typed node does (``gpu:a100:8``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import functools
 from operator import getitem
 from typing import NamedTuple
 
-from slurm_elastic.errors import ActionRefused, SlurmRejected
+from slurm_elastic.errors import SlurmRejected
 from slurm_elastic.marker import companion_parent, format_marker
 from slurm_elastic.sim.engine import Cluster, SimJob
 from slurm_elastic.types import (
@@ -51,6 +54,7 @@ class _Shown(NamedTuple):
     request: int
     admin_comment: str
     start: float | None
+    partitions: tuple[str, ...]  # the job's tuple itself: a placement replaces it
     view: JobView
 
 
@@ -103,6 +107,7 @@ class SimBackend:
                 or shown.start != job.start
                 or shown.admin_comment != job.admin_comment
                 or shown.nodes != job.nodes
+                or shown.partitions is not job.partitions
             ):
                 shown = _Shown(
                     job.state,
@@ -110,6 +115,7 @@ class SimBackend:
                     job.request,
                     job.admin_comment,
                     job.start,
+                    job.partitions,
                     self._job_view(job),
                 )
             views[job.job_id] = shown
@@ -133,7 +139,7 @@ class SimBackend:
             user=job.user,
             user_id=1000,
             account=SIM_ACCOUNT,
-            partition=job.partition,
+            partition=job.partition if running else ",".join(job.partitions),
             qos="normal",
             state=job.state,
             state_reason="None" if running else "Resources",
@@ -169,6 +175,7 @@ class SimBackend:
                         gpus=g,
                         alloc_gpus=g if busy else 0,
                         partitions=(part,),
+                        gpu_type=c.gpu_type[part],
                     )
                     for busy in (False, True)
                 )
@@ -229,14 +236,8 @@ class SimBackend:
 
     # ---------------------------------------------------------------- actions
     def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
-        job = self.cluster.get_active(job_id)
-        if partition is not None and partition != job.partition:
-            # A simulated job is submitted to one partition (sim.workload).
-            raise ActionRefused(
-                f"cannot start job {job_id} in partition {partition!r}: it asked for "
-                f"{job.partition!r}"
-            )
-        self.cluster.pin(job_id, nodes)
+        # The cluster narrows to one of the job's own partitions only, as the CLI backend.
+        self.cluster.pin(job_id, nodes, partition)
 
     def shrink(self, job_id: int, nodes: int) -> None:
         self.cluster.shrink(job_id, nodes)

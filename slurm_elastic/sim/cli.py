@@ -17,6 +17,7 @@ from slurm_elastic.policy.registry import POLICIES
 if TYPE_CHECKING:  # the heavy modules load only when the command runs
     from rich.console import Console
 
+    from slurm_elastic.sim.engine import PartitionSpec
     from slurm_elastic.sim.runner import Outcome
     from slurm_elastic.sim.study import Study
     from slurm_elastic.sim.traces import Trace
@@ -61,7 +62,21 @@ def _quiet_logs() -> None:
     metavar="NAME:NODES,...",
     help="Named partitions instead of --nodes; trace jobs naming another go to the first.",
 )
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--cluster",
+    "cluster_text",
+    metavar="TYPE:NODES[xGPUS],...",
+    help="GPU types instead of --nodes/--partitions, e.g. t4:16x4,a100:8x8: a partition per "
+    "type, of NODES×GPUS/--gpus-per-node nodes; trace jobs naming none of them are "
+    "submitted to all of them, in this order.",
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="GPUs per simulated node: the allocation unit, in every partition.",
+)
 @click.option("--elastic-fraction", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option(
     "--min-fraction",
@@ -120,8 +135,8 @@ def _quiet_logs() -> None:
     "--profiles",
     "profiles_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder with elasticflow_throughputs/ and pollux/ (default: found above "
-    "the trace, or ../shared/traces).",
+    help="Folder with elasticflow_throughputs/ and pollux/ (and gavel/, for the speeds of "
+    "--cluster types; default: found above the trace, or ../shared/traces).",
 )
 @click.option(
     "--out",
@@ -148,6 +163,7 @@ def _run(
     policies: str,
     nodes: int | None,
     partitions: str | None,
+    cluster_text: str | None,
     gpus_per_node: int,
     elastic_fraction: float,
     min_fraction: float,
@@ -175,6 +191,7 @@ def _run(
     if (trace_path is None) == (from_sacct is None):
         raise ConfigError("give exactly one of --trace FILE or --from-sacct START END")
     names = study.parse_policies(policies)
+    typed = _typed_cluster(cluster_text, nodes, partitions, gpus_per_node)
     _quiet_logs()
     if trace_path is not None:
         trace = traces.read_trace(trace_path, limit=limit)
@@ -195,7 +212,7 @@ def _run(
         resize_mode=resize_mode,
         budget=budget,
     )
-    parts = study.parse_partitions(partitions) if partitions else ()
+    parts = typed or (study.parse_partitions(partitions) if partitions else ())
     if parts:
         nodes = sum(p.nodes for p in parts)
     elif nodes is None:
@@ -228,9 +245,10 @@ def _run(
     (out_dir / "runs.json").write_text(json.dumps(stats, indent=2) + "\n")
     write_plots(outcomes, out_dir, title=trace.name)
 
-    table = Table(
-        title=f"{trace.name}: {len(workload.jobs)} jobs on {nodes} nodes × {gpus_per_node} GPU"
-    )
+    where = f"{nodes} nodes × {gpus_per_node} GPU"
+    if typed:
+        where = f"{cluster_text} ({where})"
+    table = Table(title=f"{trace.name}: {len(workload.jobs)} jobs on {where}")
     table.add_column("metric")
     for p in names:
         table.add_column(p, justify="right")
@@ -247,6 +265,22 @@ def _run(
     if workload.rejected:
         click.echo(f"{len(workload.rejected)} jobs larger than the cluster were not simulated")
     click.echo(f"wrote {out_dir / 'results.json'} and plots in {out_dir}")
+
+
+def _typed_cluster(
+    text: str | None, nodes: int | None, partitions: str | None, unit: int
+) -> tuple[PartitionSpec, ...]:
+    """The partitions of ``--cluster`` (none without it), refused beside the other ways of
+    sizing the cluster."""
+    from slurm_elastic.errors import ConfigError
+    from slurm_elastic.sim import study
+    from slurm_elastic.sim.gputypes import parse_cluster
+
+    if text is None:
+        return ()
+    if nodes is not None or partitions:
+        raise ConfigError("--cluster sizes the cluster: give it without --nodes or --partitions")
+    return study.typed_partitions(parse_cluster(text), unit)
 
 
 def _run_one(st: Study, policy: str, workload: Workload, console: Console) -> Outcome:

@@ -10,6 +10,15 @@ daemon's own Controller) is called at control cycles and acts through
 ``sim.backend.SimBackend``, which calls the mutators below exactly as Slurm would
 apply ``scontrol``/``sbatch``/``scancel``.  With no driver the cluster is plain Slurm.
 
+**GPU types.**  A partition may have a GPU type (``PartitionSpec.gpu_type``, from
+``simulate --cluster t4:16x4,a100:8x8``); untyped partitions behave as they always did.  A
+node is one allocation slot of ``ClusterSpec.gpus_per_node`` GPUs in every partition (the
+unit of ``sim.workload``), so a job's size means the same GPUs wherever it starts.  A
+running job progresses at the speed of its partition's type (``JobSpec.rate_at``), and a
+job submitted to several partitions waits in all of them and starts in the first where it
+can start now (``scheduler.first_fit_easy_backfill``); until it starts it shows all of
+them, as squeue does, and from then on the one it runs in (``SimJob.partition``).
+
 Control cycles run on the daemon's interval grid, but only when something happened
 since the last cycle (an arrival, an end, a start, an acknowledgement, or an action
 taken by the previous cycle) or when ``refresh_s`` has passed while elastic jobs run:
@@ -25,7 +34,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from slurm_elastic.errors import ActionRefused, SlurmRejected
-from slurm_elastic.sim.scheduler import Holding, Waiting, fifo_easy_backfill, read_by_backfill
+from slurm_elastic.sim.scheduler import (
+    Candidate,
+    Holding,
+    Waiting,
+    fifo_easy_backfill,
+    first_fit_easy_backfill,
+    read_by_backfill,
+    read_by_first_fit,
+)
 from slurm_elastic.sim.workload import JobSpec
 from slurm_elastic.types import JobState
 
@@ -36,10 +53,13 @@ EV_END, EV_ARRIVE, EV_ACK, EV_CYCLE = 0, 1, 2, 3
 
 @dataclass(frozen=True, slots=True)
 class PartitionSpec:
-    """One simulated partition: its name and node count."""
+    """One simulated partition: its name, node count (allocation slots of the cluster's
+    ``gpus_per_node`` GPUs) and the type of its GPUs ("": untyped, every job at its
+    profile's speed)."""
 
     name: str
     nodes: int
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +76,15 @@ class ClusterSpec:
     @property
     def default_partition(self) -> str:
         return self.partitions[0].name
+
+    @property
+    def gpu_types(self) -> dict[str, str]:
+        """Partition -> GPU type ("" where untyped), in the partitions' order."""
+        return {p.name: p.gpu_type for p in self.partitions}
+
+    @property
+    def typed(self) -> bool:
+        return any(p.gpu_type for p in self.partitions)
 
 
 @dataclass(slots=True)
@@ -75,7 +104,7 @@ class SimJob:
     spec: JobSpec | None  # None for companion jobs
     name: str
     user: str
-    partition: str
+    partition: str  # where it runs once started; while pending, the first it may start in
     comment: str
     submit: float
     request: int  # nodes asked for (pending) — changed by pin_pending_size
@@ -97,6 +126,13 @@ class SimJob:
     node_seconds: float = 0.0
     periods: list[Period] = field(default_factory=list)
     admin_comment: str = ""
+    # Every partition it may start in, in its order (``-p t4,a100``); narrowed to one by a
+    # placement (``Cluster.pin``).  Left empty, it is ``(partition,)``.
+    partitions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.partitions:
+            self.partitions = (self.partition,)
 
     @property
     def is_companion(self) -> bool:
@@ -151,9 +187,13 @@ class Cluster:
         self.events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.on_hold: Callable[[SimJob], None] | None = None
-        # Speed per (job, nodes): the profile interpolation is asked for the same few
-        # sizes of each job at every event (ends, backfill reservations, reports).
-        self._rates: dict[tuple[int, int], float] = {}
+        self.gpu_type = spec.gpu_types  # partition -> its GPUs' type ("" untyped)
+        # Jobs listing several partitions need the pass over all partitions at once; a
+        # workload without any keeps the per-partition pass (and its exact decisions).
+        self.first_fit = any(len(j.partitions) > 1 for j in jobs)
+        # Speed per (job, nodes, GPU type): the profile interpolation is asked for the same
+        # few sizes of each job at every event (ends, backfill reservations, reports).
+        self._rates: dict[tuple[int, int, str], float] = {}
 
     # ------------------------------------------------------------ event queue
     def push(self, time: float, kind: int, job_id: int = 0, version: int = 0) -> None:
@@ -162,14 +202,17 @@ class Cluster:
 
     # ------------------------------------------------------------ progress
     def rate(self, job: SimJob) -> float:
+        """Steps/s of a running job: its world size, on its partition's GPUs."""
         assert job.spec is not None
-        return self._rate_at(job.spec, job.world) if job.world else 0.0
+        if not job.world:
+            return 0.0
+        return self._rate_at(job.spec, job.world, self.gpu_type[job.partition])
 
-    def _rate_at(self, spec: JobSpec, nodes: int) -> float:
-        key = (spec.sim_id, nodes)
+    def _rate_at(self, spec: JobSpec, nodes: int, gpu_type: str) -> float:
+        key = (spec.sim_id, nodes, gpu_type)
         rate = self._rates.get(key)
         if rate is None:
-            rate = self._rates[key] = spec.rate_at(nodes)
+            rate = self._rates[key] = spec.rate_at(nodes, gpu_type)
         return rate
 
     def advance(self, job: SimJob, t: float) -> None:
@@ -263,14 +306,19 @@ class Cluster:
             comment="",
             submit=self.now,
             request=spec.req_nodes,
+            partitions=spec.partitions,
         )
         self.jobs[job.job_id] = job
         self.active[job.job_id] = job
         self.pending[job.job_id] = job
         self.changed = True
 
-    def start(self, job: SimJob) -> None:
+    def start(self, job: SimJob, partition: str | None = None) -> None:
+        """Start a pending job now, in ``partition`` (one of its own; None: its first)."""
         t = self.now
+        if partition is not None and partition != job.partition:
+            assert partition in job.partitions, (job.job_id, partition, job.partitions)
+            job.partition = partition
         self._take(job, job.request)
         job.state = JobState.RUNNING
         del self.pending[job.job_id]
@@ -312,7 +360,9 @@ class Cluster:
                 self._set_world(parent, t, resize=True)
 
     # ------------------------------------------------------------ Slurm actions
-    def pin(self, job_id: int, nodes: int) -> None:
+    def pin(self, job_id: int, nodes: int, partition: str | None = None) -> None:
+        """``NumNodes=n-n`` on a pending job; with ``partition`` (one of its own) also
+        ``Partition=P`` in the same update, narrowing it to that one."""
         # As the CLI backend: what it checks before calling Slurm is ActionRefused (nothing
         # sent); what Slurm itself refuses is SlurmRejected with Slurm's message.
         job = self.get_active(job_id)
@@ -320,14 +370,24 @@ class Cluster:
             raise ActionRefused(f"cannot pin the size of job {job_id}: it is {job.state}")
         if nodes < 1:
             raise ActionRefused(f"node count must be a positive integer, got {nodes}")
-        if nodes > self._partition_size(job.partition):
+        if partition is not None and partition not in job.partitions:
+            raise ActionRefused(
+                f"cannot start job {job_id} in partition {partition!r}: it asked for "
+                f"{','.join(job.partitions)!r}"
+            )
+        places = job.partitions if partition is None else (partition,)
+        if nodes > max(self._partition_size(p) for p in places):
             raise SlurmRejected(
                 f"job {job_id}: {nodes} nodes",
                 slurm_message="Requested node configuration is not available",
             )
-        if nodes != job.request:
-            job.request = nodes
-            self.actions += 1
+        changed = nodes != job.request
+        if partition is not None and job.partitions != (partition,):
+            job.partitions, job.partition = (partition,), partition
+            changed = True
+        job.request = nodes
+        if changed:
+            self.actions += 1  # one scontrol update, whatever it changed
 
     def shrink(self, job_id: int, nodes: int) -> None:
         job = self.get_active(job_id)
@@ -429,9 +489,13 @@ class Cluster:
 
     # ------------------------------------------------------------ scheduling
     def schedule(self) -> None:
-        """One FIFO + EASY backfill pass per partition at ``now``."""
+        """One FIFO + EASY backfill pass per partition at ``now`` (all partitions at once
+        when jobs may list several)."""
         if not any(self.free.values()):
             return  # every job asks for a node at least: none can start (a busy cluster)
+        if self.first_fit:
+            self._schedule_first_fit()
+            return
         by_part: dict[str, list[SimJob]] = {}
         for job in self.pending.values():
             by_part.setdefault(job.partition, []).append(job)
@@ -448,7 +512,9 @@ class Cluster:
             # contract), and on a busy cluster most pending jobs are such jobs.
             read = [pending[i] for i in read_by_backfill([j.request for j in pending], free)]
             waiting = [
-                Waiting(j.job_id, j.request, self._runtime(j) if j.request <= free else math.inf)
+                Waiting(
+                    j.job_id, j.request, self._runtime(j, part) if j.request <= free else math.inf
+                )
                 for j in read
             ]
             holding = [
@@ -459,11 +525,42 @@ class Cluster:
             for job_id in fifo_easy_backfill(self.now, free, waiting, holding):
                 self.start(self.jobs[job_id])
 
-    def _runtime(self, job: SimJob) -> float:
+    def _schedule_first_fit(self) -> None:
+        """The pass over every partition at once (``scheduler.first_fit_easy_backfill``),
+        given only what it reads, as the per-partition pass is."""
+        free = {part: len(ids) for part, ids in self.free.items()}
+        if not any(j.request <= free[p] for j in self.pending.values() for p in j.partitions):
+            return  # nothing fits anywhere now: nothing starts (most passes when busy)
+        pending = sorted(self.pending.values(), key=lambda j: (j.submit, j.job_id))
+        size = {p.name: p.nodes for p in self.spec.partitions}
+        asks = [(j.request, j.partitions) for j in pending]
+        read = [pending[i] for i in read_by_first_fit(asks, free, size)]
+        waiting = [
+            Candidate(
+                j.job_id,
+                j.request,
+                j.partitions,
+                tuple(
+                    self._runtime(j, p) if j.request <= free[p] else math.inf for p in j.partitions
+                ),
+            )
+            for j in read
+        ]
+        holding: dict[str, list[Holding]] = {}
+        for j in self.running.values():
+            holding.setdefault(j.partition, []).append(Holding(len(j.nodes), self.expected_end(j)))
+        for job_id, part in first_fit_easy_backfill(self.now, free, waiting, holding):
+            self.start(self.jobs[job_id], part)
+
+    def _runtime(self, job: SimJob, partition: str | None = None) -> float:
+        """Expected run time of a pending job started now in ``partition`` (its first when
+        None): a companion runs as long as its parent, a trace job its work at its
+        requested size on that partition's GPUs."""
         if job.parent is not None:
             return max(0.0, self.expected_end(self.jobs[job.parent]) - self.now)
         assert job.spec is not None
-        return job.spec.work / self._rate_at(job.spec, job.request)
+        gpu_type = self.gpu_type[job.partition if partition is None else partition]
+        return job.spec.work / self._rate_at(job.spec, job.request, gpu_type)
 
     # ------------------------------------------------------------ invariants
     def busy_nodes(self) -> int:

@@ -1,4 +1,9 @@
-"""Per-policy figures from a finished simulation (the ``results.json`` schema)."""
+"""Per-policy figures from a finished simulation (the ``results.json`` schema).
+
+On a cluster with typed partitions, ``util_by_type`` adds the utilisation of each GPU
+type, defined as the overall figure is (allocated GPU-time on that type's nodes over its
+GPUs × the makespan); ``results.json`` carries it as ``gpu_util_by_type`` for such
+clusters only, so an untyped cluster's results are what they always were."""
 
 from __future__ import annotations
 
@@ -29,9 +34,7 @@ def summarize(outcome: Outcome) -> dict[str, float | int]:
         return dict.fromkeys(FIELDS, 0)
     jct = np.array([j.end - j.submit for j in jobs])  # type: ignore[operator]
     queue = np.array([j.start - j.submit for j in jobs])  # type: ignore[operator]
-    first = min(j.submit for j in outcome.jobs)
-    last = max(j.end or 0.0 for j in outcome.all_jobs)
-    makespan = last - first
+    makespan = _makespan(outcome)
     g = outcome.gpus_per_node
     node_seconds = sum(j.node_seconds for j in outcome.all_jobs)
     capacity = outcome.total_nodes * makespan
@@ -47,6 +50,32 @@ def summarize(outcome: Outcome) -> dict[str, float | int]:
         "resizes": int(sum(j.resizes for j in jobs)),
         "gpu_hours": round(node_seconds * g / 3600.0, 1),
     }
+
+
+def _makespan(outcome: Outcome) -> float:
+    first = min(j.submit for j in outcome.jobs)
+    last = max(j.end or 0.0 for j in outcome.all_jobs)
+    return last - first
+
+
+def util_by_type(outcome: Outcome) -> dict[str, float]:
+    """GPU type -> allocated GPU-time on its nodes / (its GPUs × makespan), as ``gpu_util``
+    (the allocation unit is the same on every node, so node-time gives the ratio); empty
+    for an untyped cluster.  A job's periods, companions' included, all lie in the
+    partition it ran in."""
+    nodes: dict[str, int] = {}
+    for part in outcome.partitions:
+        if part.gpu_type:
+            nodes[part.gpu_type] = nodes.get(part.gpu_type, 0) + part.nodes
+    if not nodes:
+        return {}
+    busy = dict.fromkeys(nodes, 0.0)
+    types = {p.name: p.gpu_type for p in outcome.partitions}
+    for job in outcome.all_jobs:
+        if types[job.partition]:
+            busy[types[job.partition]] += job.node_seconds
+    span = _makespan(outcome) if outcome.jobs else 0.0
+    return {t: round(busy[t] / (n * span), 4) if span > 0 else 0.0 for t, n in nodes.items()}
 
 
 def timeline(outcome: Outcome) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -20,6 +20,11 @@ larger batch.
 
 Between measured GPU counts the rate is interpolated linearly; beyond the largest
 measured count it stays flat (no speed-up is assumed that nobody measured).
+
+Each profile says the GPU type it was measured on (``Profile.gpu_type``): t4 for the Pollux
+profiles (AWS g4dn.12xlarge), a100 for the ElasticFlow A100 tables.  On a cluster with
+typed partitions (``sim.gputypes``) a job's rate on another type is its profile's rate
+times ``gputypes.speed_ratio`` (``sim.workload.JobSpec.rate_at``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ import numpy as np
 
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.model.convergence import PATIENCE_EPOCHS, observed_convergence
+
+#: The GPU types the two sources measured on (the traces README): Pollux's T4 servers and
+#: ElasticFlow's A100 ones.
+POLLUX_GPU_TYPE = "t4"
+A100_GPU_TYPE = "a100"
 
 #: Pollux models and the validated batch used as the progress unit (smallest B).
 POLLUX_MODELS: tuple[str, ...] = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -101,6 +111,9 @@ class Profile:
     checkpoint_s: float
     source: str
     full_run_steps: float = 0.0  # steps of one whole validation curve (Pollux models)
+    # The GPU type the rates were measured on ("" when unknown, as for the demo's measured
+    # rates: such a profile runs on untyped clusters only).
+    gpu_type: str = ""
 
     def rate_at(self, gpus: float) -> float:
         """Steps/s at ``gpus`` (fractional allowed): linear between points, flat outside."""
@@ -205,6 +218,7 @@ def pollux_profile(pollux_dir: Path, model: str) -> Profile:
         checkpoint_s=CHECKPOINT_S.get(model, 5.0),
         source=f"pollux:{model}",
         full_run_steps=_full_run(pollux_dir, model),
+        gpu_type=POLLUX_GPU_TYPE,
     )
 
 
@@ -243,6 +257,7 @@ def a100_profile(traces_dir: Path, model: str, batch: int) -> Profile:
         curve=_curve(traces_dir / "pollux" / "profiles", curve_model),
         checkpoint_s=CHECKPOINT_S.get(model, 5.0),
         source=f"elasticflow-a100:{model}@{batch}",
+        gpu_type=A100_GPU_TYPE,
     )
 
 

@@ -28,6 +28,7 @@ from slurm_elastic.sim.engine import (
     Cluster,
     ClusterSpec,
     Driver,
+    PartitionSpec,
     Sample,
     SimJob,
 )
@@ -75,6 +76,8 @@ class Outcome:
     cycle_wall_s: float
     wall_s: float
     extra: dict[str, Any] = field(default_factory=dict)
+    # The cluster's partitions (their GPU types give per-type utilisation, sim.metrics).
+    partitions: tuple[PartitionSpec, ...] = ()
 
 
 DriverFactory = Callable[[SimBackend, Cluster, SimSettings], Driver]
@@ -175,6 +178,7 @@ def simulate(
             **{f"cycles_{k}": v for k, v in reasons.items()},
             **_driver_stats(driver),
         },
+        partitions=spec.partitions,
     )
 
 

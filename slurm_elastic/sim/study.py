@@ -6,6 +6,12 @@ job rigid at its requested size) keeps the GPUs at most ``TARGET_UTIL`` busy ove
 run.  It is measured once per trace with no policy in the loop, so it cannot favour one:
 on ``itp_elasticflow/raw/cluster06.csv`` it gives 128 GPUs (baseline utilisation 0.67),
 on the Philly week 256 GPUs (0.61).
+
+A cluster of GPU types (``--cluster t4:16x4,a100:8x8``, ``sim.gputypes.parse_cluster``) is
+one partition per type, named after it, of ``nodes × GPUs per node / unit`` allocation slots,
+the unit being the workload's ``gpus_per_node`` (``typed_partitions``; ``sim.workload``
+says why one unit for every partition).  Trace jobs naming none of them are submitted to
+all of them in that order.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from typing import Any
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.policy.registry import POLICIES, unknown_policy
 from slurm_elastic.sim.engine import ClusterSpec, PartitionSpec
-from slurm_elastic.sim.metrics import summarize
+from slurm_elastic.sim.gputypes import NodeGroup
+from slurm_elastic.sim.metrics import summarize, util_by_type
 from slurm_elastic.sim.runner import (
     ControllerDriver,
     Outcome,
@@ -60,7 +67,25 @@ class Study:
             traces_dir=self.traces_dir,
             partition_nodes={p.name: p.nodes for p in self.cluster.partitions},
             default_partition=self.cluster.default_partition,
+            partition_types=self.cluster.gpu_types,
         )
+
+
+def typed_partitions(groups: Sequence[NodeGroup], unit: int) -> tuple[PartitionSpec, ...]:
+    """One partition per GPU type, of ``nodes × gpus_per_node / unit`` slots of ``unit``
+    GPUs (the module docstring; the simulator places no job on servers, only on slots).
+    Raises ConfigError when a group's GPUs are not a whole number of slots: the rest would
+    be GPUs that no job could be given."""
+    parts = []
+    for group in groups:
+        slots, left = divmod(group.gpus, unit)
+        if left:
+            raise ConfigError(
+                f"cluster group {group.gpu_type}:{group.nodes}x{group.gpus_per_node} has "
+                f"{group.gpus} GPUs, not a multiple of --gpus-per-node {unit}"
+            )
+        parts.append(PartitionSpec(group.partition, slots, gpu_type=group.gpu_type))
+    return tuple(parts)
 
 
 def parse_partitions(text: str) -> tuple[PartitionSpec, ...]:
@@ -127,7 +152,7 @@ def results_document(
 ) -> dict[str, Any]:
     """``results.json``: ``{"policies": {...}, "trace": ..., "config": ...}``."""
     return {
-        "policies": {name: summarize(o) for name, o in outcomes.items()},
+        "policies": {name: _figures(o) for name, o in outcomes.items()},
         "trace": {
             "name": study.trace.name,
             "path": study.trace_path,
@@ -142,10 +167,22 @@ def results_document(
             "partitions": {p.name: p.nodes for p in study.cluster.partitions},
             "gpus_per_node": study.gpus_per_node,
             "gpus": study.nodes * study.gpus_per_node,
+            **_typed_config(study.cluster),
             "workload": asdict(study.workload_cfg),
             "sim": {k: v for k, v in asdict(study.settings).items() if k != "policy"},
         },
     }
+
+
+def _figures(outcome: Outcome) -> dict[str, Any]:
+    """One policy's figures; a typed cluster's add ``gpu_util_by_type`` (sim.metrics)."""
+    by_type = util_by_type(outcome)
+    return {**summarize(outcome), **({"gpu_util_by_type": by_type} if by_type else {})}
+
+
+def _typed_config(cluster: ClusterSpec) -> dict[str, Any]:
+    """A typed cluster's partition -> GPU type (nothing for an untyped one)."""
+    return {"gpu_types": cluster.gpu_types} if cluster.typed else {}
 
 
 def run_stats(outcomes: dict[str, Outcome]) -> dict[str, dict[str, float]]:
@@ -164,7 +201,12 @@ def run_stats(outcomes: dict[str, Outcome]) -> dict[str, dict[str, float]]:
 def table_rows(results: dict[str, Any], policies: Sequence[str]) -> list[list[str]]:
     """Rows (metric, value per policy) for the side-by-side table."""
     rows = []
-    for field in next(iter(results["policies"].values())):
+    for field, first in next(iter(results["policies"].values())).items():
+        if isinstance(first, dict):  # gpu_util_by_type: a row per type
+            for key in first:
+                by = [results["policies"][p][field][key] for p in policies]
+                rows.append([f"gpu_util ({key})", *(f"{v:.4f}" for v in by)])
+            continue
         row = [field]
         for p in policies:
             v = results["policies"][p][field]

@@ -6,7 +6,17 @@ Rules (all configurable through :class:`WorkloadConfig`, all seeded):
   GPU slot per node, the way a site runs ``--gpus-per-node 1`` jobs on a shared GPU
   partition).  A job asking ``g`` GPUs requests ``ceil(g / G)`` whole nodes; at ``n`` nodes
   it uses ``g * n / req_nodes`` GPUs (so a 2-GPU job on 8-GPU nodes keeps using 2 GPUs per
-  node: no packing of several jobs onto one node).
+  node: no packing of several jobs onto one node).  On a cluster of typed partitions
+  (``sim.gputypes``: ``t4:16x4,a100:8x8``) the node stays this one slot of ``gpus_per_node``
+  GPUs in every partition, whatever the servers' size: a Slurm job has one ``--nodes``
+  whichever partition it starts in, so sizes must mean the same GPUs everywhere
+  (``sim.study.typed_partitions`` turns each group into slots).
+* **Partitions.**  A trace job naming one of the cluster's partitions is submitted there.
+  Otherwise, on an untyped cluster it goes to the first (the default) partition; on a typed
+  cluster it is submitted to every typed partition in the cluster's order, as
+  ``sbatch -p t4,a100`` (``JobSpec.partitions``; ``JobSpec.partition`` is the first), and
+  Slurm starts it in the first where it can start (``sim.scheduler``).  Its largest size is
+  capped by the largest of its partitions, and it is rejected only when it fits none.
 * **Model.**  The trace's model where it names one (ITP augmented: A100 table row at its
   batch size; Pollux workloads: the Pollux profile).  ITP raw: a model drawn uniformly
   from the augmented traces' six and a batch size drawn from that model's A100 rows (what
@@ -17,7 +27,13 @@ Rules (all configurable through :class:`WorkloadConfig`, all seeded):
   yolov3, >= 100 GPU-h: imagenet.
 * **Work.**  Duration-preserving: ``W = duration × rate(req_gpus)`` steps, so a job kept at
   its requested size finishes in exactly its trace duration.  Pollux workloads have no
-  duration: ``W`` is the whole validation curve (training to the final metric).
+  duration: ``W`` is the whole validation curve (training to the final metric).  On a typed
+  cluster the rate is the one on the GPU type of the job's *first* partition: kept at its
+  size there it runs its trace duration, and faster or slower on another type.
+* **Speed per GPU type.**  A profile was measured on one type (``Profile.gpu_type``: t4 for
+  Pollux, a100 for ElasticFlow's A100 tables); on a partition of type ``T`` a job runs at
+  ``profile rate(gpus) × gputypes.speed_ratio(traces, model, T, profile type, gpus)``
+  (``JobSpec.rate_at``).  Untyped partitions run every job at its profile's rate.
 * **Elasticity.**  Each job is elastic with probability ``elastic_fraction`` (seeded
   draw, independent of the model draw); min nodes = ``max(1, ceil(req × min_fraction))``,
   max nodes = ``min(partition size, max(req, floor(req × max_multiple)))``, step =
@@ -44,11 +60,12 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.sim import profiles
+from slurm_elastic.sim import gputypes, profiles
 from slurm_elastic.sim.profiles import Profile
 from slurm_elastic.sim.traces import Trace, TraceJob
 
@@ -125,6 +142,24 @@ class JobSpec:
     checkpoint_s: float  # write + read of one checkpoint
     stop_free: bool = False  # resizes through torchft replica groups (reported as such)
     declares_budget: bool = True  # reports total_steps; else trains until converged
+    # Every partition it was submitted to, in its order (``-p t4,a100``); the first is
+    # ``partition``.  Left empty, it is ``(partition,)``.
+    partitions: tuple[str, ...] = ()
+    # The GPU type of its first partition, on which its work is defined (module docstring);
+    # "" on an untyped cluster.
+    gpu_type: str = ""
+    # The traces folder whose type speeds move its profile to other GPU types
+    # (``gputypes.speed_ratio``); None on an untyped cluster.
+    speeds_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.partitions:
+            object.__setattr__(self, "partitions", (self.partition,))  # frozen: set once here
+        elif self.partitions[0] != self.partition:
+            raise ConfigError(
+                f"job {self.trace_id}: partition {self.partition!r} is not the first of "
+                f"{','.join(self.partitions)}"
+            )
 
     @property
     def curve_span(self) -> float:
@@ -139,11 +174,26 @@ class JobSpec:
     def gpus_at(self, nodes: int) -> float:
         return self.req_gpus * nodes / self.req_nodes
 
-    def rate_at(self, nodes: int) -> float:
-        return self.profile.rate_at(self.gpus_at(nodes))
+    def rate_at(self, nodes: int, gpu_type: str | None = None) -> float:
+        """Steps/s at ``nodes`` on GPUs of ``gpu_type`` (None: its first partition's type;
+        "": untyped, its profile's own rate)."""
+        gpus = self.gpus_at(nodes)
+        rate = self.profile.rate_at(gpus)
+        on = self.gpu_type if gpu_type is None else gpu_type
+        if not on or on == self.profile.gpu_type:
+            return rate
+        if self.speeds_dir is None or not self.profile.gpu_type:
+            raise ConfigError(
+                f"job {self.trace_id}: no speed of {self.profile.model} on {on} "
+                f"(profile {self.profile.source} names no GPU type or no traces folder)"
+            )
+        return rate * gputypes.speed_ratio(
+            self.speeds_dir, self.profile.model, on, self.profile.gpu_type, gpus
+        )
 
     @property
     def duration_at_request(self) -> float:
+        """Run time at its requested size on its first partition's GPUs."""
         return self.work / self.rate_at(self.req_nodes)
 
 
@@ -184,6 +234,15 @@ def _profile(job: TraceJob, fmt: str, traces_dir: Path, rng: random.Random) -> P
     raise ConfigError(f"job {job.job_id}: no throughput profile for model {model!r}")
 
 
+def _partitions_for(
+    job: TraceJob, partition_nodes: Mapping[str, int], typed: tuple[str, ...], default: str
+) -> tuple[str, ...]:
+    """Where a trace job is submitted (module docstring: Partitions)."""
+    if job.partition in partition_nodes:
+        return (job.partition,)
+    return typed or (default,)
+
+
 def build_workload(
     trace: Trace,
     cfg: WorkloadConfig,
@@ -191,8 +250,15 @@ def build_workload(
     traces_dir: Path,
     partition_nodes: dict[str, int],
     default_partition: str,
+    partition_types: Mapping[str, str] | None = None,
 ) -> Workload:
-    """Map every trace job; jobs larger than their partition are rejected (as Slurm would)."""
+    """Map every trace job; jobs larger than their partitions are rejected (as Slurm would).
+
+    ``partition_types``: partition -> GPU type, for a cluster with typed partitions (those
+    with a type are the ones a job naming none of the cluster's partitions is submitted to,
+    in ``partition_nodes`` order); None or all "": untyped, today's mapping."""
+    types = dict(partition_types or {})
+    typed = tuple(p for p in partition_nodes if types.get(p))
     model_rng = random.Random(f"model-{cfg.seed}")
     elastic_rng = random.Random(f"elastic-{cfg.seed}")
     budget_rng = random.Random(f"budget-{cfg.seed}")
@@ -205,8 +271,14 @@ def build_workload(
         draw = elastic_rng.random()
         converges = budget_rng.random() < MIX_CONVERGE_SHARE
         declares = cfg.budget == "declared" or (cfg.budget == "mix" and not converges)
-        partition = job.partition if job.partition in partition_nodes else default_partition
-        cap = partition_nodes[partition]
+        partitions = _partitions_for(job, partition_nodes, typed, default_partition)
+        gpu_type = types.get(partitions[0], "")
+        if gpu_type and not profile.gpu_type:
+            raise ConfigError(
+                f"job {job.job_id}: profile {profile.source} names no GPU type, so it cannot "
+                f"run on typed partitions"
+            )
+        cap = max(partition_nodes[p] for p in partitions)
         req_nodes = math.ceil(job.gpus / cfg.gpus_per_node)
         if req_nodes > cap:
             rejected.append(job.job_id)
@@ -223,7 +295,7 @@ def build_workload(
             trace_id=job.job_id,
             submit_s=job.submit_s,
             user=job.user,
-            partition=partition,
+            partition=partitions[0],
             req_gpus=job.gpus,
             req_nodes=req_nodes,
             elastic=elastic,
@@ -236,6 +308,9 @@ def build_workload(
             checkpoint_s=cfg.resize_checkpoint_s(profile),
             stop_free=cfg.resize_mode == "torchft",
             declares_budget=declares,
+            partitions=partitions,
+            gpu_type=gpu_type,
+            speeds_dir=traces_dir if typed else None,
         )
         if job.duration_s is not None:
             work = job.duration_s * probe.rate_at(req_nodes)
