@@ -16,6 +16,7 @@ from slurm_elastic.sim.gputypes import (
     MODELS,
     RUNS,
     NodeGroup,
+    benchmark_speeds,
     homes,
     models_for,
     parse_cluster,
@@ -148,6 +149,9 @@ def test_ratios_match_the_files_by_hand(traces: Path) -> None:
     assert speed_ratio(traces, "resnet50", "a100", "t4", 1) == pytest.approx(a100 / t4)
     assert speed_ratio(traces, "resnet50", "v100", "a100", 1) == pytest.approx(v100 / a100)
     assert speed_ratio(traces, "imagenet", "a100", "v100", 1) == pytest.approx(a100 / v100)
+    # What the daemon is configured with in the simulator: the same one-GPU ratios.
+    speeds = benchmark_speeds(traces, ["a100", "t4", "v100"])
+    assert speeds == pytest.approx({"a100": a100 / t4, "t4": 1.0, "v100": v100 / t4})
     # ResNet-18/CIFAR-10 is the other workload Gavel and Pollux share.
     cifar = (GAVEL_V100_RN18_256 * 256) / (T4_CIFAR10_4096_1 * 4096)
     assert speed_ratio(traces, "cifar10", "v100", "t4", 1) == pytest.approx(cifar)

@@ -266,6 +266,9 @@ def test_simulate_on_a_typed_cluster_writes_utilisation_per_type(
         assert figures["gpu_util"] == pytest.approx(sum(by_type.values()) / 2, abs=1e-4)
     assert doc["config"]["partitions"] == {"t4": 8, "a100": 8}
     assert doc["config"]["gpu_types"] == {"t4": "t4", "a100": "a100"}
+    # The daemon prices the types by one benchmark (ResNet-50 on one GPU), t4 the slower.
+    speeds = doc["config"]["gpu_speeds"]
+    assert speeds["t4"] == 1.0 and speeds["a100"] == pytest.approx(2.177, abs=1e-3)
     assert doc["config"]["gpus"] == 16
     assert "gpu_util (a100)" in result.output
 

@@ -1,6 +1,8 @@
 """GPU types for the simulator: a cluster spec with node groups per type, and per-type speeds.
 
-Data layer only: nothing here is wired into the runner or the CLI.
+The simulator's data layer: ``sim.study`` builds typed clusters from ``parse_cluster``,
+``sim.profiles``/``sim.workload`` price jobs by ``speed_ratio``, and ``benchmark_speeds``
+gives the daemon its configured speeds.
 
 **Cluster spec.**  ``parse_cluster("t4:16x4,a100:8x8")`` gives one :class:`NodeGroup` per
 GPU type (its Slurm partition is named after the type).  When ``xGPUS`` is left out, the
@@ -408,6 +410,27 @@ def speed_ratio(
     a = type_speed(traces_dir, model, type_a, home=home)
     b = type_speed(traces_dir, model, type_b, home=home)
     return a.rate(gpus) / b.rate(gpus)
+
+
+#: The benchmark a site runs on each GPU type to price it (``benchmark_speeds``): ResNet-50 on
+#: ImageNet, the one workload whose figures cover all five types.
+BENCHMARK_MODEL = "resnet50"
+
+
+def benchmark_speeds(traces_dir: Path, gpu_types: Iterable[str]) -> dict[str, float]:
+    """Type -> relative speed of one GPU (the slowest 1.0), from one benchmark: the
+    :data:`BENCHMARK_MODEL` samples/s on one GPU of each type, at the largest batch that
+    ran there.  What a site would put in the daemon's ``cluster.gpu_speeds`` after
+    benchmarking one model per type; the simulated jobs' own speeds differ by model
+    (``speed_ratio``), and the daemon learns those only from the jobs' reports."""
+    wanted = tuple(dict.fromkeys(gpu_types))
+    runs = _runs(BENCHMARK_MODEL)
+    samples = {}
+    for gpu_type in wanted:
+        _check_type(gpu_type)
+        samples[gpu_type], _ = _one_gpu_samples(traces_dir, gpu_type, runs[gpu_type][1])
+    slowest = min(samples.values(), default=1.0)
+    return {gpu_type: value / slowest for gpu_type, value in samples.items()}
 
 
 def models_for(traces_dir: Path, gpu_types: Iterable[str]) -> tuple[str, ...]:

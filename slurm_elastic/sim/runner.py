@@ -60,6 +60,9 @@ class SimSettings:
     refresh_s: float = 1800.0
     report_every_s: float = 1800.0
     sacct_interval_s: float = 3600.0  # the daemon's incremental history read
+    # The daemon's ``cluster.gpu_speeds`` on a cluster of GPU types (type, relative speed),
+    # as a site would configure them from one benchmark (``gputypes.benchmark_speeds``).
+    gpu_speeds: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(slots=True)
@@ -273,6 +276,7 @@ class ControllerDriver:
                 "policy": {"name": settings.policy},
                 "interval_s": settings.interval_s,
                 "slurm": {"sacct_interval_s": settings.sacct_interval_s},
+                "cluster": {"gpu_speeds": dict(settings.gpu_speeds)},
             }
         )
         self.cluster = cluster

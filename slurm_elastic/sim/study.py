@@ -25,7 +25,7 @@ from typing import Any
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.policy.registry import POLICIES, unknown_policy
 from slurm_elastic.sim.engine import ClusterSpec, PartitionSpec
-from slurm_elastic.sim.gputypes import NodeGroup
+from slurm_elastic.sim.gputypes import NodeGroup, benchmark_speeds
 from slurm_elastic.sim.metrics import summarize, util_by_type
 from slurm_elastic.sim.runner import (
     ControllerDriver,
@@ -141,7 +141,9 @@ def run_policy(
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> Outcome:
-    settings = replace(study.settings, policy=policy)
+    """One policy on the study's cluster; on a cluster of GPU types the daemon is given
+    ``benchmark_speeds`` as its ``cluster.gpu_speeds``."""
+    settings = replace(study.settings, policy=policy, gpu_speeds=_daemon_speeds(study))
     return simulate(
         workload, study.cluster, settings, driver_factory=ControllerDriver, progress=progress
     )
@@ -167,9 +169,11 @@ def results_document(
             "partitions": {p.name: p.nodes for p in study.cluster.partitions},
             "gpus_per_node": study.gpus_per_node,
             "gpus": study.nodes * study.gpus_per_node,
-            **_typed_config(study.cluster),
+            **_typed_config(study),
             "workload": asdict(study.workload_cfg),
-            "sim": {k: v for k, v in asdict(study.settings).items() if k != "policy"},
+            "sim": {
+                k: v for k, v in asdict(study.settings).items() if k not in ("policy", "gpu_speeds")
+            },
         },
     }
 
@@ -180,9 +184,20 @@ def _figures(outcome: Outcome) -> dict[str, Any]:
     return {**summarize(outcome), **({"gpu_util_by_type": by_type} if by_type else {})}
 
 
-def _typed_config(cluster: ClusterSpec) -> dict[str, Any]:
-    """A typed cluster's partition -> GPU type (nothing for an untyped one)."""
-    return {"gpu_types": cluster.gpu_types} if cluster.typed else {}
+def _daemon_speeds(study: Study) -> tuple[tuple[str, float], ...]:
+    """The daemon's configured GPU speeds on a typed cluster (none on an untyped one)."""
+    if not study.cluster.typed:
+        return ()
+    types = [p.gpu_type for p in study.cluster.partitions if p.gpu_type]
+    return tuple(benchmark_speeds(study.traces_dir, types).items())
+
+
+def _typed_config(study: Study) -> dict[str, Any]:
+    """A typed cluster's partition -> GPU type and the daemon's configured speeds (nothing
+    for an untyped one)."""
+    if not study.cluster.typed:
+        return {}
+    return {"gpu_types": study.cluster.gpu_types, "gpu_speeds": dict(_daemon_speeds(study))}
 
 
 def run_stats(outcomes: dict[str, Outcome]) -> dict[str, dict[str, float]]:
