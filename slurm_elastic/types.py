@@ -22,6 +22,7 @@ Conventions
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 
 # --------------------------------------------------------------------------- Slurm view
@@ -71,6 +72,13 @@ _ACTIVE_STATES = frozenset(
         JobState.RESIZING,
     }
 )
+
+
+# A cluster has a handful of distinct partition lists, and every cycle asks for each job's.
+@functools.lru_cache(maxsize=4096)
+def partition_list(text: str) -> tuple[str, ...]:
+    """``"a100, t4"`` -> ``("a100", "t4")``: a job's partition field as a list."""
+    return tuple(p for p in (name.strip() for name in text.split(",")) if p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +134,7 @@ class JobView:
     def partitions(self) -> tuple[str, ...]:
         """The partitions the job may run in, in its own order: a pending job submitted with
         ``-p a100,t4`` lists both ("a100,t4"), a running one the one it runs in."""
-        return tuple(p for p in (name.strip() for name in self.partition.split(",")) if p)
+        return partition_list(self.partition)
 
     @property
     def is_running(self) -> bool:

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from slurm_elastic.errors import SolverError
 from slurm_elastic.policy import POLICIES, PolicyOptions, allocate
-from slurm_elastic.policy.compiled import PLACEMENT, compile_problem
+from slurm_elastic.policy.capacity import CAPACITY, PROMISE, RECLAIM, RESERVATION
+from slurm_elastic.policy.compiled import compile_problem
 from slurm_elastic.policy.mip import fair_floor_jobs
 from slurm_elastic.types import AllocationProblem, ElasticDemand, PlacementOption, Plan
 from tests.test_policy_support import elastic, outlook, pools, problem
@@ -191,11 +192,15 @@ def test_the_mip_is_optimal_over_placements_and_never_behind_greedy(p: Allocatio
     assert all(d.target_nodes > 0 for d in floored.decisions if d.job_id in admitted)
 
 
-def test_a_placement_row_ties_the_options_of_each_job() -> None:
+def test_the_options_of_each_job_start_once_at_most() -> None:
     p = problem([placed(1, {"a": 1.0, "b": 2.0}), elastic(2, "a")], pools(a=2, b=2))
     compiled = compile_problem(p, INLINE)
     assert compiled.owner == (0, 0, 1)
-    assert [r.name for r in compiled.rows if r.kind == PLACEMENT] == ["placement:job1"]
+    assert compiled.placements == ((0, 1),)
+    # A group, not a row: the solvers' matrices keep only the rows that couple jobs.
+    assert {r.kind for r in compiled.rows} <= {CAPACITY, RESERVATION, RECLAIM, PROMISE}
+    assert compiled.feasible([1, 0, 0]) and compiled.feasible([0, 1, 0])
+    assert not compiled.feasible([1, 1, 0])
 
 
 @FAST

@@ -76,9 +76,6 @@ from slurm_elastic.policy.capacity import (
 from slurm_elastic.policy.options import PolicyOptions
 from slurm_elastic.types import AllocationProblem, ElasticDemand
 
-#: Row kind: a job with placement options starts in one of its partitions at most.
-PLACEMENT = "placement"
-
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -145,14 +142,22 @@ class Compiled:
     keep: IntArray  # flat index of each job's current size ("no change")
     # Per job (``jobs``): the index of the problem's demand it places, when some demand
     # has placement options (``ElasticDemand.options``): such a demand is one job per
-    # option here, side by side, tied by a PLACEMENT row.  Empty when none has: then
-    # ``jobs[i]`` places demand ``i``.
+    # option here, side by side, of which one at most starts (``placements``).  Empty when
+    # none has: then ``jobs[i]`` places demand ``i``.
     owner: tuple[int, ...] = ()
+    # The jobs of each demand placed in several partitions: at most one of them starts.
+    # Kept as groups rather than as one more dense row per demand: a long queue of such
+    # jobs would otherwise add a row per pending job to every solver's matrix.
+    placements: tuple[tuple[int, ...], ...] = ()
 
     @property
     def placed(self) -> bool:
         """Whether some demand has placement options (``owner`` is given)."""
         return bool(self.owner)
+
+    def starts_once(self, choice: Sequence[int]) -> bool:
+        """Every demand placed in several partitions starts in one of them at most."""
+        return all(sum(1 for j in group if choice[j] > 0) <= 1 for group in self.placements)
 
     def at(self, choice: Sequence[int]) -> IntArray:
         """Flat index of each job's chosen candidate."""
@@ -168,7 +173,7 @@ class Compiled:
         return float(self.value[self.at(choice)].sum())
 
     def feasible(self, choice: Sequence[int]) -> bool:
-        return bool(np.all(self.usage(choice) <= self.rhs + _EPS))
+        return bool(np.all(self.usage(choice) <= self.rhs + _EPS)) and self.starts_once(choice)
 
 
 # --------------------------------------------------------------------------- validation
@@ -471,29 +476,20 @@ def _placements(
     return tuple(placed), tuple(owner)
 
 
-def _placement_rows(
-    owner: Sequence[int], sizes: IntArray, job: IntArray, n_jobs: int
-) -> tuple[FloatArray, npt.NDArray[np.bool_], list[IntArray]]:
-    """One row per demand placed in several partitions: 1 per positive candidate of each
-    of its placements, so that it starts in one at most (rhs 1).  ``sizes`` and ``job``
-    per kept candidate; returns the rows, their (rows x jobs) membership and the groups."""
-    first: dict[int, list[int]] = {}
+def _placement_groups(owner: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """The jobs of each demand that has several placements, in the demand's order."""
+    by_demand: dict[int, list[int]] = {}
     for j, demand in enumerate(owner):
-        first.setdefault(demand, []).append(j)
-    groups = [np.array(g, dtype=np.int64) for g in first.values() if len(g) > 1]
-    coef = np.zeros((len(groups), sizes.size))
-    member = np.zeros((len(groups), n_jobs), dtype=bool)
-    for r, group in enumerate(groups):
-        coef[r] = np.isin(job, group) & (sizes > 0)
-        member[r, group] = True
-    return coef, member, groups
+        by_demand.setdefault(demand, []).append(j)
+    return tuple(tuple(g) for g in by_demand.values() if len(g) > 1)
 
 
 def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compiled:
     """Validate and compile; raises SolverError with a one-line reason on bad input.
 
     A demand with placement options becomes one job per option (``Compiled.owner``), each
-    in the capacity rows of its own partition, tied by a PLACEMENT row.
+    in the capacity rows of its own partition, of which one at most starts
+    (``Compiled.placements``).
     """
     placed = any(d.options for d in problem.elastic)
     demands, owner = _placements(problem.elastic) if placed else (problem.elastic, ())
@@ -522,17 +518,6 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
     coef, member = _row_coefficients(
         demands, specs, classes, flat, kept, ksizes, kjob, queue_classes
     )
-    if placed:
-        one, one_member, groups = _placement_rows(owner, ksizes, kjob, n)
-        coef, member = np.vstack([coef, one]), np.vstack([member, one_member])
-        specs = [
-            *specs,
-            *(
-                RowSpec(f"{PLACEMENT}:job{demands[g[0]].job_id}", PLACEMENT, 1.0, frozenset())
-                for g in groups
-            ),
-        ]
-
     # Relax each row to what the jobs' floors already use (never force below min), and
     # drop rows that no choice can violate (candidates ascend, so usage does too).
     floor = coef[:, kstart[:-1]].sum(axis=1)
@@ -559,8 +544,8 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
     for j, d in enumerate(demands):
         a, b = ks[j], ks[j + 1]
         la, lb = ls[j], ls[j + 1]
-        # Without placements, jobs of one class share their rows; a placement row is one
-        # job's own.
+        # Without placements, jobs of one class share their rows; with them a job's rows
+        # also depend on its demand's queue class (``_row_coefficients``).
         got = None if placed else rows_of.get(classes[j])
         if got is None:
             in_rows = np.flatnonzero(member[:, j])
@@ -599,6 +584,7 @@ def compile_problem(problem: AllocationProblem, options: PolicyOptions) -> Compi
         kthroughput,
         keep_at,
         owner,
+        _placement_groups(owner),
     )
 
 

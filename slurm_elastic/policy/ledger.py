@@ -23,6 +23,11 @@ class Ledger:
         self._rhs: list[float] = compiled.rhs.tolist()
         self.usage: list[float] = compiled.floor_usage().tolist()
         self.choice: list[int] = [0] * len(compiled.jobs)
+        # Per job placed in several partitions, the other placements of its demand: it
+        # may not start while one of them has (``Compiled.placements``).
+        self._others: dict[int, tuple[int, ...]] = {
+            j: tuple(k for k in group if k != j) for group in compiled.placements for j in group
+        }
 
     def violated(self, i: int, to: int) -> int | None:
         """First row (global index) that moving job ``i`` to candidate ``to`` would overfill."""
@@ -38,7 +43,13 @@ class Ledger:
         return None
 
     def fits(self, i: int, to: int) -> bool:
+        if to > 0 and self.choice[i] == 0 and self._sibling_started(i):
+            return False
         return self.violated(i, to) is None
+
+    def _sibling_started(self, i: int) -> bool:
+        choice = self.choice
+        return any(choice[k] > 0 for k in self._others.get(i, ()))
 
     def move(self, i: int, to: int) -> None:
         job = self._jobs[i]

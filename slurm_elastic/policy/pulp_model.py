@@ -34,6 +34,8 @@ def build_pulp(compiled: Compiled) -> tuple[pulp.LpProblem, list[list[pulp.LpVar
     )
     for j, xs in zip(compiled.jobs, x, strict=True):
         prob += pulp.lpSum(xs) == 1, f"one_size_{j.job_id}"
+    for n, group in enumerate(compiled.placements):  # one placement of a demand at most
+        prob += pulp.lpSum(var for j in group for var in x[j][1:]) <= 1, f"one_place_{n}"
     terms: list[list[tuple[pulp.LpVariable, float]]] = [[] for _ in compiled.rows]
     for j, xs in zip(compiled.jobs, x, strict=True):
         for r, coefs in zip(j.rows, j.coef, strict=True):
