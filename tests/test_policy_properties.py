@@ -10,7 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from slurm_elastic.policy import POLICIES, PolicyOptions, allocate
 from slurm_elastic.policy.compiled import compile_problem
 from slurm_elastic.policy.pulp_model import solve_pulp
-from slurm_elastic.types import AllocationProblem, SolverStatus
+from slurm_elastic.types import (
+    AllocationProblem,
+    ElasticDemand,
+    NodePool,
+    Outlook,
+    RigidDemand,
+    SizeEstimate,
+    SolverStatus,
+)
 from tests.test_policy_support import (
     brute_force,
     fifo_admitted,
@@ -169,3 +177,55 @@ def test_every_decision_shows_the_sizes_it_weighed(policy: str, p: AllocationPro
             estimate = d.outlook.at(c.nodes)
             if c.nodes > 0 and estimate is not None:  # (a current size off the grid has none)
                 assert c.steps_per_s == estimate.throughput
+
+
+# Two cases hypothesis found (2026-11-27), kept as plain tests so every run checks them.
+
+
+def _flat_demand(job_id: int, current: int, sizes: tuple[int, ...], **kw: object) -> ElasticDemand:
+    outlook = Outlook(
+        job_id, current, tuple(SizeEstimate(n, 0.5 * n, 100.0 / n) for n in sizes), 50.0, 0.0
+    )
+    return ElasticDemand(
+        job_id=job_id,
+        partition="a",
+        current_nodes=current,
+        allowed_sizes=sizes,
+        outlook=outlook,
+        weight=0.5,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_static_keeps_a_loan_that_a_reclaim_could_take() -> None:
+    """Nothing is resized under static, a frozen job's loan included (it used to give it
+    back, or fail to find its size among its candidates)."""
+    p = AllocationProblem(
+        now=0.0,
+        elastic=(
+            _flat_demand(100, 0, (1,), frozen=True),
+            _flat_demand(101, 0, (1,)),
+            _flat_demand(102, 2, (1,), frozen=True, entitled_nodes=1, loan_yields=True),
+        ),
+        rigid=(),
+        pools=(NodePool(frozenset({"a"}), 3),),
+        horizon_s=600.0,
+        time_limit_s=1.0,
+    )
+    assert targets(allocate(p, "static", options=INLINE))[102] == 2
+
+
+@pytest.mark.parametrize("policy", ["mip", "greedy", "dp"])
+def test_a_rigid_job_behind_one_that_fits_exactly_still_reclaims_a_loan(policy: str) -> None:
+    """Job 900 fits the one free node exactly; job 901 behind it needs one of the two
+    nodes job 100 holds on loan: the reservation rows used to stop at 900."""
+    p = AllocationProblem(
+        now=0.0,
+        elastic=(_flat_demand(100, 3, (1, 3), entitled_nodes=1),),
+        rigid=(RigidDemand(900, "a", 1, running=False), RigidDemand(901, "a", 1, running=False)),
+        pools=(NodePool(frozenset({"a"}), 4),),
+        horizon_s=600.0,
+        time_limit_s=1.0,
+    )
+    got = targets(allocate(p, policy, options=INLINE))
+    assert got[100] == 1 and reservations_hold(p, got)

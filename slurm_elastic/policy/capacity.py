@@ -321,6 +321,8 @@ def _reservations(
         if implied:
             continue
         rows.append(RowSpec(f"{kind}:{name}:job{r.job_id}", kind, rhs, classes, key))
-        if kind == RESERVATION and rhs == 0:
+        # Nothing more can start behind a job that nothing frees room for; but a job that
+        # fits exactly (slack 0) still leaves the next ones their reclaims.
+        if kind == RESERVATION and rhs == 0 and not (reclaims and slack + loans >= 0):
             break
     return rows

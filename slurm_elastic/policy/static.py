@@ -18,11 +18,13 @@ from slurm_elastic.types import AllocationProblem
 
 
 def rigidified(problem: AllocationProblem) -> AllocationProblem:
-    """Running jobs frozen, pending jobs allowed only their requested size."""
+    """Running jobs frozen (loans kept), pending jobs allowed only their requested size."""
     demands = []
     for d in problem.elastic:
         if d.is_running or d.frozen:
-            demands.append(replace(d, frozen=True))
+            # Nothing is resized, a loan included: a frozen job that would yield its loan to
+            # a reclaim under the other policies keeps it here (its floor is then its size).
+            demands.append(replace(d, frozen=True, loan_yields=False))
             continue
         want = d.requested_nodes if d.requested_nodes is not None else d.max_nodes
         # A job of several partitions asks the same in each; Slurm starts it in the first
