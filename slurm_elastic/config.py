@@ -108,6 +108,12 @@ class PolicySection(_Section):
     # requested: the nodes Slurm gave the job itself (its companions' are on loan);
     # minimum: its elastic minimum; off: nothing is ever reclaimed.
     reclaim: Literal["requested", "minimum", "off"] = "requested"
+    # A pending job listing several partitions it may use: "slurm" plans it in the first of
+    # them and lets Slurm start it wherever it fits first (only its size is pinned);
+    # "plan" lets the policy choose the partition too and narrows the job to it.  "slurm"
+    # by default: in the simulator the policy's choice is not yet better than Slurm's
+    # (docs/benchmarks.md, "GPU types").
+    placement: Literal["slurm", "plan"] = "slurm"
 
     @field_validator("name", "fallback")
     @classmethod

@@ -150,6 +150,17 @@ def test_a_pending_job_of_two_partitions_gets_one_option_each() -> None:
     assert plain.partition == "slow" and plain.options == ()
 
 
+def test_placement_by_slurm_plans_the_first_usable_partition_and_names_none() -> None:
+    """``policy.placement: slurm`` (the default): no options; the job is planned in the first
+    partition of its list it may use, at that partition's speed, and Slurm starts it
+    wherever it fits first (no partition in the plan, so none is pinned)."""
+    two = replace(pending(1, lo=1, hi=2), partition="slow,fast")
+    (demand,) = _problem([two], replace(_placing(), choose=False)).elastic
+    assert demand.partition == "slow" and demand.options == ()
+    plan = allocate(_problem([two], replace(_placing(), choose=False)), "mip")
+    assert plan.decisions[0].partition is None and plan.decisions[0].target_nodes == 2
+
+
 def test_a_partition_the_user_may_not_use_or_that_is_down_is_never_planned() -> None:
     two = replace(pending(1, lo=1, hi=2), partition="fast,slow")
     (denied,) = _problem([two], _placing(lambda job, p: p != "fast")).elastic

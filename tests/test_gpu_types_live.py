@@ -104,7 +104,10 @@ def test_a_pending_job_starts_in_the_partition_and_size_the_plan_chose(
     keep_jobs_off(everything)  # Slurm must not start them before the daemon places them
     first = sbatch("-p", "t4,a100", "-N1-2", "--comment=elastic", "--wrap", "sleep 600", cwd=live)
     config = live_config(
-        live / "state", live / "fake-agent", cluster={"gpu_speeds": {"a100": 2.0, "t4": 1.0}}
+        live / "state",
+        live / "fake-agent",
+        cluster={"gpu_speeds": {"a100": 2.0, "t4": 1.0}},
+        policy={"placement": "plan"},
     )
     ctl, _ = controller(config)
     result = cycle(ctl)

@@ -325,6 +325,7 @@ class Controller:
             speeds,
             partition_capacity(snapshot, self._qos_nodes, self._assoc_nodes),
             access_rule(snapshot, functools.cache(user_groups)),
+            choose=self.config.policy.placement == "plan",
         )
         cleanup = [
             a

@@ -215,6 +215,9 @@ class Placing:
     speeds: Mapping[str, float] = field(default_factory=dict)
     capacity_in: Callable[[JobView, str], int] | None = None
     may_use: Callable[[JobView, str], bool] = lambda job, partition: True
+    # Whether the policy chooses among the partitions (``policy.placement: plan``); else a
+    # job is planned in the first it may use and Slurm picks where it starts.
+    choose: bool = True
 
 
 def _placed(
@@ -225,8 +228,9 @@ def _placed(
     up: frozenset[str],
 ) -> tuple[str, tuple[int, ...], Outlook, tuple[PlacementOption, ...]]:
     """(partition, sizes, outlook, options) of a pending job listing several partitions:
-    options where two or more are UP and usable, the one partition where only one is, else
-    the job as listed (Slurm then says why it waits)."""
+    options where two or more are UP and usable (the first of them alone unless
+    ``placing.choose``), the one partition where only one is, else the job as listed
+    (Slurm then says why it waits)."""
     if placing.capacity_in is None:
         return own_partition(job), sizes, outlook, ()
     capacity_in = placing.capacity_in
@@ -238,11 +242,11 @@ def _placed(
         usable=lambda p: p in up and placing.may_use(job, p),
         capacity_in=lambda p: capacity_in(job, p),
     )
-    if len(options) > 1:
+    if len(options) > 1 and placing.choose:
         return ",".join(o.partition for o in options), sizes, outlook, options
-    if len(options) == 1:
-        only = options[0]
-        return only.partition, only.allowed_sizes, only.outlook, ()
+    if options:
+        first = options[0]
+        return first.partition, first.allowed_sizes, first.outlook, ()
     return own_partition(job), sizes, outlook, ()
 
 
