@@ -4,7 +4,8 @@ Slurm accepts ``sbatch -p shared,batch`` from a user who may not run in ``shared
 (AllowGroups) and only refuses the job there when it is scheduled; root's narrowing of the
 pending job to ``shared`` would apply and strand it, pending for good (docs/design.md).  Here
 ``shared`` is made the more attractive partition -- its GPUs priced four times as fast
-(``cluster.gpu_types``/``gpu_speeds``) -- and closed to every group but root's and wheel's.
+(``cluster.gpu_types``/``gpu_speeds``), with the policy choosing partitions
+(``policy.placement: plan``) -- and closed to every group but root's and wheel's.
 se-alice lists it first; se-bob submits to ``batch`` only.  The daemon (enforce mode, real
 MIP) must plan se-alice's job in ``batch``, never narrow it to ``shared``, and start both
 jobs; se-bob's job is planned as if se-alice's list named nothing unusual.
@@ -37,11 +38,14 @@ from tests.test_daemon_live import live as live_fixture
 pytestmark = pytest.mark.slurm
 live = live_fixture  # a clean instance, the companion stand-in, reservations removed after
 
+# The policy chooses partitions (``policy.placement: plan``): the mode that narrows jobs, and
+# so the one a user's list could steer.
 TYPED = {
     "cluster": {
         "gpu_types": {"shared": "a100", "batch": "t4"},
         "gpu_speeds": {"a100": 4.0, "t4": 1.0},
-    }
+    },
+    "policy": {"placement": "plan"},
 }
 
 
