@@ -15,12 +15,12 @@
   counting them twice would make the solver see less capacity than there is;
 * node pools: usable nodes of UP partitions, grouped by the exact set of partitions
   each node belongs to;
-* placement (``Placing``, ``daemon.placement``): every outlook is moved to the speed of
-  its job's own partition; a pending job that may start in several UP partitions of its
-  list gets one placement option per partition, each with the sizes that partition holds
-  for it and its speed there, and the policy picks one.  A job with one such partition is
-  planned in it, whatever comes first in its list (a partition its user may not run in is
-  never planned for: Slurm would not start it there);
+* placement (``Placing``, ``daemon.placement``): a pending job is only ever planned in
+  partitions of its list that are UP and that its user may run in (a partition Slurm
+  would not start it in is never planned for).  With ``policy.placement: plan`` one that
+  may start in several gets one placement option per partition, each with the sizes that
+  partition holds for it and its speed there, and the policy picks one; otherwise
+  (``slurm``, the default) it is planned in the first of them and Slurm picks;
 * pending jobs that Slurm will not start whatever the free nodes — held, waiting on a
   dependency, a begin time or a reservation that has not started (``cluster_state.
   not_eligible_reason``) — are left out: an elastic one gets no capacity this cycle (its
