@@ -427,6 +427,16 @@ class ElasticDemand:
             return self.current_nodes
         return self.current_nodes - self.loan
 
+    @property
+    def reclaim_grid_floor(self) -> int:
+        """The size a reclaim actually leaves the job at: its ``reclaim_floor`` when that is
+        an allowed size, else the allowed size just below it (the grid forces the shrink
+        past the entitlement, and the node that frees is as free as the loan), or its
+        current size when nothing is reclaimable."""
+        if self.reclaim_floor >= self.current_nodes:
+            return self.current_nodes
+        return max((s for s in self.allowed_sizes if s <= self.reclaim_floor), default=0)
+
     def candidate_sizes(self, reclaiming: bool = False) -> list[int]:
         """The sizes a policy chooses among, ascending: the current size alone when frozen
         (and, with ``reclaiming``, the allowed sizes down to its ``reclaim_floor``);
@@ -436,8 +446,8 @@ class ElasticDemand:
             if not reclaiming or self.reclaim_floor >= self.current_nodes:
                 return [self.current_nodes]
             # Down to the entitlement, or to the grid size just below it when it is off
-            # the grid (the reclaim counts that shrink as down to the entitlement only).
-            lowest = max((s for s in self.allowed_sizes if s <= self.reclaim_floor), default=0)
+            # the grid.
+            lowest = self.reclaim_grid_floor
             return [s for s in self.allowed_sizes if lowest <= s < self.current_nodes] + [
                 self.current_nodes
             ]

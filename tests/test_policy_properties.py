@@ -47,7 +47,7 @@ def _check_safe(p: AllocationProblem, policy: str) -> None:
         t = got[d.job_id]
         if d.frozen:  # kept, or only its loan given back to a reclaim (to the grid size at
             # or just below its entitlement when that is off the grid)
-            floor = max((s for s in d.allowed_sizes if s <= d.reclaim_floor), default=0)
+            floor = d.reclaim_grid_floor
             assert t == d.current_nodes or (d.loan_yields and floor <= t < d.current_nodes)
         elif d.is_running:
             assert t >= 1
@@ -179,7 +179,7 @@ def test_every_decision_shows_the_sizes_it_weighed(policy: str, p: AllocationPro
                 assert c.steps_per_s == estimate.throughput
 
 
-# Two cases hypothesis found (2026-11-27), kept as plain tests so every run checks them.
+# Cases hypothesis found (2026-11-27), kept as plain tests so every run checks them.
 
 
 def _flat_demand(job_id: int, current: int, sizes: tuple[int, ...], **kw: object) -> ElasticDemand:
@@ -229,3 +229,23 @@ def test_a_rigid_job_behind_one_that_fits_exactly_still_reclaims_a_loan(policy: 
     )
     got = targets(allocate(p, policy, options=INLINE))
     assert got[100] == 1 and reservations_hold(p, got)
+
+
+@pytest.mark.parametrize("policy", ["mip", "greedy"])
+def test_the_node_a_reclaim_frees_below_an_off_grid_entitlement_is_used(policy: str) -> None:
+    """Job 101 is entitled to 2 of its 3 nodes but may only shrink to 1: the reclaim that
+    starts job 100 frees two nodes, and job 100 may take both (the reclaim row counted the
+    shrink down to the entitlement only, so job 100 started at 2 and one node idled)."""
+    p = AllocationProblem(
+        now=0.0,
+        elastic=(
+            _flat_demand(100, 0, (2, 3)),
+            _flat_demand(101, 3, (1,), entitled_nodes=2),
+        ),
+        rigid=(),
+        pools=(NodePool(frozenset({"a"}), 4),),
+        horizon_s=600.0,
+        time_limit_s=1.0,
+    )
+    got = targets(allocate(p, policy, options=INLINE))
+    assert got == {100: 3, 101: 1} and reservations_hold(p, got)

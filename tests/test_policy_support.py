@@ -300,7 +300,7 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
         free -= sum(d.min_nodes for d in ahead) + sum(q.nodes for q in queue[: k + 1])
         reclaim = free < 0 <= free + loans
         claims = sum(
-            (max(sizes[d.job_id], d.reclaim_floor) if reclaim else sizes[d.job_id])
+            (max(sizes[d.job_id], d.reclaim_grid_floor) if reclaim else sizes[d.job_id])
             - d.current_nodes
             for d in running
         )
@@ -319,7 +319,7 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
         )
         if not free < 0 <= free + loans:
             continue
-        claims = sum(max(sizes[d.job_id], d.reclaim_floor) - d.current_nodes for d in running)
+        claims = sum(max(sizes[d.job_id], d.reclaim_grid_floor) - d.current_nodes for d in running)
         claims += sum(sizes[d.job_id] - d.min_nodes for d in ahead if sizes[d.job_id] > 0)
         claims += sum(sizes[d.job_id] for d in behind)
         if claims > free:

@@ -40,7 +40,8 @@ conservative reading of their place in line).  Three cases:
   holds above its entitlement (``ElasticDemand.entitled_nodes``: the nodes Slurm gave it
   on its own, the companions' nodes being borrowed).  R waits only because of loans, so
   they are reclaimed: a *reclaim* row, the same left side except that a running job's
-  shrink counts only down to its ``reclaim_floor`` (its entitlement), with the negative
+  shrink counts only down to its ``reclaim_grid_floor`` (its entitlement, or the allowed
+  size just below it when the entitlement is off its grid), with the negative
   ``slack`` as right side.  The solver picks which borrowers give back (the cheapest loss
   of progress); no job is shrunk below its entitlement for R.
 * otherwise R cannot start even so: the right side is 0, nothing behind R may take free

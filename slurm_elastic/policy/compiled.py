@@ -420,7 +420,7 @@ def _row_coefficients(
     if any(spec.kind != CAPACITY and spec.cutoff is not None for spec in specs):
         running, cur = flat.running[kept], flat.current[kept]
         mins = np.array([d.min_nodes for d in demands], dtype=float)[job]
-        floors = np.array([d.reclaim_floor for d in demands], dtype=float)[job]
+        floors = np.array([d.reclaim_grid_floor for d in demands], dtype=float)[job]
         keys = [flat.queue[j] for j in range(len(demands))]
     for i, spec in enumerate(specs):
         distinct, class_ix = capacity_view if spec.kind == CAPACITY else queue_view
@@ -433,7 +433,8 @@ def _row_coefficients(
             cutoff = spec.cutoff
             through = spec.through
             ahead = np.array([k < cutoff or (through and k == cutoff) for k in keys])[job]
-            # A reclaim counts a running job's shrink only down to its entitlement.
+            # A reclaim counts a running job's shrink only down to its entitlement (or the
+            # grid size just below it, which the shrink cannot stop above).
             held = np.maximum(s, floors) if spec.kind == RECLAIM else s
             row = np.where(
                 running, held - cur, np.where(ahead, np.where(sizes > 0, s - mins, 0.0), s)
