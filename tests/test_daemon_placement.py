@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from slurm_elastic.cluster_state import ElasticJob, classify
+from slurm_elastic.daemon import controller
 from slurm_elastic.daemon.controller import user_groups
 from slurm_elastic.daemon.estimate import Estimator
 from slurm_elastic.daemon.placement import (
@@ -36,6 +37,7 @@ from slurm_elastic.types import (
     ProgressReport,
     SizeEstimate,
 )
+from tests.test_daemon_controller import make
 from tests.test_daemon_controller_data import job, pending, snapshot
 from tests.test_model_priors import _hist
 
@@ -267,3 +269,26 @@ def test_the_access_rule_asks_for_groups_only_where_a_partition_lists_some() -> 
 def test_user_groups_come_from_the_hosts_user_database() -> None:
     assert "root" in user_groups("root")
     assert user_groups("no-such-user-x") == frozenset()
+
+
+def test_the_controller_asks_a_users_groups_once_per_read_of_the_limits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user database (LDAP at many sites) is asked once for a user, not every cycle,
+    and again after the next read of the limits (the sacct cadence): a group a user
+    joins counts from then on."""
+    asked: list[str] = []
+
+    def counted(user: str) -> frozenset[str]:
+        asked.append(user)
+        return frozenset()
+
+    monkeypatch.setattr(controller, "user_groups", counted)
+    snap = _snap([replace(pending(7), partition="slow,fast")])
+    parts = (replace(snap.partitions[0], allow_groups=("wheel",)), snap.partitions[1])
+    ctl, *_ = make(replace(snap, partitions=parts), {7: 1}, slurm={"sacct_interval_s": 20})
+    for now in (1000.0, 1005.0, 1010.0):
+        assert ctl.run_once(now).ok
+    assert asked == [pending(7).user]
+    assert ctl.run_once(1030.0).ok  # the next read of the limits
+    assert asked == [pending(7).user] * 2

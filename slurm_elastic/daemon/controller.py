@@ -162,6 +162,10 @@ class Controller:
         # read with the history (limits change rarely); each kept when its read fails.
         self._qos_nodes: dict[str, int] = {}
         self._assoc_nodes: dict[tuple[str, str, str], int] = {}
+        # user -> groups (the host's user database, LDAP at many sites), asked only for a
+        # partition with AllowGroups and forgotten when the limits are re-read: membership
+        # changes as rarely, and a lookup per cycle could stall on a slow directory.
+        self._groups: dict[str, frozenset[str]] = {}
         self.last_result: CycleResult | None = None
         self._capabilities: Capabilities | None = None  # probed on first need, then kept
         self.reconfigure(config)
@@ -260,12 +264,15 @@ class Controller:
         cancelled: frozenset[int],
     ) -> CycleResult:
         known = self.journal.known_specs()
+        in_partition = partition_capacity(snapshot, self._qos_nodes, self._assoc_nodes)
         cls = classify(
             snapshot,
             functools.partial(
                 _resolve_spec,
                 known=known,
-                capacity=job_capacity(snapshot, self._qos_nodes, self._assoc_nodes),
+                capacity=job_capacity(
+                    snapshot, self._qos_nodes, self._assoc_nodes, in_partition=in_partition
+                ),
             ),
             self.config.partitions.allows,
         )
@@ -323,8 +330,8 @@ class Controller:
         outlooks = self.estimator.outlooks(cls.elastic, now, speeds)
         placing = Placing(
             speeds,
-            partition_capacity(snapshot, self._qos_nodes, self._assoc_nodes),
-            access_rule(snapshot, functools.cache(user_groups)),
+            in_partition,
+            access_rule(snapshot, self._groups_of),
             choose=self.config.policy.placement == "plan",
         )
         cleanup = [
@@ -429,9 +436,15 @@ class Controller:
         log.info("history.read", records=len(records), kept=len(self._history))
         return calls
 
+    def _groups_of(self, user: str) -> frozenset[str]:
+        if user not in self._groups:
+            self._groups[user] = user_groups(user)
+        return self._groups[user]
+
     def _refresh_node_limits(self) -> int:
         """Re-read the QOS and association per-job node limits (a Slurm call each); a read
-        that fails keeps the last."""
+        that fails keeps the last.  Users' groups are looked up afresh after it."""
+        self._groups.clear()
         try:
             self._qos_nodes = dict(self.backend.read_qos_node_limits())
         except SlurmError as exc:

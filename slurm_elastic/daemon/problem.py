@@ -140,6 +140,7 @@ def job_capacity(
     snapshot: ClusterSnapshot,
     qos_nodes: Mapping[str, int] | None = None,
     assoc_nodes: Mapping[tuple[str, str, str], int] | None = None,
+    in_partition: Callable[[JobView, str], int] | None = None,
 ) -> Callable[[JobView], int]:
     """job -> the most nodes it can ever hold: the largest capacity among the partitions it
     may run in, or the cluster's node count when none of them is listed (a hidden one), and
@@ -158,10 +159,11 @@ def job_capacity(
     Elastic ranges are capped at this every cycle (``marker.cap_spec``), so the sizes
     planned for a job -- its outlook, the solver's variables, the guards' checks -- never
     outnumber the cluster's nodes whatever its marker or ``--nodes`` say.  The partitions
-    are read once per snapshot, not once per job.
+    are read once per snapshot, not once per job; ``in_partition``: the snapshot's
+    ``partition_capacity`` when the caller has built it already.
     """
     capacities = _capacities(snapshot.partitions)
-    in_partition = partition_capacity(snapshot, qos_nodes, assoc_nodes)
+    per_partition = in_partition or partition_capacity(snapshot, qos_nodes, assoc_nodes)
     everything = len(snapshot.nodes)
     qos = qos_nodes or {}
     assoc = assoc_nodes or {}
@@ -169,7 +171,7 @@ def job_capacity(
     def capacity(job: JobView) -> int:
         # The job's QOS caps every partition alike (in ``in_partition``), so capping the
         # largest is the same as the largest of the capped.
-        known = [in_partition(job, p) for p in job.partitions if p in capacities]
+        known = [per_partition(job, p) for p in job.partitions if p in capacities]
         if known:
             return max(known)
         most = everything
