@@ -245,16 +245,38 @@ def test_each_policy_finishes_every_job_on_a_typed_cluster(traces: Path, policy:
         assert sum(j.resizes for j in outcome.jobs) == 0
 
 
+@pytest.mark.parametrize("placement", ["slurm", "plan"])
+def test_the_daemon_narrows_jobs_only_when_it_places_them(traces: Path, placement: str) -> None:
+    """``simulate --placement plan``: the daemon's ``policy.placement``; only then are jobs
+    narrowed to one of their partitions (``slurm``: Slurm's first fit picks)."""
+    st = study.Study(
+        trace=read_trace(traces / PHILLY, limit=40),
+        trace_path=PHILLY,
+        traces_dir=traces,
+        workload_cfg=WorkloadConfig(),
+        settings=SimSettings(placement=placement),
+        nodes=16,
+        gpus_per_node=1,
+        partitions=study.typed_partitions(parse_cluster("t4:2x4,a100:1x8"), 1),
+    )
+    outcome = study.run_policy(st, "mip", st.workload())
+    narrowed = [j for j in outcome.jobs if j.partitions != ("t4", "a100")]
+    assert {j.state for j in outcome.jobs} == {JobState.COMPLETED}
+    assert (len(narrowed) > 0) == (placement == "plan")
+    assert all(j.partitions == (j.partition,) for j in narrowed)
+
+
 def test_simulate_on_a_typed_cluster_writes_utilisation_per_type(
     traces: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     args = ["simulate", "--trace", str(traces / PHILLY), "--limit", "30"]
     args += ["--cluster", "t4:2x4,a100:1x8", "--profiles", str(traces)]
-    args += ["--policies", "static,greedy,mip", "--out", str(out)]
+    args += ["--policies", "static,greedy,mip", "--out", str(out), "--placement", "plan"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "results.json").read_text())
+    assert doc["config"]["sim"]["placement"] == "plan"
     assert list(doc["policies"]) == ["static", "greedy", "mip"]
     for figures in doc["policies"].values():
         assert tuple(figures) == (*FIELDS, "gpu_util_by_type")

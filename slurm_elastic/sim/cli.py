@@ -114,6 +114,13 @@ def _quiet_logs() -> None:
     help="Jobs declare their step budget (declared), train until converged and the daemon "
     "only predicts when (converge), or half each (mix).",
 )
+@click.option(
+    "--placement",
+    type=click.Choice(["slurm", "plan"]),
+    default="slurm",
+    show_default=True,
+    help="The daemon's policy.placement: where a job of several partitions starts.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N jobs of the trace.")
 @click.option(
@@ -171,6 +178,7 @@ def _run(
     restart_s: float | None,
     resize_mode: str,
     budget: str,
+    placement: str,
     seed: int,
     limit: int | None,
     interval_s: float | None,
@@ -222,6 +230,7 @@ def _run(
         interval_s=unset.interval_s if interval_s is None else interval_s,
         refresh_s=unset.refresh_s if refresh_s is None else refresh_s,
         report_every_s=unset.report_every_s if report_every_s is None else report_every_s,
+        placement=placement,
     )
     st = study.Study(
         trace=trace,

@@ -63,6 +63,9 @@ class SimSettings:
     # The daemon's ``cluster.gpu_speeds`` on a cluster of GPU types (type, relative speed),
     # as a site would configure them from one benchmark (``gputypes.benchmark_speeds``).
     gpu_speeds: tuple[tuple[str, float], ...] = ()
+    # The daemon's ``policy.placement``: Slurm picks where a job of several partitions
+    # starts, or the policy does and the daemon narrows the job to its choice.
+    placement: str = "slurm"
 
 
 @dataclass(slots=True)
@@ -273,7 +276,7 @@ class ControllerDriver:
         config = Config.model_validate(
             {
                 "mode": "enforce",
-                "policy": {"name": settings.policy},
+                "policy": {"name": settings.policy, "placement": settings.placement},
                 "interval_s": settings.interval_s,
                 "slurm": {"sacct_interval_s": settings.sacct_interval_s},
                 "cluster": {"gpu_speeds": dict(settings.gpu_speeds)},
