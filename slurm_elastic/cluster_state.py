@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurm_elastic.errors import MarkerError, OutOfReach
 from slurm_elastic.marker import companion_parent, untrusted
@@ -291,6 +291,18 @@ def _offered_sizes(
                 if s >= current or shrink_split(current, own, companion_nodes, s)[1] >= 1
             }
     return tuple(sorted(sizes))
+
+
+def with_partitions(cls: Classification, lists: Mapping[int, tuple[str, ...]]) -> Classification:
+    """``cls`` with each listed pending job shown in those partitions (``Partition=a,b``):
+    what the daemon plans a job it narrowed among again (``actuate.diff.narrowed_from``)."""
+    if not lists:
+        return cls
+    elastic = dict(cls.elastic)
+    for job_id, partitions in lists.items():
+        ej = elastic[job_id]
+        elastic[job_id] = replace(ej, job=replace(ej.job, partition=",".join(partitions)))
+    return replace(cls, elastic=elastic)
 
 
 def pinned_to(job: JobView, nodes: int) -> bool:

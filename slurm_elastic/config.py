@@ -114,6 +114,10 @@ class PolicySection(_Section):
     # by default: in the simulator the policy's choice is not yet better than Slurm's
     # (docs/benchmarks.md, "GPU types").
     placement: Literal["slurm", "plan"] = "slurm"
+    # With "plan": how long a job narrowed to the partition the plan chose may stay there
+    # unstarted before it gets its partitions back (Slurm did not start it there: what
+    # frees elsewhere may).  At least Slurm's backfill interval (bf_interval, 30 s).
+    placement_wait_s: Number = _number(60.0, 0.0, DAY)
 
     @field_validator("name", "fallback")
     @classmethod

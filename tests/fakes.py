@@ -9,7 +9,7 @@ Real Slurm behaviour is tested against the local clusters, not here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -94,7 +94,13 @@ class RecordingBackend:
         return Capabilities("22.05.8", "openapi/v0.0.38", False, True, self.leaks)
 
     # ---------------------------------------------------------------- actions
-    def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
+    def pin_pending_size(
+        self,
+        job_id: int,
+        nodes: int,
+        partition: str | None = None,
+        submitted: Collection[str] = (),
+    ) -> None:
         self.calls.append(
             ("pin", (job_id, nodes) if partition is None else (job_id, nodes, partition))
         )

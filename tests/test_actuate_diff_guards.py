@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurm_elastic.actuate.companion import companion_comment
-from slurm_elastic.actuate.diff import companion_cleanup, diff
+from slurm_elastic.actuate.diff import WIDEN, companion_cleanup, diff, narrowed_from
 from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
+from slurm_elastic.actuate.journal import ActionStatus, JournalEntry
 from slurm_elastic.cluster_state import classify, shrink_layout
 from slurm_elastic.errors import MarkerError
 from slurm_elastic.marker import companion_parent
@@ -105,10 +106,82 @@ def test_a_placed_pending_job_is_pinned_with_its_partition_even_at_its_size() ->
     )
     actions = diff(placed, cls, frozen={})
     assert [(a.job_id, a.to_nodes, dict(a.extra)) for a in actions] == [
-        (3, 2, {"partition": "t4"})
+        (3, 2, {"partition": "t4", "submitted": "a100,t4"})
     ]  # job 4 is at its size already and has no partition to narrow
     narrowed = classify(snapshot([replace(two, partition="t4")]), resolve)
     assert diff(placed, narrowed, frozen={}) == []
+
+
+def _placed_entry(
+    action_id: int, partition: str, submitted: str = "a100,t4", at: float = 0.0, size: int = 2
+) -> JournalEntry:
+    action = Action(
+        ActionKind.START_AT_SIZE,
+        3,
+        0,
+        size,
+        "test",
+        (("partition", partition), ("submitted", submitted)),
+    )
+    return JournalEntry(action_id, action, ActionStatus.APPLIED, at, at)
+
+
+def test_a_narrowed_job_the_plan_does_not_start_gets_its_partitions_back() -> None:
+    """Narrowed to t4 by an earlier plan, job 3 is still pending: a plan that does not
+    start it gives it a100,t4 back (at the size it has); one that starts it in a100
+    narrows it there, the update carrying the list it was submitted to."""
+    entries = [_placed_entry(1, "t4", at=100.0)]
+    assert narrowed_from(entries, "t4") == (("a100", "t4"), 100.0)
+    cls = classify(snapshot([replace(pending(3, lo=2, hi=2), partition="t4")]), resolve)
+    own = {3: ("a100", "t4")}
+    waits = Plan(
+        (Decision(3, 0, 0, Explanation(0.0, 0.0, "test")),), "test", SolverStatus.OPTIMAL, 0.0
+    )
+    (back,) = diff(waits, cls, frozen={}, narrowed=own)
+    assert (back.kind, back.to_nodes, back.reason) == (ActionKind.START_AT_SIZE, 2, WIDEN)
+    assert dict(back.extra) == {"partition": "a100,t4", "submitted": "a100,t4"}
+    assert diff(waits, cls, frozen={}) == []  # not narrowed by the daemon: left alone
+    moved = Plan(
+        (Decision(3, 0, 2, Explanation(0.0, 0.0, "test"), partition="a100"),),
+        "test",
+        SolverStatus.OPTIMAL,
+        0.0,
+    )
+    (pin,) = diff(moved, cls, frozen={}, narrowed=own)
+    assert dict(pin.extra) == {"partition": "a100", "submitted": "a100,t4"}
+
+
+def test_a_narrowed_job_placed_where_it_waits_gets_its_partitions_back_when_overdue() -> None:
+    """The plan places job 3 in t4, where it was narrowed and has not started: nothing to
+    do until it is overdue (placement_wait_s), then it gets a100,t4 back at the planned
+    size (Slurm did not start it in t4; it may start in a100)."""
+    cls = classify(snapshot([replace(pending(3, lo=2, hi=2), partition="t4")]), resolve)
+    own = {3: ("a100", "t4")}
+    here = Plan(
+        (Decision(3, 0, 2, Explanation(0.0, 0.0, "test"), partition="t4"),),
+        "test",
+        SolverStatus.OPTIMAL,
+        0.0,
+    )
+    assert diff(here, cls, frozen={}, narrowed=own) == []
+    (back,) = diff(here, cls, frozen={}, narrowed=own, overdue={3})
+    assert (back.to_nodes, back.reason, dict(back.extra)["partition"]) == (2, WIDEN, "a100,t4")
+    # Its wait counts from the first pin there, not from a later pin of another size.
+    entries = [_placed_entry(1, "t4", at=100.0), _placed_entry(2, "t4", at=160.0, size=1)]
+    assert narrowed_from(entries, "t4")[1] == 100.0
+    moved_back = [*entries, _placed_entry(3, "a100", at=200.0), _placed_entry(4, "t4", at=260.0)]
+    assert narrowed_from(moved_back, "t4")[1] == 260.0
+
+
+def test_only_a_narrowing_that_still_holds_is_given_back() -> None:
+    """Moved since (by its user, or given back), or never narrowed: nothing to give back."""
+    nothing = ((), 0.0)
+    assert narrowed_from([_placed_entry(1, "t4")], "a100") == nothing  # its user moved it
+    given_back = _placed_entry(2, "a100,t4")
+    assert narrowed_from([_placed_entry(1, "t4"), given_back], "t4") == nothing
+    assert narrowed_from([], "t4") == nothing
+    refused = replace(_placed_entry(1, "t4"), status=ActionStatus.REFUSED)
+    assert narrowed_from([refused], "t4") == nothing
 
 
 def test_diff_skips_frozen_jobs_and_jobs_at_target() -> None:

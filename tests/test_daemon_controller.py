@@ -487,7 +487,9 @@ def test_a_refusal_that_is_not_slurms_stays_a_failure_and_is_retried() -> None:
     backend.fail_reads = False
     calls = []
 
-    def unreachable(job_id: int, nodes: int, partition: str | None = None) -> None:
+    def unreachable(
+        job_id: int, nodes: int, partition: str | None = None, submitted: object = ()
+    ) -> None:
         calls.append(job_id)
         raise SlurmUnreachable("scontrol: Unable to contact slurm controller")
 

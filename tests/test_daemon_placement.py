@@ -12,6 +12,8 @@ from dataclasses import replace
 
 import pytest
 
+from slurm_elastic.actuate.diff import WIDEN
+from slurm_elastic.actuate.journal import ActionStatus, Journal
 from slurm_elastic.cluster_state import ElasticJob, classify
 from slurm_elastic.daemon import controller
 from slurm_elastic.daemon.controller import user_groups
@@ -28,6 +30,8 @@ from slurm_elastic.model.priors import prior_from_similar
 from slurm_elastic.policy.decide import allocate
 from slurm_elastic.policy.options import PolicyOptions
 from slurm_elastic.types import (
+    Action,
+    ActionKind,
     AllocationProblem,
     ClusterSnapshot,
     ElasticSpec,
@@ -37,6 +41,7 @@ from slurm_elastic.types import (
     ProgressReport,
     SizeEstimate,
 )
+from tests.fakes import fitting
 from tests.test_daemon_controller import make
 from tests.test_daemon_controller_data import job, pending, snapshot
 from tests.test_model_priors import _hist
@@ -292,3 +297,55 @@ def test_the_controller_asks_a_users_groups_once_per_read_of_the_limits(
     assert asked == [pending(7).user]
     assert ctl.run_once(1030.0).ok  # the next read of the limits
     assert asked == [pending(7).user] * 2
+
+
+def _narrowed_to_fast_at_900(journal: Journal) -> None:
+    """Job 7 (``-p slow,fast``) narrowed to fast by an earlier cycle, as the diff journals it."""
+    narrowing = Action(
+        ActionKind.START_AT_SIZE,
+        7,
+        0,
+        1,
+        "test",
+        (("partition", "fast"), ("submitted", "slow,fast")),
+    )
+    journal.mark(journal.record_intent(narrowing, 900.0), ActionStatus.APPLIED, 900.0)
+
+
+def test_a_job_the_daemon_narrowed_is_planned_among_its_partitions_and_given_them_back() -> None:
+    """policy.placement: plan.  Job 7 (``-p slow,fast``) was narrowed to fast by an earlier
+    cycle and has not started: the next problem offers it both partitions again, and a
+    plan that does not start it gives it both back (at its pinned size); with placement by
+    Slurm the journal is not even read."""
+    snap = _snap([replace(pending(7, lo=1, hi=1), partition="fast")])
+    seen: list[AllocationProblem] = []
+    ctl, backend, journal, _ = make(
+        snap, fitting({7: 0}, seen), policy={"placement": "plan"}, cluster={"gpu_speeds": SPEEDS}
+    )
+    _narrowed_to_fast_at_900(journal)
+    assert ctl.run_once(1000.0).ok
+    (demand,) = seen[-1].elastic
+    assert {o.partition for o in demand.options} == {"slow", "fast"}
+    assert backend.actions() == [("pin", (7, 1, "slow,fast"))]
+    (entry,) = [e for e in journal.actions_for(7) if e.id > 1]
+    assert entry.action.reason == WIDEN and entry.status is ActionStatus.APPLIED
+    by_slurm, backend2, journal2, _ = make(snap, fitting({7: 0}, []))
+    _narrowed_to_fast_at_900(journal2)
+    assert by_slurm.run_once(1000.0).ok and backend2.actions() == []
+
+
+def test_a_narrowed_job_is_never_given_a_partition_its_user_may_no_longer_use() -> None:
+    """The list journalled at the narrowing is the user's own, but a partition closed to
+    them since (here: slow, now AllowGroups=wheel) is neither planned nor given back."""
+    view = replace(pending(7, lo=1, hi=1, user="no-such-user-x"), partition="fast", user_id=1001)
+    snap = _snap([view])
+    closed = (replace(snap.partitions[0], allow_groups=("wheel",)), snap.partitions[1])
+    seen: list[AllocationProblem] = []
+    ctl, backend, journal, _ = make(
+        replace(snap, partitions=closed), fitting({7: 0}, seen), policy={"placement": "plan"}
+    )
+    _narrowed_to_fast_at_900(journal)
+    assert ctl.run_once(1000.0).ok
+    (demand,) = seen[-1].elastic
+    assert demand.partition == "fast" and demand.options == ()
+    assert backend.actions() == []

@@ -319,15 +319,25 @@ def test_a_job_of_two_partitions_starts_in_the_one_chosen_and_never_in_another(
     backend: CliBackend, clean_queue: SlurmCluster
 ) -> None:
     """``Partition=P`` with the size, for placing a job by GPU type; Slurm would let root
-    set any partition, the backend only narrows to one the job asked for."""
+    set any partition, the backend only narrows to one the job asked for, and gives a
+    narrowed job back only the partitions it was submitted to."""
     job_id = sbatch(clean_queue, "-p", "shared,batch", "-N1", "--hold")
     pending = job(backend, job_id)
-    assert set(pending.partitions) == {"shared", "batch"}
+    submitted = pending.partitions
+    assert set(submitted) == {"shared", "batch"}
     sent = actions_sent(backend)
     with pytest.raises(ActionRefused, match="only narrows"):
         backend.pin_pending_size(job_id, 2, partition="debug")
     assert actions_sent(backend) == sent  # nothing was sent to Slurm
     backend.pin_pending_size(job_id, 2, partition="batch")
+    pinned = job(backend, job_id)
+    assert pinned.partitions == ("batch",) and pinned.min_nodes == 2
+    # Given back (the plan did not start it where it was placed): both, never another.
+    with pytest.raises(ActionRefused, match="'debug'"):
+        backend.pin_pending_size(job_id, 2, partition="batch,debug", submitted=submitted)
+    backend.pin_pending_size(job_id, 2, partition=",".join(submitted), submitted=submitted)
+    assert set(job(backend, job_id).partitions) == {"shared", "batch"}
+    backend.pin_pending_size(job_id, 2, partition="batch", submitted=submitted)
     pinned = job(backend, job_id)
     assert pinned.partitions == ("batch",) and pinned.min_nodes == 2
     clean_queue.run("scontrol", "release", str(job_id))

@@ -12,7 +12,7 @@ goes into the action so the shrink instruction can tell the job which nodes stay
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from slurm_elastic.actuate.journal import ActionStatus, JournalEntry
 from slurm_elastic.cluster_state import Classification, ElasticJob, pinned_to, shrink_layout
@@ -21,6 +21,8 @@ from slurm_elastic.types import Action, ActionKind, JobView, Plan
 
 # The reason of a requeued job's pin to its last planned size (``diff``'s ``returning``).
 RETURNING = "requeued: last planned size"
+# The reason of giving a job the daemon narrowed its partitions back (``diff``'s ``narrowed``).
+WIDEN = "not started where placed: its partitions back"
 
 
 def diff(
@@ -28,9 +30,21 @@ def diff(
     classification: Classification,
     frozen: Mapping[int, str],
     returning: Mapping[int, int] | None = None,
+    narrowed: Mapping[int, tuple[str, ...]] | None = None,
+    overdue: Collection[int] = frozenset(),
 ) -> list[Action]:
     """Actions that move every unfrozen elastic job to its planned size, and a job frozen
     by dwell or cooldown to the size a reclaim gives it.
+
+    A pending job the plan starts in one of its partitions (a placement) is narrowed to it
+    in the same update as its size, and the update carries the partitions it was submitted
+    to (``submitted``: journalled, since Slurm forgets them).  ``narrowed``: pending jobs
+    the daemon narrowed that have not started -> those of their partitions they may still
+    use (``narrowed_from``).  One gets them back (``WIDEN``) when the plan does not start
+    it, or places it where it already is and it is ``overdue`` (it has waited there longer
+    than ``policy.placement_wait_s``: Slurm does not start it there).  A job narrowed to a
+    partition where it then waits would otherwise wait there for good, whatever frees
+    elsewhere; given back, it may be placed again at the next cycle.
 
     ``returning``: requeued jobs (preempted, or ``scontrol requeue``) -> the size the
     policy last chose for them (``last_planned_size``).  Slurm keeps a job's node request
@@ -43,6 +57,7 @@ def diff(
     free nodes), then grows, so the per-cycle resize limit favours freeing capacity.
     """
     returning = returning or {}
+    narrowed = narrowed or {}
     pins: list[Action] = []
     shrinks: list[Action] = []
     grows: list[Action] = []
@@ -62,8 +77,20 @@ def diff(
             # options): the pin narrows the job to it in the same update.
             place = decision.partition if target > 0 else None
             narrows = place is not None and ej.job.partitions != (place,)
-            if target > 0 and (narrows or not pinned_to(ej.job, target)):
-                extra = (("partition", place),) if place is not None else ()
+            own = narrowed.get(decision.job_id, ej.job.partitions)
+            stuck = decision.job_id in narrowed and (
+                target == 0 or (not narrows and decision.job_id in overdue)
+            )
+            if stuck:
+                back = (("partition", ",".join(own)), ("submitted", ",".join(own)))
+                size = target or ej.job.node_count
+                pins.append(Action(ActionKind.START_AT_SIZE, ej.job.job_id, 0, size, WIDEN, back))
+            elif target > 0 and (narrows or not pinned_to(ej.job, target)):
+                extra = (
+                    (("partition", place), ("submitted", ",".join(own)))
+                    if place is not None
+                    else ()
+                )
                 pins.append(Action(ActionKind.START_AT_SIZE, ej.job.job_id, 0, target, rule, extra))
             continue
         if not ej.job.is_running:
@@ -115,6 +142,31 @@ def last_planned_size(entries: Iterable[JournalEntry]) -> int | None:
     sized = (ActionKind.START_AT_SIZE, ActionKind.GROW, ActionKind.SHRINK)
     applied = [e for e in entries if e.kind in sized and e.status is ActionStatus.APPLIED]
     return max(applied, key=lambda e: e.id).action.to_nodes if applied else None
+
+
+def narrowed_from(entries: Iterable[JournalEntry], partition: str) -> tuple[tuple[str, ...], float]:
+    """(the partitions a pending job was submitted to, since when it has waited where it
+    is), when the daemon narrowed it to ``partition`` and nothing has moved it since (its
+    newest applied pin that set a partition set that one); else ``((), 0.0)`` (never
+    narrowed, given back, or moved by its user)."""
+    placed = [
+        e
+        for e in entries
+        if e.kind is ActionKind.START_AT_SIZE
+        and e.status is ActionStatus.APPLIED
+        and "partition" in dict(e.action.extra)
+    ]
+    if not placed:
+        return (), 0.0
+    newest = max(placed, key=lambda e: e.id)
+    extra = dict(newest.action.extra)
+    if extra["partition"] != partition or not extra.get("submitted"):
+        return (), 0.0
+    # A re-pin to the same partition (a new size) keeps the time of the first: the job
+    # has waited there since.
+    moved = max((e.id for e in placed if dict(e.action.extra)["partition"] != partition), default=0)
+    since = min(e.updated_at for e in placed if e.id > moved)
+    return tuple(extra["submitted"].split(",")), since
 
 
 def _node_counts(ej: ElasticJob, companions: tuple[int, ...]) -> str:

@@ -140,8 +140,10 @@ class Executor:
         action_id = self.journal.record_intent(action, now)
         try:
             if action.kind is ActionKind.START_AT_SIZE:
-                partition = dict(action.extra).get("partition")
-                self.backend.pin_pending_size(action.job_id, action.to_nodes, partition)
+                extra = dict(action.extra)
+                partition = extra.get("partition")
+                submitted = tuple(filter(None, extra.get("submitted", "").split(",")))
+                self.backend.pin_pending_size(action.job_id, action.to_nodes, partition, submitted)
                 detail = f"pinned NumNodes={action.to_nodes}-{action.to_nodes}"
                 if partition is not None:
                     detail += f" Partition={partition}"

@@ -40,7 +40,12 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from slurm_elastic.actuate.diff import companion_cleanup, diff, last_planned_size
+from slurm_elastic.actuate.diff import (
+    companion_cleanup,
+    diff,
+    last_planned_size,
+    narrowed_from,
+)
 from slurm_elastic.actuate.executor import ActionRecord, Executor
 from slurm_elastic.actuate.guards import (
     GuardKnobs,
@@ -59,6 +64,7 @@ from slurm_elastic.cluster_state import (
     classify,
     not_eligible,
     partition_gpu_types,
+    with_partitions,
 )
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.estimate import Estimator
@@ -327,13 +333,14 @@ class Controller:
             if gpu_speeds
             else {}
         )
-        outlooks = self.estimator.outlooks(cls.elastic, now, speeds)
         placing = Placing(
             speeds,
             in_partition,
             access_rule(snapshot, self._groups_of),
             choose=self.config.policy.placement == "plan",
         )
+        narrowed, overdue = self._narrowed(cls, snapshot, placing, now)
+        outlooks = self.estimator.outlooks(with_partitions(cls, narrowed).elastic, now, speeds)
         cleanup = [
             a
             for a in companion_cleanup(
@@ -346,7 +353,17 @@ class Controller:
         ]
         housekeeping, blocked = self._screen(cleanup, cls, outlooks, now, bars)
         plan, allowed, not_allowed = self._plan(
-            snapshot, cls, outlooks, frozen, waiting, now, frozenset(yielding), bars, placing
+            snapshot,
+            cls,
+            outlooks,
+            frozen,
+            waiting,
+            now,
+            frozenset(yielding),
+            bars,
+            placing,
+            narrowed,
+            overdue,
         )
         records += blocked + not_allowed
         taken, deferred = limit_resizes(housekeeping + allowed, self.knobs.max_resizes_per_cycle)
@@ -527,8 +544,12 @@ class Controller:
         yielding: frozenset[int] = frozenset(),
         bars: Mapping[tuple[int, ActionKind], str] | None = None,
         placing: Placing | None = None,
+        narrowed: Mapping[int, tuple[str, ...]] | None = None,
+        overdue: frozenset[int] = frozenset(),
     ) -> tuple[Plan, list[Action], list[ActionRecord]]:
         """Decide, diff and screen through the guards: (plan, allowed, blocked or deferred).
+        ``narrowed``: pending jobs the daemon narrowed -> the partitions they are planned
+        among again, and those of them ``overdue`` (``_narrowed``).
 
         A plan may give one job the nodes that another job's shrink frees.  When a guard
         blocks that shrink, those nodes are not coming: the grow's companion would wait
@@ -542,11 +563,13 @@ class Controller:
         yields = set(yielding)
         bars = bars or {}
         no_shrink = frozenset(job for job, kind in bars if kind is ActionKind.SHRINK)
+        narrowed = narrowed or {}
+        planned = with_partitions(cls, narrowed)
         blocked_shrinks: list[ActionRecord] = []
         for _ in range(MAX_PLANS_PER_CYCLE):
             problem = build_problem(
                 snapshot,
-                cls,
+                planned,
                 outlooks,
                 held,
                 now=now,
@@ -560,7 +583,7 @@ class Controller:
                 placing=placing,
             )
             plan = self._decide(problem)
-            actions = diff(plan, cls, held, returning)
+            actions = diff(plan, cls, held, returning, narrowed, overdue)
             allowed, blocked = self._screen(actions, cls, outlooks, now, bars)
             needs = [r for r in blocked if r.action.kind is ActionKind.SHRINK]
             if not needs or not any(a.kind in _TAKES_NODES for a in allowed):
@@ -576,6 +599,37 @@ class Controller:
         ]
         kept = [a for a in allowed if a.kind not in _TAKES_NODES]
         return plan, kept, blocked_shrinks + others + deferred
+
+    def _narrowed(
+        self, cls: Classification, snapshot: ClusterSnapshot, placing: Placing, now: float
+    ) -> tuple[dict[int, tuple[str, ...]], frozenset[int]]:
+        """Pending jobs the daemon narrowed to one partition (``policy.placement: plan``)
+        and Slurm still shows there -> the partitions they were submitted to that are UP
+        and that their user may still use, where that is more than the one: they are
+        planned among those again, and given them back (``diff``) when the plan does not
+        start them or they are overdue (the second item: placed there longer than
+        ``policy.placement_wait_s`` ago).  One journal read per pending job of one
+        partition, with ``plan`` only."""
+        if not placing.choose:
+            return {}, frozenset()
+        wait = self.config.policy.placement_wait_s
+        up = {p.name for p in snapshot.partitions if p.state.upper() == "UP"}
+        out: dict[int, tuple[str, ...]] = {}
+        overdue: set[int] = set()
+        for job_id, ej in cls.elastic.items():
+            job = ej.job
+            if not job.is_pending or len(job.partitions) != 1:
+                continue
+            (here,) = job.partitions
+            submitted, since = narrowed_from(self.journal.actions_for(job_id), here)
+            usable = tuple(
+                p for p in submitted if p == here or (p in up and placing.may_use(job, p))
+            )
+            if len(usable) > 1:
+                out[job_id] = usable
+                if now - since >= wait:
+                    overdue.add(job_id)
+        return out, frozenset(overdue)
 
     def _returning(self, cls: Classification) -> dict[int, int]:
         """Requeued elastic jobs -> the size the policy last chose for them (``diff``)."""

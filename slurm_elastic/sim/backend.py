@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import bisect
 import functools
+from collections.abc import Collection
 from operator import getitem
 from typing import NamedTuple
 
 from slurm_elastic.errors import SlurmRejected
 from slurm_elastic.marker import companion_parent, format_marker
 from slurm_elastic.sim.engine import Cluster, SimJob
+from slurm_elastic.slurm.backend import check_own_partitions
 from slurm_elastic.types import (
     Allocation,
     Capabilities,
@@ -235,8 +237,18 @@ class SimBackend:
         return Capabilities(version="22.05.8-sim", json_plugin=None, permit_job_expansion=False)
 
     # ---------------------------------------------------------------- actions
-    def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
-        # The cluster narrows to one of the job's own partitions only, as the CLI backend.
+    def pin_pending_size(
+        self,
+        job_id: int,
+        nodes: int,
+        partition: str | None = None,
+        submitted: Collection[str] = (),
+    ) -> None:
+        # Only to the job's own partitions, as the CLI backend.
+        if partition is not None:
+            check_own_partitions(
+                job_id, partition, self.cluster.get_active(job_id).partitions, submitted
+            )
         self.cluster.pin(job_id, nodes, partition)
 
     def shrink(self, job_id: int, nodes: int) -> None:

@@ -361,8 +361,10 @@ class Cluster:
 
     # ------------------------------------------------------------ Slurm actions
     def pin(self, job_id: int, nodes: int, partition: str | None = None) -> None:
-        """``NumNodes=n-n`` on a pending job; with ``partition`` (one of its own) also
-        ``Partition=P`` in the same update, narrowing it to that one."""
+        """``NumNodes=n-n`` on a pending job; with ``partition`` (one, or several
+        comma-separated) also ``Partition=`` in the same update, the job's list from then on.
+        As Slurm for root, any partition of the cluster is accepted: the backend checks
+        that it is one of the job's own."""
         # As the CLI backend: what it checks before calling Slurm is ActionRefused (nothing
         # sent); what Slurm itself refuses is SlurmRejected with Slurm's message.
         job = self.get_active(job_id)
@@ -370,20 +372,20 @@ class Cluster:
             raise ActionRefused(f"cannot pin the size of job {job_id}: it is {job.state}")
         if nodes < 1:
             raise ActionRefused(f"node count must be a positive integer, got {nodes}")
-        if partition is not None and partition not in job.partitions:
-            raise ActionRefused(
-                f"cannot start job {job_id} in partition {partition!r}: it asked for "
-                f"{','.join(job.partitions)!r}"
+        places = job.partitions if partition is None else tuple(partition.split(","))
+        if any(self._partition_size(p) == 0 for p in places):
+            raise SlurmRejected(
+                f"job {job_id}: Partition={partition}",
+                slurm_message="Invalid partition name specified",
             )
-        places = job.partitions if partition is None else (partition,)
         if nodes > max(self._partition_size(p) for p in places):
             raise SlurmRejected(
                 f"job {job_id}: {nodes} nodes",
                 slurm_message="Requested node configuration is not available",
             )
         changed = nodes != job.request
-        if partition is not None and job.partitions != (partition,):
-            job.partitions, job.partition = (partition,), partition
+        if job.partitions != places:
+            job.partitions, job.partition = places, places[0]
             changed = True
         job.request = nodes
         if changed:

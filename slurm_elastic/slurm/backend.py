@@ -26,9 +26,10 @@ Errors (the contract every implementation keeps; nothing else escapes a method):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol, runtime_checkable
 
+from slurm_elastic.errors import ActionRefused
 from slurm_elastic.types import (
     Capabilities,
     ClusterSnapshot,
@@ -107,16 +108,24 @@ class SlurmBackend(Protocol):
         ...
 
     # ---------------------------------------------------------------- actions
-    def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
+    def pin_pending_size(
+        self,
+        job_id: int,
+        nodes: int,
+        partition: str | None = None,
+        submitted: Collection[str] = (),
+    ) -> None:
         """Pending job: ``NumNodes=n-n`` so it starts at exactly ``nodes``; with
         ``partition``, also ``Partition=P`` in the same update, so that a job submitted to
-        several partitions (``-p a100,t4``) starts in that one.  Slurm lets root set any
-        partition, one the user never asked for too: this only ever narrows to one of the
-        job's own (``JobView.partitions``).
+        several partitions (``-p a100,t4``) starts in that one.  ``partition`` may list
+        several (``a100,t4``: a job the daemon narrowed given its list back).  Slurm lets
+        root set any partition, one the user never asked for too: each named must be one of
+        the job's own, as Slurm shows them now (``JobView.partitions``) or as it was
+        submitted (``submitted``: the list the daemon journalled when it narrowed it).
 
         Raises:
-            ActionRefused: ``nodes`` < 1, the job is not pending, or ``partition`` is not one
-                of the job's own (nothing sent).
+            ActionRefused: ``nodes`` < 1, the job is not pending, or ``partition`` names one
+                that is not the job's own (nothing sent).
             SlurmRejected: Slurm refused the update.
             SlurmUnreachable, SlurmTimeout: it may or may not have been applied.
         """
@@ -202,3 +211,24 @@ class SlurmBackend(Protocol):
             SlurmUnreachable, SlurmTimeout: the job may or may not exist.
         """
         ...
+
+
+def check_own_partitions(
+    job_id: int, named: str, own: Collection[str], submitted: Collection[str] = ()
+) -> None:
+    """``pin_pending_size``'s rule for ``Partition=``: every partition ``named`` (one, or
+    several comma-separated) is one of the job's ``own`` (as Slurm shows them now) or of
+    those it was ``submitted`` to.  Slurm would let root set any, so a backend checks this
+    before it sends anything.
+
+    Raises:
+        ActionRefused: one named is neither.
+    """
+    allowed = set(own) | set(submitted)
+    for name in named.split(","):
+        if name not in allowed:
+            raise ActionRefused(
+                f"cannot start job {job_id} in partition {name!r}: it asked for "
+                f"{','.join(submitted or own)!r}, and a placement only narrows a job to its "
+                "own partitions"
+            )

@@ -46,7 +46,7 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -61,6 +61,7 @@ from slurm_elastic.errors import (
     SlurmUnreachable,
 )
 from slurm_elastic.slurm import parse_json, parse_text
+from slurm_elastic.slurm.backend import check_own_partitions
 from slurm_elastic.slurm.owner import SUBMIT_OPTIONS, submit_environment, submit_prefix
 from slurm_elastic.slurm.runner import SlurmRunner
 from slurm_elastic.types import (
@@ -302,17 +303,19 @@ class CliBackend:
 
     # ------------------------------------------------------------------ actions
 
-    def pin_pending_size(self, job_id: int, nodes: int, partition: str | None = None) -> None:
+    def pin_pending_size(
+        self,
+        job_id: int,
+        nodes: int,
+        partition: str | None = None,
+        submitted: Collection[str] = (),
+    ) -> None:
         _positive(job_id, "job id")
         _positive(nodes, "node count")
         job = self._require_state(job_id, JobState.PENDING, "pin the size of")
         change = [f"NumNodes={nodes}-{nodes}"]
         if partition is not None:
-            if partition not in job.partitions:
-                raise ActionRefused(
-                    f"cannot start job {job_id} in partition {partition!r}: it asked for "
-                    f"{job.partition!r}, and a placement only narrows a job's partitions"
-                )
+            check_own_partitions(job_id, partition, job.partitions, submitted)
             change.insert(0, f"Partition={partition}")
         self._idempotent(
             lambda: self.runner.act(("scontrol", "update", f"JobId={job_id}", *change))
