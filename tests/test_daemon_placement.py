@@ -276,12 +276,13 @@ def test_user_groups_come_from_the_hosts_user_database() -> None:
     assert user_groups("no-such-user-x") == frozenset()
 
 
+@pytest.mark.parametrize("sacct_fails", [False, True])
 def test_the_controller_asks_a_users_groups_once_per_read_of_the_limits(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, sacct_fails: bool
 ) -> None:
     """The user database (LDAP at many sites) is asked once for a user, not every cycle,
-    and again after the next read of the limits (the sacct cadence): a group a user
-    joins counts from then on."""
+    and again at the sacct cadence: a group a user joins counts from then on, also while
+    sacct fails (the limits are then not re-read)."""
     asked: list[str] = []
 
     def counted(user: str) -> frozenset[str]:
@@ -291,11 +292,12 @@ def test_the_controller_asks_a_users_groups_once_per_read_of_the_limits(
     monkeypatch.setattr(controller, "user_groups", counted)
     snap = _snap([replace(pending(7), partition="slow,fast")])
     parts = (replace(snap.partitions[0], allow_groups=("wheel",)), snap.partitions[1])
-    ctl, *_ = make(replace(snap, partitions=parts), {7: 1}, slurm={"sacct_interval_s": 20})
+    ctl, backend, *_ = make(replace(snap, partitions=parts), {7: 1}, slurm={"sacct_interval_s": 20})
+    backend.fail_history = sacct_fails
     for now in (1000.0, 1005.0, 1010.0):
         assert ctl.run_once(now).ok
     assert asked == [pending(7).user]
-    assert ctl.run_once(1030.0).ok  # the next read of the limits
+    assert ctl.run_once(1030.0).ok  # the sacct cadence
     assert asked == [pending(7).user] * 2
 
 

@@ -169,9 +169,11 @@ class Controller:
         self._qos_nodes: dict[str, int] = {}
         self._assoc_nodes: dict[tuple[str, str, str], int] = {}
         # user -> groups (the host's user database, LDAP at many sites), asked only for a
-        # partition with AllowGroups and forgotten when the limits are re-read: membership
-        # changes as rarely, and a lookup per cycle could stall on a slow directory.
+        # partition with AllowGroups and forgotten every slurm.sacct_interval_s, when the
+        # limits are re-read: membership changes as rarely, and a lookup per cycle could
+        # stall on a slow directory.  Its own clock: a failing sacct must not freeze it.
         self._groups: dict[str, frozenset[str]] = {}
+        self._groups_since = -math.inf
         self.last_result: CycleResult | None = None
         self._capabilities: Capabilities | None = None  # probed on first need, then kept
         self.reconfigure(config)
@@ -241,6 +243,9 @@ class Controller:
             self.journal.prune(now - self.config.slurm.sacct_lookback_s, alive)
             self._pruned_at = now
         history_calls = self._refresh_history(now)
+        if now - self._groups_since >= self.config.slurm.sacct_interval_s:
+            self._groups.clear()
+            self._groups_since = now
         try:
             result = self._cycle(snapshot, now, started, history_calls, done_here)
         except StateError:
@@ -460,8 +465,7 @@ class Controller:
 
     def _refresh_node_limits(self) -> int:
         """Re-read the QOS and association per-job node limits (a Slurm call each); a read
-        that fails keeps the last.  Users' groups are looked up afresh after it."""
-        self._groups.clear()
+        that fails keeps the last."""
         try:
             self._qos_nodes = dict(self.backend.read_qos_node_limits())
         except SlurmError as exc:
