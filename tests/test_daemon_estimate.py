@@ -190,8 +190,9 @@ def test_a_claimed_stop_free_mode_yields_to_the_resize_cost_measured() -> None:
     view = job(7, nodes=("n1", "n2"), lo=1, hi=4, start=0.0)
     assert estimator.outlooks({7: ElasticJob(view, SPEC)}, 650.0)[7].resize_cost_s == 2.0
     estimator.resized(7, 650.0, 1)
-    # At 1 node: it resumed at t=672 and trained 0.25 steps/s from there on.
-    for t, step in ((700.0, 307), (800.0, 332), (900.0, 357)):
+    # It trained on to step 325 at the shrink (t=650); at 1 node it resumed at t=672 and
+    # trained 0.25 steps/s from there on.
+    for t, step in ((700.0, 332), (800.0, 357), (900.0, 382)):
         reports.add(
             ProgressReport(
                 job_id=7,

@@ -171,14 +171,15 @@ def test_resize_cost_is_measured_and_used() -> None:
     _feed(m, 5, nodes=4)
     last_t = 500 / SPEED.throughput(4)
     m.record_resize(last_t + 1.0, 8)
-    # Restart takes 30 s, then 100 steps at the new speed before the first report.
-    rate8 = SPEED.throughput(8)
+    # 1 s more at 4 nodes, then the restart takes 30 s, then 100 steps at the new speed
+    # before the first report.
+    rate4, rate8 = SPEED.throughput(4), SPEED.throughput(8)
     first = last_t + 1.0 + 30.0 + 100 / rate8
     m.update(
         ProgressReport(
             job_id=7,
             time=first,
-            step=600,
+            step=round(500 + rate4 + 100),
             nodes=8,
             samples_per_s=rate8 * 64,
             global_batch=64,
@@ -210,6 +211,29 @@ def test_a_job_that_never_reported_pays_for_a_resize_all_it_has_run() -> None:
     unreported = _outlook(None, elapsed=3600.0)
     assert progress_over(unreported, 8, 3600.0) == 0.0
     assert progress_over(unreported, 4, 3600.0) > 0.0
+
+
+def test_the_steps_before_the_resize_are_not_taken_for_speed_after_it() -> None:
+    """The resize comes a report interval after the last report (30 min in the simulator):
+    what the job trained in between, at its old size, is not progress at the new one.
+    Measured from the last report's progress, this 60 s restart read as 0 s."""
+    m = JobModel(7)
+    _feed(m, 5, nodes=4)
+    rate4, rate8 = SPEED.throughput(4), SPEED.throughput(8)
+    last_t = 500 / rate4
+    m.record_resize(last_t + 1800.0, 8)
+    first = last_t + 1800.0 + 60.0 + 1000 / rate8
+    m.update(
+        ProgressReport(
+            job_id=7,
+            time=first,
+            step=round(500 + 1800.0 * rate4 + 1000),
+            nodes=8,
+            samples_per_s=rate8 * 64,
+            global_batch=64,
+        )
+    )
+    assert m.fit().resize_cost_s == pytest.approx(60.0, abs=1.0)
 
 
 def test_a_free_restart_is_a_measurement_too() -> None:

@@ -244,7 +244,7 @@ class JobModel:
         A grow also records the speed-up the current fit promised for it (``GrowCheck``).
         """
         to_nodes = int(to_nodes)
-        self._pending_resize = (now, to_nodes, self._progress)
+        self._pending_resize = (now, to_nodes, self._progress_at(now))
         self._promise = None
         last = self._last
         fit = self._cache.throughput if self._cache is not None else None
@@ -255,6 +255,17 @@ class JobModel:
             promised = fit.throughput(to_nodes) / fit.throughput(before)
             if promised > 1.0 + MIN_PROMISED_GAIN:
                 self._promise = (before, to_nodes, promised)
+
+    def _progress_at(self, t: float) -> float:
+        """Progress at ``t`` (reference steps): the newest report's, carried on to ``t`` at
+        the measured rate of its size (the job trained on until the resize stopped it; up to
+        a report interval later).  Counting that as progress made after the resize would
+        take it for speed at the new size and measure the restart as cheaper than it was."""
+        last = self._last
+        rates = self._rates.get(last.nodes) if last is not None else None
+        if last is None or t <= last.time or not rates:
+            return self._progress
+        return self._progress + (t - last.time) * statistics.median(rates)
 
     def _judge_grow(self, size: int) -> None:
         """Once enough rates are measured at the size of the last grow, compare them with
