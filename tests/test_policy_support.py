@@ -123,8 +123,14 @@ def fits(p: AllocationProblem, sizes: dict[int, int]) -> bool:
     return int(maximum_flow(graph, src, sink).flow_value) == need
 
 
-def legal_sizes(d: ElasticDemand) -> list[int]:
+def legal_sizes(d: ElasticDemand, reclaiming: bool = False) -> list[int]:
+    """The sizes a plan may give ``d``.  A frozen job keeps its size, except that a borrower
+    (``loan_yields``) in a class with a reclaim row may give back its loan, down to the
+    allowed size at or below its entitlement (``reclaim_grid_floor``)."""
     if d.frozen:
+        if reclaiming and d.loan_yields and d.reclaim_grid_floor < d.current_nodes:
+            lowest = d.reclaim_grid_floor
+            return [s for s in d.allowed_sizes if lowest <= s < d.current_nodes] + [d.current_nodes]
         return [d.current_nodes]
     if d.current_nodes > 0:
         return sorted(set(d.allowed_sizes) | {d.current_nodes})
@@ -135,17 +141,34 @@ def brute_force(
     p: AllocationProblem,
     options: PolicyOptions | None = None,
     must_start: frozenset[int] = frozenset(),
+    *,
+    loans_only: bool = False,
 ) -> float:
     """Best objective over every legal size vector that fits (capacity only) and gives
-    every job in ``must_start`` a size."""
+    every job in ``must_start`` a size.  ``loans_only``: among those that shrink no running
+    borrower (a job with nodes on loan) below the size a reclaim leaves it at
+    (``reclaim_grid_floor``)."""
     compiled = compile_problem(p, options or PolicyOptions())
+    floors = {
+        d.job_id: d.reclaim_grid_floor for d in p.elastic if loans_only and d.is_running and d.loan
+    }
     values = [
         dict(zip(j.legal.tolist(), j.legal_value.tolist(), strict=True)) for j in compiled.jobs
     ]
+    # Whether a reclaim row covers a frozen borrower is the compile's reading of the queue
+    # (the reclaim tests check it): it then offers more than the current size.  What the
+    # borrower may give back is ``legal_sizes``'s own rule.
+    reclaiming = [
+        d.frozen and len(j.legal) > 1 for d, j in zip(p.elastic, compiled.jobs, strict=True)
+    ]
     best = -math.inf
-    for combo in itertools.product(*(legal_sizes(d) for d in p.elastic)):
+    for combo in itertools.product(
+        *(legal_sizes(d, r) for d, r in zip(p.elastic, reclaiming, strict=True))
+    ):
         sizes = {d.job_id: s for d, s in zip(p.elastic, combo, strict=True)}
         if any(sizes[j] == 0 for j in must_start):
+            continue
+        if any(sizes[j] < floor for j, floor in floors.items()):
             continue
         if fits(p, sizes):
             best = max(best, sum(v[s] for v, s in zip(values, combo, strict=True)))
@@ -155,7 +178,8 @@ def brute_force(
 def fifo_admitted(p: AllocationProblem) -> frozenset[int]:
     """Pending jobs that fit, in Slurm's queue order, at their smallest candidate size while every
     running job is at its smallest (a frozen one at its size): the admission floor, by
-    max-flow (capacity only: use without pending rigid jobs)."""
+    max-flow (capacity only: use without pending rigid jobs or frozen pending elastic ones,
+    ``instances(pending_rigid=False, pending_frozen=False)``)."""
     compiled = compile_problem(p, PolicyOptions())
     sizes = {j.job_id: int(j.sizes[0]) for j in compiled.jobs}
     started: set[int] = set()
@@ -194,8 +218,12 @@ def instances(
     max_jobs: int = 4,
     one_pool: bool = False,
     pending_rigid: bool = True,
+    pending_frozen: bool = True,
 ) -> AllocationProblem:
-    """Small random problems whose *current* state fits (reality always does)."""
+    """Small random problems whose *current* state fits (reality always does).
+    ``pending_frozen=False``: only running jobs are frozen (a frozen pending job waits in
+    Slurm's queue and is served in its order: the plan reserves for it like for a pending
+    rigid job, which a capacity-only oracle cannot express)."""
     if one_pool:
         node_pools = (NodePool(frozenset({"a"}), draw(st.integers(0, 10))),)
         parts: tuple[str, ...] = ("a",)
@@ -230,7 +258,7 @@ def instances(
                 sizes,
                 weight=draw(st.sampled_from([0.5, 1.0, 2.0])),
                 submit=float(draw(st.integers(0, 5))),
-                frozen=draw(st.integers(0, 4)) == 0,
+                frozen=draw(st.integers(0, 4)) == 0 and (pending_frozen or running),
                 requested=draw(st.one_of(st.none(), st.integers(1, hi + 1))),
                 entitled=entitled,
                 loan_yields=draw(st.booleans()),

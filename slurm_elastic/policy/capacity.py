@@ -79,7 +79,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from slurm_elastic.errors import SolverError
@@ -214,8 +214,17 @@ def build_rows(
         set(classes_of.values()) | set(rigid_classes.values()) | set(placement_classes),
         key=lambda c: sorted(c),
     )
+    sets = hall_sets(tuple(all_classes), tuple(problem.pools), max_component)
+    futile: set[int] = set()
+    for classes, cap in sets:
+        if len(classes) > 1:
+            rigid_in = [r for r in problem.rigid if rigid_classes[r.job_id] in classes]
+            rigid_running = sum(r.nodes for r in rigid_in if r.running)
+            futile |= _cannot_start(
+                classes, cap - rigid_running, rigid_in, problem.elastic, classes_of
+            )
     rows: list[RowSpec] = []
-    for classes, cap in hall_sets(tuple(all_classes), tuple(problem.pools), max_component):
+    for classes, cap in sets:
         rigid_in = [r for r in problem.rigid if rigid_classes[r.job_id] in classes]
         rigid_running = sum(r.nodes for r in rigid_in if r.running)
         name = _name(classes)
@@ -229,6 +238,7 @@ def build_rows(
                 problem.elastic,
                 classes_of,
                 elastic_reclaims,
+                futile,
             )
         )
         rows.extend(
@@ -256,6 +266,58 @@ def _promise(
     return [RowSpec(f"{PROMISE}:{name}", PROMISE, rhs, classes, growth_only=True)]
 
 
+def _queue(
+    classes: frozenset[Class],
+    rigid_in: list[RigidDemand],
+    elastic: tuple[ElasticDemand, ...],
+    classes_of: dict[int, Class],
+) -> tuple[list[RigidDemand], list[ElasticDemand], list[tuple[QueueKey, int, bool]]]:
+    """The pending rigid jobs (startable, in Slurm's order), the running elastic jobs and
+    the pending elastic jobs ``(key, minimum, not frozen)`` (in Slurm's order) of a row."""
+    pending_rigid = sorted(
+        (r for r in rigid_in if not r.running and r.startable),
+        key=lambda r: queue_key(r.priority, r.submit_time, r.job_id),
+    )
+    elastic_in = [e for e in elastic if classes_of[e.job_id] in classes]
+    running = [e for e in elastic_in if e.is_running]
+    pending = sorted(
+        (queue_key(e.priority, e.submit_time, e.job_id), e.min_nodes, not e.frozen)
+        for e in elastic_in
+        if not e.is_running
+    )
+    return pending_rigid, running, pending
+
+
+def _cannot_start(
+    classes: frozenset[Class],
+    free_of_rigid: int,
+    rigid_in: list[RigidDemand],
+    elastic: tuple[ElasticDemand, ...],
+    classes_of: dict[int, Class],
+) -> set[int]:
+    """Pending jobs of a set of several partitions that could not start at their minimum
+    even if every borrower of the set gave back its whole loan: the jobs ahead of them in
+    Slurm's queue, in any of these partitions, take the nodes first.  A reclaim for one of
+    them (a row of its own partition alone, which does not see those jobs) would shrink
+    borrowers for nodes that then go to the jobs ahead, or stand idle."""
+    pending_rigid, running, pending = _queue(classes, rigid_in, elastic, classes_of)
+    loans = sum(e.current_nodes - e.reclaim_floor for e in running)
+    if not loans:
+        return set()
+    free = free_of_rigid - sum(e.current_nodes for e in running) + loans
+    waiting = sorted(
+        [(key, least) for key, least, _ in pending]
+        + [(queue_key(r.priority, r.submit_time, r.job_id), r.nodes) for r in pending_rigid]
+    )
+    out: set[int] = set()
+    ahead = 0
+    for key, least in waiting:
+        if ahead + least > free:
+            out.add(key[2])
+        ahead += least
+    return out
+
+
 def _reservations(
     name: str,
     classes: frozenset[Class],
@@ -264,22 +326,13 @@ def _reservations(
     elastic: tuple[ElasticDemand, ...],
     classes_of: dict[int, Class],
     elastic_reclaims: bool,
+    futile: Collection[int],
 ) -> list[RowSpec]:
-    pending_rigid = sorted(
-        (r for r in rigid_in if not r.running and r.startable),
-        key=lambda r: queue_key(r.priority, r.submit_time, r.job_id),
-    )
-    elastic_in = [e for e in elastic if classes_of[e.job_id] in classes]
-    running = [e for e in elastic_in if e.is_running]
+    pending_rigid, running, pending = _queue(classes, rigid_in, elastic, classes_of)
     loans = sum(e.current_nodes - e.reclaim_floor for e in running)
     if not pending_rigid and not loans:
         return []
     running_cur = sum(e.current_nodes for e in running)
-    pending = sorted(
-        (queue_key(e.priority, e.submit_time, e.job_id), e.min_nodes, not e.frozen)
-        for e in elastic_in
-        if not e.is_running
-    )
     keys = [k for k, _, _ in pending]
     ahead_min = list(itertools.accumulate((m for _, m, _ in pending), initial=0))
     # Reclaims only where the nodes freed are ones the waiting job can use: in the row of
@@ -294,7 +347,7 @@ def _reservations(
         for at, (key, least, can_start) in enumerate(pending):
             before = bisect.bisect_left(rigid_keys, key)
             slack = float(free_of_rigid - running_cur - ahead_min[at] - rigid_upto[before] - least)
-            if can_start and slack < 0 <= slack + loans:
+            if can_start and slack < 0 <= slack + loans and key[2] not in futile:
                 job = key[2]
                 rows.append(
                     RowSpec(f"{RECLAIM}:{name}:job{job}", RECLAIM, slack, classes, key, True)
@@ -307,7 +360,7 @@ def _reservations(
         slack = float(free_of_rigid - running_cur - ahead_min[at] - reserved)
         if slack >= 0:
             kind, rhs = RESERVATION, slack
-        elif reclaims and slack + loans >= 0:
+        elif reclaims and slack + loans >= 0 and r.job_id not in futile:
             kind, rhs = RECLAIM, slack
         else:
             kind, rhs = RESERVATION, 0.0
