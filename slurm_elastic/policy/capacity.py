@@ -214,26 +214,23 @@ def build_rows(
         set(classes_of.values()) | set(rigid_classes.values()) | set(placement_classes),
         key=lambda c: sorted(c),
     )
-    sets = hall_sets(tuple(all_classes), tuple(problem.pools), max_component)
-    futile: set[int] = set()
-    for classes, cap in sets:
-        if len(classes) > 1:
-            rigid_in = [r for r in problem.rigid if rigid_classes[r.job_id] in classes]
-            rigid_running = sum(r.nodes for r in rigid_in if r.running)
-            futile |= _cannot_start(
-                classes, cap - rigid_running, rigid_in, problem.elastic, classes_of
-            )
-    rows: list[RowSpec] = []
-    for classes, cap in sets:
+    sets = []  # (classes, their pending and running rigid jobs, nodes no running rigid job holds)
+    for classes, cap in hall_sets(tuple(all_classes), tuple(problem.pools), max_component):
         rigid_in = [r for r in problem.rigid if rigid_classes[r.job_id] in classes]
-        rigid_running = sum(r.nodes for r in rigid_in if r.running)
+        sets.append((classes, rigid_in, cap - sum(r.nodes for r in rigid_in if r.running)))
+    futile: set[int] = set()
+    for classes, rigid_in, free in sets:
+        if len(classes) > 1:
+            futile |= _cannot_start(classes, free, rigid_in, problem.elastic, classes_of)
+    rows: list[RowSpec] = []
+    for classes, rigid_in, free in sets:
         name = _name(classes)
-        rows.append(RowSpec(f"{CAPACITY}:{name}", CAPACITY, float(cap - rigid_running), classes))
+        rows.append(RowSpec(f"{CAPACITY}:{name}", CAPACITY, float(free), classes))
         rows.extend(
             _reservations(
                 name,
                 classes,
-                cap - rigid_running,
+                free,
                 rigid_in,
                 problem.elastic,
                 classes_of,
@@ -241,9 +238,7 @@ def build_rows(
                 futile,
             )
         )
-        rows.extend(
-            _promise(name, classes, cap - rigid_running, rigid_in, problem.elastic, classes_of)
-        )
+        rows.extend(_promise(name, classes, free, rigid_in, problem.elastic, classes_of))
     return rows
 
 
