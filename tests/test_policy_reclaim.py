@@ -209,3 +209,27 @@ def test_a_shrink_below_the_floor_does_not_fund_a_larger_start_yet() -> None:
         pools(a=4),
     )
     assert targets(allocate(p, "mip")) == {100: 1, 101: 1, 102: 2}
+
+
+@pytest.mark.parametrize("policy", ["mip", "greedy"])
+def test_no_reclaim_for_a_rigid_job_that_jobs_of_another_partition_ahead_would_keep_out(
+    policy: str,
+) -> None:
+    """As above with the job waiting in b rigid (-N3): it gets a plain reservation (the
+    borrower grows no further) and no reclaim; with no job of a ahead it could start once
+    the loan is back, and it reclaims."""
+    jobs = [
+        _linear(100, "a", 0, (1,)),
+        _linear(101, "a", 0, (1,)),
+        _linear(102, "b", 3, (1, 2, 3), entitled=1),
+    ]
+    waiting = (RigidDemand(103, "b", 3, running=False, submit_time=1.0),)
+    kept_out = problem(jobs, pools(a_b=4), waiting)
+    rows = _rows(kept_out)
+    assert ("fifo-reservation:b:job103", RESERVATION, 0.0) in rows
+    assert not [name for name, kind, _ in rows if kind == RECLAIM]
+    # 102 gives a node to the jobs of a by capacity alone; a reclaim would have taken it to
+    # 1 and idled a node.
+    assert targets(allocate(kept_out, policy)) == {100: 1, 101: 1, 102: 2}
+    alone = problem([jobs[2]], pools(a_b=4), waiting)
+    assert [name for name, kind, _ in _rows(alone) if kind == RECLAIM] == ["reclaim:b:job103"]
