@@ -104,9 +104,9 @@ def _plain_coefficient(spec: RowSpec, d: ElasticDemand, size: int) -> float:
         return float(size - d.current_nodes) if d.is_running else 0.0
     if spec.kind == CAPACITY or spec.cutoff is None:
         return float(size)
+    if spec.kind == RECLAIM:  # the loans given back: a shrink down to the entitlement only
+        return float(max(size, d.reclaim_grid_floor) - d.current_nodes) if d.is_running else 0.0
     if d.is_running:
-        if spec.kind == RECLAIM:  # a shrink counts down to the entitlement (its grid) only
-            return float(max(size, d.reclaim_grid_floor) - d.current_nodes)
         return float(size - d.current_nodes)
     key = queue_key(d.priority, d.submit_time, d.job_id)
     if key < spec.cutoff or (spec.through and key == spec.cutoff):

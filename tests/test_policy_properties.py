@@ -94,10 +94,9 @@ def test_mip_with_the_floor_is_optimal_among_plans_that_admit_it(p: AllocationPr
     """Default options: every FIFO-admitted pending job starts, and nothing better exists
     where no job holds nodes on loan.  With loans, the plan is at least the best one that
     takes back only loans (no borrower below ``reclaim_grid_floor``) and at most the best of
-    all: a reclaim row credits a borrower's shrink only down to that floor, so a shrink
-    below it that would fund a larger start of a job ahead of the reclaimer is not seen
-    (docs/policies.md, "Known gaps";
-    ``test_a_shrink_below_the_floor_does_not_fund_a_larger_start_yet``)."""
+    all: a reclaim makes borrowers give back their loans although another job's shrink
+    might have been cheaper (``test_mip_is_the_best_plan_the_rules_allow`` checks the
+    rules themselves)."""
     admitted = fifo_admitted(p)
     plan = allocate(p, "mip", options=INLINE)
     assert plan.solver == "mip" and plan.status is SolverStatus.OPTIMAL
@@ -109,6 +108,22 @@ def test_mip_with_the_floor_is_optimal_among_plans_that_admit_it(p: AllocationPr
     assert floor - tol <= plan.objective <= best + tol, (floor, plan.objective, best)
     if not any(d.loan for d in p.elastic):
         assert math.isclose(plan.objective, best, rel_tol=2e-3, abs_tol=1e-6), (plan, best)
+
+
+@FAST
+@given(p=instances(one_pool=True, pending_frozen=False))
+def test_mip_is_the_best_plan_the_rules_allow(p: AllocationProblem) -> None:
+    """One partition, pending rigid jobs too: the plan keeps the reservation and reclaim
+    rules, written out naively (``reservations_hold``), and no plan that keeps them and
+    starts the same pending jobs or more is better (the rules are not stricter than they
+    say: a shrink below the entitlement that funds a larger start is seen)."""
+    plan = allocate(p, "mip", options=INLINE)
+    assert plan.solver == "mip" and plan.status is SolverStatus.OPTIMAL
+    got = targets(plan)
+    assert reservations_hold(p, got)
+    started = frozenset(d.job_id for d in p.elastic if not d.is_running and got[d.job_id] > 0)
+    best = brute_force(p, INLINE, must_start=started, holds=reservations_hold)
+    assert math.isclose(plan.objective, best, rel_tol=2e-3, abs_tol=1e-6), (got, best)
 
 
 @FAST

@@ -34,7 +34,10 @@ def _borrower(entitled: int | None, **kw: object) -> AllocationProblem:
 @pytest.mark.parametrize("policy", PLANNERS)
 def test_a_borrower_gives_back_what_a_pending_rigid_job_needs_and_no_more(policy: str) -> None:
     p = _borrower(entitled=1)
-    assert _rows(p) == [("reclaim:batch:job91", RECLAIM, -1.0)]
+    assert _rows(p) == [
+        ("reclaim:batch:job91", RECLAIM, -1.0),
+        ("fifo-reservation:batch:job91", RESERVATION, -1.0),
+    ]
     plan = allocate(p, policy)
     assert targets(plan) == {1: 2}
     why = plan.decisions[0].explanation
@@ -129,7 +132,10 @@ def test_a_higher_priority_pending_elastic_job_is_started_from_loans(policy: str
         ],
         pools(batch=4),
     )
-    assert _rows(p) == [("reclaim:batch:job2", RECLAIM, -1.0)]
+    assert _rows(p) == [
+        ("reclaim:batch:job2", RECLAIM, -1.0),
+        ("fifo-reservation:batch:job2", RESERVATION, -1.0),
+    ]
     plan = allocate(p, policy)
     assert targets(plan) == {1: 2, 2: 2}
     why = plan.decisions[0].explanation
@@ -190,16 +196,12 @@ def test_no_reclaim_for_a_job_that_jobs_of_another_partition_ahead_would_still_k
     assert got[102] == 3 and got[103] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (docs/policies.md, Limitations): a reclaim row credits a borrower's "
-    "shrink only down to its entitlement, so a shrink below it does not fund a larger start",
-)
-def test_a_shrink_below_the_floor_does_not_fund_a_larger_start_yet() -> None:
+def test_a_shrink_below_the_entitlement_funds_a_larger_start() -> None:
     """Job 101 runs at 3, entitled to 2, nearly done; pending 102 has far more work and may
-    run at 1 or 2.  The best plan on 4 nodes shrinks 101 to 1 and starts 102 at 2 (875);
-    the reclaim row for 102 does not count 101's shrink below 2, so mip starts it at 1 (750)
-    (found by ``test_mip_with_the_floor_is_optimal_among_plans_that_admit_it``)."""
+    run at 1 or 2.  The best plan on 4 nodes shrinks 101 to 1 and starts 102 at 2 (875).
+    The reclaim for 102 takes back 101's loan; its room (the reservation row) counts the
+    shrink below the entitlement too, which a single reclaim row did not (it started 102 at
+    1: 750; found by ``test_mip_with_the_floor_is_optimal_among_plans_that_admit_it``)."""
     p = problem(
         [
             _linear(100, "a", 0, (1,)),
@@ -208,7 +210,15 @@ def test_a_shrink_below_the_floor_does_not_fund_a_larger_start_yet() -> None:
         ],
         pools(a=4),
     )
-    assert targets(allocate(p, "mip")) == {100: 1, 101: 1, 102: 2}
+    assert _rows(p) == [
+        ("reclaim:a:job102", RECLAIM, -1.0),
+        ("fifo-reservation:a:job102", RESERVATION, -1.0),
+    ]
+    plan = allocate(p, "mip")
+    assert targets(plan) == {100: 1, 101: 1, 102: 2}
+    why = next(d.explanation for d in plan.decisions if d.job_id == 101)
+    assert why.rule == "reclaim" and why.waiting_job == 102
+    assert why.detail == "shrink 3->1; gives back 1 of 1 on loan to reclaim:a:job102 and 1 more"
 
 
 @pytest.mark.parametrize("policy", ["mip", "greedy"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -143,11 +144,12 @@ def brute_force(
     must_start: frozenset[int] = frozenset(),
     *,
     loans_only: bool = False,
+    holds: Callable[[AllocationProblem, dict[int, int]], bool] | None = None,
 ) -> float:
     """Best objective over every legal size vector that fits (capacity only) and gives
     every job in ``must_start`` a size.  ``loans_only``: among those that shrink no running
     borrower (a job with nodes on loan) below the size a reclaim leaves it at
-    (``reclaim_grid_floor``)."""
+    (``reclaim_grid_floor``).  ``holds``: among those it accepts (``reservations_hold``)."""
     compiled = compile_problem(p, options or PolicyOptions())
     floors = {
         d.job_id: d.reclaim_grid_floor for d in p.elastic if loans_only and d.is_running and d.loan
@@ -170,7 +172,7 @@ def brute_force(
             continue
         if any(sizes[j] < floor for j, floor in floors.items()):
             continue
-        if fits(p, sizes):
+        if fits(p, sizes) and (holds is None or holds(p, sizes)):
             best = max(best, sum(v[s] for v, s in zip(values, combo, strict=True)))
     return best
 
@@ -327,11 +329,9 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
         free = cap - rigid_running - sum(d.current_nodes for d in running)
         free -= sum(d.min_nodes for d in ahead) + sum(q.nodes for q in queue[: k + 1])
         reclaim = free < 0 <= free + loans
-        claims = sum(
-            (max(sizes[d.job_id], d.reclaim_grid_floor) if reclaim else sizes[d.job_id])
-            - d.current_nodes
-            for d in running
-        )
+        if reclaim and _given_back(running, sizes) > free:
+            return False
+        claims = sum(sizes[d.job_id] - d.current_nodes for d in running)
         claims += sum(sizes[d.job_id] - d.min_nodes for d in ahead if sizes[d.job_id] > 0)
         claims += sum(sizes[d.job_id] for d in behind)
         if claims > (free if reclaim else max(0, free)):
@@ -347,12 +347,20 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
         )
         if not free < 0 <= free + loans:
             continue
-        claims = sum(max(sizes[d.job_id], d.reclaim_grid_floor) - d.current_nodes for d in running)
+        if _given_back(running, sizes) > free:
+            return False
+        claims = sum(sizes[d.job_id] - d.current_nodes for d in running)
         claims += sum(sizes[d.job_id] - d.min_nodes for d in ahead if sizes[d.job_id] > 0)
         claims += sum(sizes[d.job_id] for d in behind)
         if claims > free:
             return False
     return True
+
+
+def _given_back(running: list[ElasticDemand], sizes: dict[int, int]) -> int:
+    """The growth of running jobs less the loans they give back (a shrink counts only down
+    to the size a reclaim leaves the job at): a reclaim's first rule."""
+    return sum(max(sizes[d.job_id], d.reclaim_grid_floor) - d.current_nodes for d in running)
 
 
 def test_the_solver_banner_never_reaches_stdout() -> None:

@@ -39,17 +39,23 @@ conservative reading of their place in line).  Three cases:
 * ``slack < 0`` but the running elastic jobs' *loans* cover it: a job's loan is what it
   holds above its entitlement (``ElasticDemand.entitled_nodes``: the nodes Slurm gave it
   on its own, the companions' nodes being borrowed).  R waits only because of loans, so
-  they are reclaimed: a *reclaim* row, the same left side except that a running job's
-  shrink counts only down to its ``reclaim_grid_floor`` (its entitlement, or the allowed
-  size just below it when the entitlement is off its grid), with the negative
-  ``slack`` as right side.  The solver picks which borrowers give back (the cheapest loss
-  of progress); no job is shrunk below its entitlement for R.
+  they are reclaimed, by two rows with the negative ``slack`` as right side:
+
+      sum_running (max(t_j, floor_j) - cur_j) <= slack                 (the reclaim row)
+
+  (``floor_j`` = ``reclaim_grid_floor``: the entitlement, or the allowed size just below
+  it when the entitlement is off the job's grid), so the loans given back cover R's
+  shortfall, and R's reservation row as above, every shrink counted whole, so R's room
+  stays free of the growth of jobs ahead and behind.  The solver picks which borrowers
+  give back (the cheapest loss of progress); no job is shrunk below its entitlement for
+  R, but a job that shrinks further of its own accord (it is nearly done) frees nodes the
+  jobs ahead of R may use.
 * otherwise R cannot start even so: the right side is 0, nothing behind R may take free
   nodes (strict priority order, no backfill of elastic work, which has no reliable end
   time), although running elastic jobs may still trade nodes among themselves; the rows of
   later pending rigid jobs are implied.
 
-A pending *elastic* job E that loans keep from starting at its minimum gets a reclaim row
+A pending *elastic* job E that loans keep from starting at its minimum gets the two rows
 too, with the admission floor on (``PolicyOptions.fair_floor``, which makes E start): the
 same with E's minimum as its reservation, E itself counted as ahead (its own start is no
 claim on the row).  Where E fits anyway, or cannot fit even so, it has no row: the
@@ -120,7 +126,7 @@ class RowSpec:
     """One linear row before job coefficients are attached."""
 
     name: str
-    kind: str  # CAPACITY, RESERVATION or RECLAIM
+    kind: str  # CAPACITY, RESERVATION, RECLAIM or PROMISE
     rhs: float
     classes: frozenset[Class]
     cutoff: QueueKey | None = None  # queue key of the reserving job: jobs before it are ahead
@@ -343,10 +349,7 @@ def _reservations(
             before = bisect.bisect_left(rigid_keys, key)
             slack = float(free_of_rigid - running_cur - ahead_min[at] - rigid_upto[before] - least)
             if can_start and slack < 0 <= slack + loans and key[2] not in futile:
-                job = key[2]
-                rows.append(
-                    RowSpec(f"{RECLAIM}:{name}:job{job}", RECLAIM, slack, classes, key, True)
-                )
+                rows.extend(_reclaim(name, key[2], slack, classes, key, through=True))
     reserved = 0
     for k, r in enumerate(pending_rigid):
         key = rigid_keys[k]
@@ -356,7 +359,8 @@ def _reservations(
         if slack >= 0:
             kind, rhs = RESERVATION, slack
         elif reclaims and slack + loans >= 0 and r.job_id not in futile:
-            kind, rhs = RECLAIM, slack
+            rows.extend(_reclaim(name, r.job_id, slack, classes, key, through=False))
+            continue
         else:
             kind, rhs = RESERVATION, 0.0
         # No pending elastic job between R and the next, whose row is then of the same
@@ -375,3 +379,15 @@ def _reservations(
         if kind == RESERVATION and rhs == 0 and not (reclaims and slack + loans >= 0):
             break
     return rows
+
+
+def _reclaim(
+    name: str, job: int, slack: float, classes: frozenset[Class], key: QueueKey, through: bool
+) -> tuple[RowSpec, RowSpec]:
+    """A reclaim for ``job``: the loans given back cover its shortfall (the reclaim row,
+    running jobs alone, a shrink counted down to the entitlement), and the room it needs
+    stays free (its reservation row, every shrink counted whole)."""
+    return (
+        RowSpec(f"{RECLAIM}:{name}:job{job}", RECLAIM, slack, classes, key, through),
+        RowSpec(f"{RESERVATION}:{name}:job{job}", RESERVATION, slack, classes, key, through),
+    )

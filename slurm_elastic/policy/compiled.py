@@ -87,7 +87,7 @@ class Row:
     """One constraint row of the allocation problem: a capacity or a FIFO reservation."""
 
     name: str
-    kind: str  # CAPACITY, RESERVATION or RECLAIM
+    kind: str  # CAPACITY, RESERVATION, RECLAIM or PROMISE
     rhs: float
     reserver: int | None = None  # the pending job a reservation or reclaim row is for
 
@@ -429,16 +429,16 @@ def _row_coefficients(
             row = np.where(flat.running[kept], s - flat.current[kept], 0.0)
         elif spec.kind == CAPACITY or spec.cutoff is None:
             row = s
+        elif spec.kind == RECLAIM:
+            # The loans given back: running jobs alone, a shrink counted only down to the
+            # entitlement (or the grid size just below it, which the shrink cannot stop
+            # above).  The waiting job's room is its reservation row's.
+            row = np.where(running, np.maximum(s, floors) - cur, 0.0)
         else:
             cutoff = spec.cutoff
             through = spec.through
             ahead = np.array([k < cutoff or (through and k == cutoff) for k in keys])[job]
-            # A reclaim counts a running job's shrink only down to its entitlement (or the
-            # grid size just below it, which the shrink cannot stop above).
-            held = np.maximum(s, floors) if spec.kind == RECLAIM else s
-            row = np.where(
-                running, held - cur, np.where(ahead, np.where(sizes > 0, s - mins, 0.0), s)
-            )
+            row = np.where(running, s - cur, np.where(ahead, np.where(sizes > 0, s - mins, 0.0), s))
         if all(inside):  # the usual single partition: every job is in the row
             member[i] = True
             coef[i] = row

@@ -75,7 +75,10 @@ def _rules(
         if given_to is not None and targets[i] < cur:
             loan = cur - job.demand.reclaim_floor
             row = compiled.rows[given_to]
-            why = f"gives back {cur - targets[i]} of {loan} on loan to {row.name}"
+            given = min(cur - targets[i], loan)
+            why = f"gives back {given} of {loan} on loan to {row.name}"
+            if cur - targets[i] > given:  # a further shrink the objective chose
+                why += f" and {cur - targets[i] - given} more"
             out.append(("reclaim", why, row.reserver))
         elif job.demand.frozen and targets[i] == cur:
             out.append(("frozen", "", None))
