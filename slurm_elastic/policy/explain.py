@@ -75,9 +75,11 @@ def _rules(
         if given_to is not None and targets[i] < cur:
             loan = cur - job.demand.reclaim_floor
             row = compiled.rows[given_to]
-            given = min(cur - targets[i], loan)
+            # What the reclaim takes: the loan, rounded down to the job's grid; a shrink
+            # past it is the objective's choice (its nodes fund a larger start).
+            given = min(cur - targets[i], cur - job.demand.reclaim_grid_floor)
             why = f"gives back {given} of {loan} on loan to {row.name}"
-            if cur - targets[i] > given:  # a further shrink the objective chose
+            if cur - targets[i] > given:
                 why += f" and {cur - targets[i] - given} more"
             out.append(("reclaim", why, row.reserver))
         elif job.demand.frozen and targets[i] == cur:
