@@ -331,10 +331,7 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
         reclaim = free < 0 <= free + loans
         if reclaim and _given_back(running, sizes) > free:
             return False
-        claims = sum(sizes[d.job_id] - d.current_nodes for d in running)
-        claims += sum(sizes[d.job_id] - d.min_nodes for d in ahead if sizes[d.job_id] > 0)
-        claims += sum(sizes[d.job_id] for d in behind)
-        if claims > (free if reclaim else max(0, free)):
+        if _claims(running, ahead, behind, sizes) > (free if reclaim else max(0, free)):
             return False
     for e in sorted(pending, key=_place):  # a pending elastic job that loans hold back
         if e.frozen:
@@ -347,14 +344,22 @@ def reservations_hold(p: AllocationProblem, sizes: dict[int, int]) -> bool:
         )
         if not free < 0 <= free + loans:
             continue
-        if _given_back(running, sizes) > free:
-            return False
-        claims = sum(sizes[d.job_id] - d.current_nodes for d in running)
-        claims += sum(sizes[d.job_id] - d.min_nodes for d in ahead if sizes[d.job_id] > 0)
-        claims += sum(sizes[d.job_id] for d in behind)
-        if claims > free:
+        if _given_back(running, sizes) > free or _claims(running, ahead, behind, sizes) > free:
             return False
     return True
+
+
+def _claims(
+    running: list[ElasticDemand],
+    ahead: list[ElasticDemand],
+    behind: list[ElasticDemand],
+    sizes: dict[int, int],
+) -> int:
+    """What a reservation protects a waiting job's nodes from: running jobs' growth (a
+    shrink counted whole), the jobs ahead above their minimum, the jobs behind whole."""
+    claims = sum(sizes[d.job_id] - d.current_nodes for d in running)
+    claims += sum(sizes[d.job_id] - d.min_nodes for d in ahead if sizes[d.job_id] > 0)
+    return claims + sum(sizes[d.job_id] for d in behind)
 
 
 def _given_back(running: list[ElasticDemand], sizes: dict[int, int]) -> int:

@@ -349,7 +349,7 @@ def _reservations(
             before = bisect.bisect_left(rigid_keys, key)
             slack = float(free_of_rigid - running_cur - ahead_min[at] - rigid_upto[before] - least)
             if can_start and slack < 0 <= slack + loans and key[2] not in futile:
-                rows.extend(_reclaim(name, key[2], slack, classes, key, through=True))
+                rows.extend(_reclaim(name, slack, classes, key, through=True))
     reserved = 0
     for k, r in enumerate(pending_rigid):
         key = rigid_keys[k]
@@ -359,7 +359,7 @@ def _reservations(
         if slack >= 0:
             kind, rhs = RESERVATION, slack
         elif reclaims and slack + loans >= 0 and r.job_id not in futile:
-            rows.extend(_reclaim(name, r.job_id, slack, classes, key, through=False))
+            rows.extend(_reclaim(name, slack, classes, key, through=False))
             continue
         else:
             kind, rhs = RESERVATION, 0.0
@@ -382,11 +382,12 @@ def _reservations(
 
 
 def _reclaim(
-    name: str, job: int, slack: float, classes: frozenset[Class], key: QueueKey, through: bool
+    name: str, slack: float, classes: frozenset[Class], key: QueueKey, through: bool
 ) -> tuple[RowSpec, RowSpec]:
-    """A reclaim for ``job``: the loans given back cover its shortfall (the reclaim row,
-    running jobs alone, a shrink counted down to the entitlement), and the room it needs
-    stays free (its reservation row, every shrink counted whole)."""
+    """A reclaim for the pending job at ``key``: the loans given back cover its shortfall
+    (the reclaim row, running jobs alone, a shrink counted down to the entitlement), and
+    the room it needs stays free (its reservation row, every shrink counted whole)."""
+    job = key[2]
     return (
         RowSpec(f"{RECLAIM}:{name}:job{job}", RECLAIM, slack, classes, key, through),
         RowSpec(f"{RESERVATION}:{name}:job{job}", RESERVATION, slack, classes, key, through),
