@@ -14,6 +14,7 @@ import math
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -334,6 +335,13 @@ def _post_as(user: ClusterUser, url: str, body: dict) -> int:
         return exc.code
 
 
+def _fresh_dir(user: ClusterUser, name: str) -> Path:
+    """A working directory of ``user``'s own that no earlier job of theirs ran in."""
+    path = user.home / name
+    user.run("mkdir", "-p", str(path))
+    return path
+
+
 @pytest.mark.slurm
 def test_live_invented_rates_take_no_node_from_another_user(
     clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser], tmp_path: Path
@@ -341,14 +349,25 @@ def test_live_invented_rates_take_no_node_from_another_user(
     """The review's attack on a full 4-node cluster: bob's elastic job runs on 1 node and
     reports, with bob's own credential, 10,000 samples/s "at 2 and 3 nodes"; alice's elastic
     job runs on 2 and reports honestly; a rigid job holds the 4th.  The daemon (enforce
-    mode, no dwell, no cooldown) must neither tell alice's job to shrink nor grow bob's."""
+    mode, no dwell, no cooldown) must neither tell alice's job to shrink nor grow bob's.
+
+    Until a job's second report measures its rate, its step budget is a share of a typical
+    run from its owner's history (``model.priors``: same name, else same working directory).
+    Each job here gets a name and a working directory of its own, so neither user's earlier
+    jobs (every other test's, run from their homes) value the two unequally."""
     alice, bob = two_users
+    run = uuid.uuid4().hex[:8]
+    alice_dir, bob_dir = (_fresh_dir(user, f"invented-{run}") for user in (alice, bob))
     sleep = ("-p", "batch", "-t", "5", "--wrap", "sleep 300")
-    honest = alice.sbatch("-N1-2", "--comment=elastic:min=1,max=2", "-J", "honest", *sleep)
+    honest = alice.sbatch(
+        "-N1-2", "--comment=elastic:min=1,max=2", "-J", f"honest-{run}", *sleep, cwd=alice_dir
+    )
     wait_until(lambda: _running_nodes(clean_queue, honest) == 2, 30, "alice's job on 2 nodes")
-    filler = alice.sbatch("-N1", "-J", "filler", *sleep)
+    filler = alice.sbatch("-N1", "-J", f"filler-{run}", *sleep, cwd=alice_dir)
     wait_until(lambda: _running_nodes(clean_queue, filler) == 1, 30, "the rigid job")
-    liar = bob.sbatch("-N1-3", "--comment=elastic:min=1,max=3", "-J", "liar", *sleep)
+    liar = bob.sbatch(
+        "-N1-3", "--comment=elastic:min=1,max=3", "-J", f"liar-{run}", *sleep, cwd=bob_dir
+    )
     wait_until(lambda: _running_nodes(clean_queue, liar) == 1, 30, "bob's job on the last node")
 
     config = write_config(
