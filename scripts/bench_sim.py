@@ -11,7 +11,10 @@ the acceptance ratios; then ``harm``: each trace with a quarter, a half and all 
 elastic (``WorkloadConfig.elastic_fraction`` 0.25, 0.5 and 1.0), under mip and under static,
 and per class (rigid, elastic) the figures of ``slurm_elastic.sim.harm``
 (``_ef25``/``_ef50``/``_ef100``, each the worse of the two traces; ``_ef100`` has no rigid
-jobs); the last line is ``key=value`` pairs.  The 10,000-job run tiles
+jobs), with a yardstick beside the rigid jobs' figures: ``static_shorter_*``, static against
+itself when every elastic job finishes 0.1 % sooner (``harm.elastic_work_scaled``, no
+daemon), what the queue alone does to each rigid job when nothing but that changes; the
+last line is ``key=value`` pairs.  The 10,000-job run tiles
 ``itp_elasticflow/raw/cluster06.csv`` in time (copy k shifted by k × the trace's span, so
 the offered load is the trace's own) on the cluster06 default cluster.  ``--budget`` is
 every run's ``WorkloadConfig.budget`` (default the simulator's, mix: half the jobs declare
@@ -33,7 +36,7 @@ import structlog
 
 from slurm_elastic.policy.registry import POLICIES
 from slurm_elastic.sim import study
-from slurm_elastic.sim.harm import Harm, harm
+from slurm_elastic.sim.harm import Harm, elastic_work_scaled, harm
 from slurm_elastic.sim.runner import SimSettings
 from slurm_elastic.sim.traces import Trace, read_trace
 from slurm_elastic.sim.workload import BUDGETS, WorkloadConfig
@@ -109,6 +112,8 @@ def compare(name: str, st: study.Study, out: Path) -> dict[str, dict[str, float]
 
 
 HARM_FRACTIONS = {"ef25": 0.25, "ef50": 0.5, "ef100": 1.0}
+# The yardstick's elastic jobs finish this much sooner (module docstring).
+SHORTER = 0.999
 # (class, figure) -> key stem; the keys are f"{stem}_{fraction}" (issue 22's acceptance).
 HARM_KEYS = {
     ("rigid", "late_10min_share"): "rigid_late_10min_share",
@@ -116,6 +121,12 @@ HARM_KEYS = {
     ("rigid", "worst_extra_wait_h"): "rigid_worst_extra_wait_h",
     ("rigid", "avg_queue_over_static"): "rigid_avg_queue_over_static",
     ("elastic", "avg_jct_over_static"): "elastic_avg_jct_over_static",
+}
+# The yardstick's keys (rigid jobs only): f"static_shorter_{stem}_{fraction}".
+YARDSTICK_KEYS = {
+    "late_10min_share": "rigid_late_10min_share",
+    "late_1h_share": "rigid_late_1h_share",
+    "worst_extra_wait_h": "rigid_worst_extra_wait_h",
 }
 
 
@@ -136,20 +147,27 @@ def harm_figures(
             found: dict[str, Harm | None] = {
                 cls: harm(mip, static, elastic=cls == "elastic") for cls in ("rigid", "elastic")
             }
+            if fraction < 1.0:
+                shorter = study.run_policy(st, "static", elastic_work_scaled(workload, SHORTER))
+                found["static shorter rigid"] = harm(shorter, static, elastic=False)
             print(f"  harm {name} {suffix}: {time.perf_counter() - t0:.1f} s wall", flush=True)
             for cls, figures in found.items():
                 rows[f"{name} {suffix} {cls}"] = figures.to_json() if figures else {}
-            for (cls, field), stem in HARM_KEYS.items():
-                figures = found[cls]
+            keys = [(cls, field, f"{stem}_{suffix}") for (cls, field), stem in HARM_KEYS.items()]
+            keys += [
+                ("static shorter rigid", field, f"static_shorter_{stem}_{suffix}")
+                for field, stem in YARDSTICK_KEYS.items()
+            ]
+            for cls, field, key in keys:
+                figures = found.get(cls)
                 if figures is not None:
-                    key = f"{stem}_{suffix}"
                     worst[key] = max(worst.get(key, -math.inf), getattr(figures, field))
     (out / "harm.json").parent.mkdir(parents=True, exist_ok=True)
     (out / "harm.json").write_text(json.dumps(rows, indent=2) + "\n")
     columns = list(Harm.__dataclass_fields__)
     print(f"\nharm against static (mip): {', '.join(columns)}")
     for label, figures in rows.items():
-        print(f"{label:<24}" + "".join(f"{figures.get(c, '-')!s:>12}" for c in columns))
+        print(f"{label:<34}" + "".join(f"{figures.get(c, '-')!s:>12}" for c in columns))
     print()
     return {key: f"{value:.4g}" for key, value in sorted(worst.items())}
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from slurm_elastic.sim.harm import harm
+from slurm_elastic.sim.harm import elastic_work_scaled, harm
 from slurm_elastic.sim.runner import ControllerDriver, Outcome, SimSettings, simulate
 from tests.test_sim_engine import HAND, _quiet, _spec, _workload  # noqa: F401  (_quiet: autouse)
 
@@ -59,3 +60,26 @@ def test_mip_starts_the_blocked_job_sooner_than_static(hand: tuple[Path, Path]) 
     better = harm(run(hand, "mip", 1.0), run(hand, "static", 1.0), elastic=True)
     assert better is not None and better.avg_queue_over_static < 1.0
     assert better.avg_jct_over_static < 1.0
+
+
+def test_the_yardstick_shortens_the_elastic_jobs_and_nothing_else(
+    hand: tuple[Path, Path],
+) -> None:
+    workload = _workload(hand[0], hand[1], 4, elastic_fraction=0.5)
+    assert {job.elastic for job in workload.jobs} == {True, False}
+    shorter = elastic_work_scaled(workload, 0.5)
+    assert shorter.rejected == workload.rejected
+    for before, after in zip(workload.jobs, shorter.jobs, strict=True):
+        assert after.work == (before.work * 0.5 if before.elastic else before.work)
+        assert replace(after, work=before.work) == before
+    with pytest.raises(ValueError, match="positive"):
+        elastic_work_scaled(workload, 0.0)
+
+    settings = SimSettings(policy="static", interval_s=10.0)
+    static, quicker = (
+        simulate(wl, _spec(4), settings, driver_factory=ControllerDriver)
+        for wl in (workload, shorter)
+    )
+    elastic = harm(quicker, static, elastic=True)
+    assert elastic is not None and elastic.avg_jct_over_static < 1.0
+    assert harm(quicker, static, elastic=False) is not None
