@@ -143,6 +143,15 @@ class GuardsSection(_Section):
     ack_timeout_s: Number = _number(60.0, 1.0, DAY)
     time_limit_margin_s: Number = _number(300.0, 0.0, 7 * DAY)
     stale_snapshot_s: Number = _number(60.0, 1.0, DAY)
+    # A refusal Slurm gives as final (a pin or shrink it says cannot be done) bars that
+    # action on the job for this long, or until the job changes (partition, QOS, account,
+    # node range, time limit, a requeue): a misread answer never bars a job for good.
+    refusal_hold_s: Number = _number(3600.0, 1.0, 30 * DAY)
+    # A refusal Slurm calls temporary ("try again in a bit") or an unreachable Slurm: the
+    # action is asked again after retry_backoff_s, doubled after each such answer in a row,
+    # at most retry_backoff_max_s; never given up.
+    retry_backoff_s: Number = _number(2.0, 0.0, HOUR)
+    retry_backoff_max_s: Number = _number(120.0, 0.0, DAY)
 
 
 def _grow_method(value: Any) -> Any:

@@ -11,6 +11,7 @@ one-line message a human can act on.  Raw ``subprocess`` / ``OSError`` /
     ├── SlurmError             anything from talking to Slurm
     │   ├── SlurmUnreachable   slurmctld/slurmdbd down, command missing
     │   ├── SlurmRejected      Slurm said no (carries Slurm's own message)
+    │   ├── SlurmBusy          Slurm said "not now, try again" (nothing applied; retried)
     │   ├── SlurmTimeout       a client command exceeded its timeout
     │   ├── SlurmParseError    output we could not understand (garbage, truncated, new format)
     │   └── ActionRefused      an invalid action the backend would not send (nothing sent)
@@ -62,6 +63,20 @@ class SlurmUnreachable(SlurmError):
 
 class SlurmRejected(SlurmError):
     """Slurm refused the request; ``slurm_message`` is Slurm's own text."""
+
+    def __init__(
+        self, message: str, *, slurm_message: str = "", command: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message, command=command)
+        self.slurm_message = slurm_message
+
+
+class SlurmBusy(SlurmError):
+    """Slurm declined the request for now and said to ask again (a temporary refusal:
+    "try again in a bit", a controller in standby, a database being connected, a rate
+    limit).  Nothing was applied, so the request is retried with backoff and never kept
+    as a fact about the job (``slurm.runner.TEMPORARY`` lists the answers).  Not a
+    ``SlurmRejected``: whatever treats a refusal as final must not see this one."""
 
     def __init__(
         self, message: str, *, slurm_message: str = "", command: tuple[str, ...] = ()

@@ -605,15 +605,19 @@ class ActionKind(enum.StrEnum):
 
 class ActionOutcome(enum.StrEnum):
     """What became of one proposed action in a cycle: the status JSON's ``outcome`` and the
-    ``action.<outcome>`` log event.  The first five are also journal statuses."""
+    ``action.<outcome>`` log event.  The first six are also journal statuses."""
 
     APPLIED = "applied"
     WAITING = "waiting"  # a shrink awaiting its job's checkpoint acknowledgement
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"
     # Slurm refused a shrink or a start-at-size of a job still in the state it needs (the
-    # detail is Slurm's message): a fact about that job, which is not asked again.
+    # detail is Slurm's message): a fact about that job, not asked again until the job
+    # changes or ``guards.refusal_hold_s`` has passed.
     REFUSED = "refused"
+    # Slurm said "not now" (a temporary refusal) or could not be reached: nothing changed,
+    # and the action is asked again after a backoff (``actuate.guards.retry_bars``).
+    RETRY = "retry"
     BLOCKED = "blocked"  # a guard said no (the detail says which)
     DEFERRED = "deferred"  # over max_resizes_per_cycle: proposed again next cycle
     SHADOW = "shadow"  # shadow mode: computed, not applied

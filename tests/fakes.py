@@ -15,7 +15,7 @@ from typing import Any
 
 from slurm_elastic.errors import SlurmRejected, SlurmUnreachable
 from slurm_elastic.policy.fixed import fixed_plan
-from slurm_elastic.slurm.runner import CommandResult, SlurmRunner
+from slurm_elastic.slurm.runner import CommandResult, SlurmRunner, slurm_error
 from slurm_elastic.types import (
     AllocationProblem,
     Capabilities,
@@ -48,8 +48,10 @@ class RecordingBackend:
     # (account, user, partition) -> an association's per-job node limit
     assoc_nodes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     fail_limits: bool = False  # sacctmgr fails
-    # Slurm refuses these actions ("pin", "shrink") with this message, the job being as the
-    # action needs it (what the CLI backend checks before it calls Slurm).
+    # Slurm refuses these actions ("pin", "shrink", "submit") with this message, the job
+    # being as the action needs it (what the CLI backend checks before it calls Slurm);
+    # typed as the runner types Slurm's answer (``runner.slurm_error``: "try again" answers are
+    # ``SlurmBusy``).
     refuse: dict[str, str] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- reads
@@ -112,8 +114,7 @@ class RecordingBackend:
 
     def _refuse(self, verb: str, job_id: int) -> None:
         if verb in self.refuse:
-            message = self.refuse[verb]
-            raise SlurmRejected(f"scontrol update JobId={job_id}: {message}", slurm_message=message)
+            raise slurm_error(f"scontrol update JobId={job_id}", self.refuse[verb])
 
     def signal(self, job_id: int, signal: str, *, batch_only: bool) -> None:
         self.calls.append(("signal", (job_id, signal, batch_only)))
@@ -149,6 +150,9 @@ class RecordingBackend:
         work_dir: str | None = None,
         extra_args: tuple[str, ...] = (),
     ) -> int:
+        if "submit" in self.refuse:
+            self.calls.append(("submit", {"user": user, "refused": True}))
+            raise slurm_error("sbatch", self.refuse["submit"])
         self.next_job_id += 1
         options = {
             "user": user,

@@ -145,12 +145,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``predicate`` until true; fail the test saying ``what`` did not happen."""
+    """Poll ``predicate`` until true; fail the test saying ``what`` did not happen, with
+    what Slurm was doing then (``slurm_now``)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{slurm_now()}")
         time.sleep(0.2)
+
+
+def slurm_now() -> str:
+    """The nodes' states and reasons and the queue with each job's reason, as text: what a
+    live test's timeout prints, so a wait that ran out says whether Slurm was slow, a node
+    was held back (a leak shows as allocated with no job on it) or a job was refused."""
+    out = []
+    for cmd in (["sinfo", "-N", "-o", "%N %T %E"], ["squeue", "-a", "-o", "%i %u %T %r %D %N"]):
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+            out.append(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}")
+        except (OSError, subprocess.SubprocessError) as exc:
+            out.append(f"$ {' '.join(cmd)}: {exc}")
+    return "\n".join(out)
 
 
 @pytest.fixture(scope="session")

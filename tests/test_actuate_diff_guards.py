@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from slurm_elastic.actuate.companion import companion_comment
 from slurm_elastic.actuate.diff import WIDEN, companion_cleanup, diff, narrowed_from
-from slurm_elastic.actuate.guards import GuardKnobs, block_reason, freeze_reason, limit_resizes
+from slurm_elastic.actuate.guards import (
+    GuardKnobs,
+    block_reason,
+    freeze_reason,
+    limit_resizes,
+    retry_wait_s,
+)
 from slurm_elastic.actuate.journal import ActionStatus, JournalEntry
 from slurm_elastic.cluster_state import classify, shrink_layout
 from slurm_elastic.errors import MarkerError
@@ -364,3 +370,10 @@ def test_plan_targets_match_target_for_every_job() -> None:
     assert plan.targets() == {3: 2, 5: 0}  # the first decision per job, as target()
     assert all(plan.target(j) == t for j, t in plan.targets().items())
     assert plan.target(7) is None and 7 not in plan.targets()
+
+
+def test_the_retry_backoff_doubles_per_answer_in_a_row_up_to_its_maximum() -> None:
+    knobs = GuardKnobs(retry_backoff_s=2.0, retry_backoff_max_s=20.0)
+    assert [retry_wait_s(n, knobs) for n in range(7)] == [0, 2, 4, 8, 16, 20, 20]
+    assert retry_wait_s(10_000, knobs) == 20.0  # no overflow however long Slurm says not now
+    assert retry_wait_s(3, GuardKnobs(retry_backoff_s=0.0)) == 0.0

@@ -21,6 +21,7 @@ def test_the_wire_text_of_outcomes_and_error_kinds() -> None:
         "failed",
         "rolled_back",
         "refused",
+        "retry",
         "blocked",
         "deferred",
         "shadow",

@@ -21,7 +21,7 @@ from slurm_elastic.daemon.controller import (
     keep_current_plan,
 )
 from slurm_elastic.daemon.reports import ReportStore
-from slurm_elastic.errors import SlurmRejected, SlurmUnreachable, SolverError
+from slurm_elastic.errors import SlurmRejected, SlurmTimeout, SolverError
 from slurm_elastic.policy import PolicyOptions, allocate
 from slurm_elastic.policy.fixed import fixed_plan
 from slurm_elastic.protocol import MAX_DETAIL, AckStatus
@@ -335,12 +335,38 @@ def test_a_shrink_slurm_refuses_is_kept_as_a_fact_not_retried() -> None:
         later = ctl.run_once(now)
     assert backend.actions() == [("shrink", (8, 2))]  # once
     reason = {r.job_id: r.reason for r in later.jobs}[8]
-    assert reason == f"blocked: shrink refused by Slurm: {REFUSED_SHRINK}"
+    assert reason == (
+        f"blocked: shrink refused by Slurm: {REFUSED_SHRINK} (barred 3406s more, or until "
+        "the job changes)"
+    )
     # Requeued and started again: a new allocation, asked afresh.
     backend.snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"), start=1300.0)])
     ctl.run_once(1310.0)
     ctl.run_once(1316.0)
     assert backend.actions() == [("shrink", (8, 2))] * 2
+
+
+def test_a_shrink_slurm_says_to_try_again_is_retried_not_barred() -> None:
+    """The shrink's ``scontrol update`` met "try again later" (after the ack): a ``retry``
+    row, no bar on the job's smaller sizes beyond the backoff, and the next shrink after
+    it goes through."""
+    snap = snapshot([job(8, nodes=("n1", "n2", "n3", "n4"))])
+    ctl, backend, journal, _ = make(
+        snap, {8: 2}, ack_timeout_s=5, hard_shrink=True, cooldown_s=0, retry_backoff_s=30
+    )
+    backend.fresh = True
+    backend.refuse["shrink"] = "Job can not be altered now, try again later for job 8"
+    ctl.run_once(1000.0)
+    retried = ctl.run_once(1006.0)  # the ack timeout: the hard shrink is sent
+    assert [r.outcome for r in retried.actions] == [ActionOutcome.RETRY]
+    reason = {r.job_id: r.reason for r in ctl.run_once(1010.0).jobs}[8]
+    assert reason.startswith("blocked: shrink to retry in 26s: Slurm said not now"), reason
+    del backend.refuse["shrink"]
+    ctl.run_once(1036.0)  # the backoff has run: instructed again
+    ctl.run_once(1042.0)  # and applied at the ack timeout
+    assert backend.actions() == [("shrink", (8, 2))] * 2
+    statuses = [e.status for e in journal.all_actions()]
+    assert statuses == [ActionStatus.RETRY, ActionStatus.APPLIED]
 
 
 def test_a_refused_shrink_leaves_the_policy_only_sizes_at_or_above_the_jobs() -> None:
@@ -361,7 +387,7 @@ def test_a_refused_shrink_leaves_the_policy_only_sizes_at_or_above_the_jobs() ->
     result = ctl.run_once(1010.0)
     assert seen == [(1, 2, 3, 4), (3, 4)]
     assert {r.job_id: r.reason for r in result.jobs}[8] == (
-        f"shrink refused by Slurm: {REFUSED_SHRINK}"
+        f"shrink refused by Slurm: {REFUSED_SHRINK} (barred 3591s more, or until the job changes)"
     )
 
 
@@ -410,9 +436,123 @@ def test_a_start_at_size_slurm_refuses_leaves_the_job_to_slurm() -> None:
     second = ctl.run_once(1010.0)
     assert backend.actions() == [("pin", (7, 2))]  # not asked again
     assert {r.job_id: r.reason for r in second.jobs}[7] == (
-        "start at size refused by Slurm: Requested node configuration is not available"
+        "start at size refused by Slurm: Requested node configuration is not available "
+        "(barred 3590s more, or until the job changes)"
     )
     assert [e.status for e in journal.all_actions()] == [ActionStatus.REFUSED]
+
+
+# Slurm 22.05's answer right after a slurmctld restart (issue 44; scontrol's last line).
+DB_INDEX = (
+    "Job update not available right now, the DB index is being set, try again in a bit for job 7"
+)
+
+
+def test_a_pin_slurm_says_to_try_again_is_retried_with_backoff_never_barred() -> None:
+    """Issue 44: one "try again in a bit" barred a pending job's pin for as long as it
+    stayed pending.  Now it is a ``retry`` row: the pin waits out retry_backoff_s (doubled
+    per answer in a row, at most retry_backoff_max_s) and is sent again; nothing freezes
+    the job beyond that, and once Slurm accepts it the job is pinned."""
+    ctl, backend, journal, _ = make(
+        snapshot([pending(7)]), {7: 2}, retry_backoff_s=5, retry_backoff_max_s=8
+    )
+    backend.fresh = True
+    backend.refuse["pin"] = DB_INDEX
+    first = ctl.run_once(1000.0)
+    assert [(r.outcome, r.detail) for r in first.actions] == [(ActionOutcome.RETRY, DB_INDEX)]
+    waiting = ctl.run_once(1004.0)  # inside the 5 s backoff: not sent
+    assert backend.actions() == [("pin", (7, 2))]
+    assert {r.job_id: r.reason for r in waiting.jobs}[7] == (
+        f"start at size to retry in 1s: Slurm said not now (1 in a row): {DB_INDEX}"
+    )
+    ctl.run_once(1005.0)  # the backoff has run: asked again, and again "not now"
+    assert backend.actions() == [("pin", (7, 2))] * 2
+    ctl.run_once(1012.0)  # 2 in a row: 10 s, capped at 8 s, so not yet at 1012
+    assert len(backend.actions()) == 2
+    del backend.refuse["pin"]  # slurmdbd has answered
+    done = ctl.run_once(1013.0)
+    assert [r.outcome for r in done.actions] == [ActionOutcome.APPLIED]
+    assert backend.actions() == [("pin", (7, 2))] * 3
+    statuses = [e.status for e in journal.all_actions()]
+    assert statuses == [ActionStatus.RETRY, ActionStatus.RETRY, ActionStatus.APPLIED]
+    assert journal.retries() == ()  # the run of retries ended with the applied pin
+
+
+def test_an_unreachable_slurm_at_the_pin_is_a_retry_too() -> None:
+    """slurmctld gone between the cycle's read and its action: nothing was applied, so as
+    for "try again": a retry after the backoff, never a bar."""
+    ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 2}, retry_backoff_s=5)
+    backend.fresh = True
+    backend.refuse["pin"] = "Unable to contact slurm controller (connect failure)"
+    ctl.run_once(1000.0)
+    assert journal.all_actions()[0].status is ActionStatus.RETRY
+    del backend.refuse["pin"]
+    ctl.run_once(1006.0)
+    assert backend.actions() == [("pin", (7, 2))] * 2
+
+
+def test_a_refusal_bars_the_pin_until_refusal_hold_s_then_it_is_asked_once_more() -> None:
+    """A refusal Slurm gives as final still ends: a misread answer never bars a job for
+    good.  After refusal_hold_s the pin is sent once more (and refused, barred again)."""
+    ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 2}, refusal_hold_s=600)
+    backend.fresh = True
+    backend.refuse["pin"] = "Requested node configuration is not available"
+    ctl.run_once(1000.0)
+    late = ctl.run_once(1599.0)
+    assert backend.actions() == [("pin", (7, 2))]
+    assert {r.job_id: r.reason for r in late.jobs}[7].endswith(
+        "(barred 1s more, or until the job changes)"
+    )
+    ctl.run_once(1600.0)
+    assert backend.actions() == [("pin", (7, 2))] * 2
+    ctl.run_once(1700.0)
+    assert len(backend.actions()) == 2  # refused again at 1600: barred from there
+    assert [e.status for e in journal.all_actions()] == [ActionStatus.REFUSED] * 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"partition": "batch,gpu"},
+        {"time_limit_s": 3600.0},
+        {"qos": "high"},
+        {"account": "other"},
+        {"min_nodes": 2, "node_count": 2},
+        {"restart_count": 1},
+    ],
+)
+def test_a_refusal_ends_when_the_job_changes(change: dict[str, object]) -> None:
+    """What the owner or an admin changes in the job (its partitions, limits, QOS, account,
+    node range, a requeue) may change Slurm's answer: the pin is asked again at once."""
+    view = pending(7)
+    ctl, backend, _journal, _ = make(snapshot([view]), {7: 2})
+    backend.fresh = True
+    backend.refuse["pin"] = "Requested node configuration is not available"
+    ctl.run_once(1000.0)
+    ctl.run_once(1010.0)
+    assert backend.actions() == [("pin", (7, 2))]
+    backend.snap = snapshot([replace(view, **change)])  # type: ignore[arg-type]
+    ctl.run_once(1020.0)
+    assert backend.actions() == [("pin", (7, 2))] * 2
+
+
+def test_a_grow_slurm_says_to_try_again_is_no_companion_failure() -> None:
+    """sbatch answered "try again": nothing was submitted, so the grow is retried after the
+    backoff and never counts towards companion_max_failures (which gives up growing)."""
+    snap = snapshot([job(8, nodes=("n1", "n2"))])
+    ctl, backend, journal, _ = make(
+        snap, {8: 3}, cooldown_s=0, payback_horizon_s=0, retry_backoff_s=5,
+        retry_backoff_max_s=5,
+    )  # fmt: skip
+    backend.fresh = True
+    backend.refuse["submit"] = "Batch job submission failed: Unable to create job record, try again"
+    for now in (1000.0, 1006.0, 1012.0, 1018.0):
+        ctl.run_once(now)
+    assert [e.status for e in journal.all_actions()] == [ActionStatus.RETRY] * 4
+    assert journal.grow_failures(8) == (0, None, "")
+    del backend.refuse["submit"]
+    grown = ctl.run_once(1024.0)
+    assert [r.outcome for r in grown.actions] == [ActionOutcome.APPLIED]
 
 
 # A requeued job (preempted while at 2 nodes of its own and a pending grow to 3): Slurm
@@ -480,20 +620,21 @@ def test_requeuing_ones_own_job_moves_no_other_users_job() -> None:
     assert backend.actions() == [("pin", (7, 3))]
 
 
-def test_a_refusal_that_is_not_slurms_stays_a_failure_and_is_retried() -> None:
-    """Only Slurm's own refusal is a fact about the job: a controller out of reach, or a
-    companion's sbatch refused (the grow backoff's business), stays ``failed``."""
+def test_a_failure_that_is_no_answer_of_slurms_stays_a_failure_and_is_retried() -> None:
+    """Only Slurm's own refusal is a fact about the job: a command that timed out (Slurm
+    gave no answer), like a companion's sbatch refused (the grow backoff's business), stays
+    ``failed``, and the pin is proposed again the next cycle (no retry backoff either)."""
     ctl, backend, journal, _ = make(snapshot([pending(7)]), {7: 2})
     backend.fail_reads = False
     calls = []
 
-    def unreachable(
+    def timed_out(
         job_id: int, nodes: int, partition: str | None = None, submitted: object = ()
     ) -> None:
         calls.append(job_id)
-        raise SlurmUnreachable("scontrol: Unable to contact slurm controller")
+        raise SlurmTimeout("scontrol update did not finish within 5s")
 
-    backend.pin_pending_size = unreachable  # type: ignore[method-assign]
+    backend.pin_pending_size = timed_out  # type: ignore[method-assign]
     ctl.run_once(1000.0)
     ctl.run_once(1010.0)
     assert calls == [7, 7]

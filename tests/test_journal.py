@@ -142,6 +142,7 @@ def _answers(store: JournalStore, rng: random.Random) -> dict[str, object]:
         "active": store.companions(),
         "specs": store.known_specs(),
         "refusals": store.refusals(),
+        "retries": store.retries(),
     }
 
 
@@ -158,6 +159,7 @@ def _write(store: JournalStore, rng: random.Random, step: int) -> object:
                 (("parent_nodes", "2"), ("parent_from", "4"), ("keep_nodes", "a,b")),
                 (("parent_nodes", "3"),),
                 [("n", 2)],  # not string pairs: stored and read back as ("n", "2")
+                (("job_shape", "0123abcd"),),  # read back by ``refusals``
             )
         )
         action = Action(kind, rng.randrange(1, 20), 4, 2, "test", extra)  # type: ignore[arg-type]
@@ -192,7 +194,9 @@ def _write(store: JournalStore, rng: random.Random, step: int) -> object:
 
 
 # The answers the scenario must see non-empty at some read.
-NON_EMPTY = ("open", "resized", "shrunk", "reconfigured", "active", "specs", "refusals")
+NON_EMPTY = (
+    "open", "resized", "shrunk", "reconfigured", "active", "specs", "refusals", "retries"
+)  # fmt: skip
 
 
 def test_the_two_stores_answer_every_query_the_same(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from structlog.testing import capture_logs
 from slurm_elastic.errors import (
     ActionRefused,
     ConfigError,
+    SlurmBusy,
     SlurmParseError,
     SlurmRejected,
     SlurmUnreachable,
@@ -322,6 +323,18 @@ def test_cancel_is_silent_for_ended_or_unknown_jobs_and_retried_when_unreachable
     with pytest.raises(SlurmUnreachable):
         backend.cancel(9)
     assert backend.rpc_action_calls == 3  # action_attempts=3: idempotent, so retried
+
+
+def test_a_refusal_libslurm_calls_temporary_is_busy_and_retried(conf: str) -> None:
+    """Issue 44: libslurm's "try again" answers (its error table, as the CLI prints them)
+    are ``SlurmBusy`` through pyslurm too, and an idempotent call is retried on them."""
+    message = "Job update not available right now, the DB index is being set, try again in a bit"
+    module, _ = fake_pyslurm(kill=raises(message))  # no errno: the message decides
+    backend = PyslurmBackend(module, slurm_conf=conf, retry_wait_s=0.0)
+    with pytest.raises(SlurmBusy) as info:
+        backend.cancel(9)
+    assert info.value.slurm_message == message
+    assert backend.rpc_action_calls == 3
 
 
 def test_dry_run_sends_nothing_and_records_the_cli_commands(conf: str) -> None:

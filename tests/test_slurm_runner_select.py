@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from slurm_elastic.errors import ConfigError, SlurmRejected, SlurmTimeout, SlurmUnreachable
+from slurm_elastic.errors import (
+    ConfigError,
+    SlurmBusy,
+    SlurmRejected,
+    SlurmTimeout,
+    SlurmUnreachable,
+)
 from slurm_elastic.slurm.backend import SlurmBackend
 from slurm_elastic.slurm.cli import CliBackend
 from slurm_elastic.slurm.runner import SlurmRunner, slurm_message
@@ -92,6 +98,77 @@ def test_failures_are_classified_with_slurms_message(
     if isinstance(info.value, SlurmRejected):
         assert info.value.slurm_message == message
     assert slurm_message(f"noise\n{stderr}\n\n") == message
+
+
+# Slurm's temporary refusals, as its commands print them: libslurm's error table
+# (src/common/slurm_errno.c, the same text on 22.05, 24.11 and 26.05) behind scontrol's
+# "... for job N" or sbatch's "Batch job submission failed: ...".  The first is the one
+# recorded on 22.05 right after a slurmctld restart (issue 44).
+TEMPORARY = [
+    "Job update not available right now, the DB index is being set, try again in a bit "
+    "for job 5087",
+    "slurm_update error: Job can not be altered now, try again later",
+    "sbatch: error: Batch job submission failed: Unable to create job record, try again",
+    "scontrol: error: Rate limit exceeded, please retry momentarily",
+    "slurm_update error: Slurm backup controller in standby mode",
+    "Controller is in standby mode, try a different controller",
+    "sbatch: error: Batch job submission failed: Unable to connect to database",
+    "slurm_update error: Database connection reference is invalid",
+    "PrologSlurmctld is still running for job 12",
+    "sbatch: error: Batch job submission failed: Resource temporarily unavailable",
+    "sbatch: error: Batch job submission failed: Switch resources currently not available",
+    "Job locked by another sibling for job 12",
+    "sbatch: error: Batch job submission failed: System submissions disabled",
+]
+# Final answers, some that mention trying or waiting without asking to be asked again.
+FINAL = [
+    "Requested operation not supported on this system for job 8",
+    "Requested node configuration is not available",
+    "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job "
+    "submit limit, user's size and/or time limits)",
+    "Reservation given is not skipable, try deleting instead",
+    "Job is no longer pending execution for job 7",
+    "Access/permission denied for job 7",
+]
+
+
+@pytest.mark.parametrize("stderr", TEMPORARY)
+def test_a_refusal_slurm_calls_temporary_is_busy_not_rejected(stderr: str) -> None:
+    """Issue 44: these answers say "not now", never "cannot": ``SlurmBusy`` (retried with
+    backoff), which no ``except SlurmRejected`` takes for a fact about the job."""
+    runner = SlurmRunner()
+    with pytest.raises(SlurmBusy) as info:
+        runner.act(sh(f'echo "{stderr}" >&2; exit 1'))
+    assert not isinstance(info.value, SlurmRejected)
+    assert info.value.slurm_message == slurm_message(stderr)
+    assert "Slurm asked to try again" in str(info.value)
+
+
+@pytest.mark.parametrize("stderr", FINAL)
+def test_a_final_refusal_stays_rejected(stderr: str) -> None:
+    runner = SlurmRunner()
+    with pytest.raises(SlurmRejected) as info:
+        runner.act(sh(f'echo "{stderr}" >&2; exit 1'))
+    assert info.value.slurm_message == slurm_message(stderr)
+
+
+def test_the_backend_retries_an_idempotent_action_slurm_calls_temporary(tmp_path: Path) -> None:
+    """Within the call first (a few short waits), as for an unreachable Slurm; what still
+    answers "not now" leaves as ``SlurmBusy`` for the executor's backoff."""
+    state = tmp_path / "count"
+    state.write_text("0")
+    # Answers "try again" twice, then accepts: a real process, counted in a file.
+    script = (
+        f'n=$(cat {state}); echo $((n+1)) > {state}; [ "$n" -ge 2 ] && exit 0; '
+        f'echo "{TEMPORARY[0]}" >&2; exit 1'
+    )
+    backend = CliBackend(runner=SlurmRunner(), retry_wait_s=0.0)
+    backend._idempotent(lambda: backend.runner.act(sh(script)))
+    assert state.read_text().strip() == "3"
+    state.write_text("-5")  # now five "not now": more than action_attempts
+    with pytest.raises(SlurmBusy):
+        backend._idempotent(lambda: backend.runner.act(sh(script)))
+    assert state.read_text().strip() == "-2"  # three attempts
 
 
 def test_slurm_conf_is_passed_through_and_calls_counted() -> None:

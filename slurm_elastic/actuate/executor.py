@@ -1,9 +1,21 @@
 """Applies guarded actions to Slurm, journal first.
 
-Every action is written to the journal *before* Slurm is called, then marked applied or
-failed.  The backend retries its idempotent calls (pin, shrink, cancel) on transient
-errors; ``sbatch`` is not retried, because a timed-out submission may still have created
-the job — reconciliation (``Executor.reconcile``, ``actuate.reconcile``) adopts it instead.
+Every action is written to the journal *before* Slurm is called, then marked with what
+Slurm answered:
+
+* ``applied``;
+* ``refused``: Slurm said the request cannot be done (``SlurmRejected`` to a pin or a
+  shrink of a job in the state it needs): a fact about the job, which bars that action for
+  a while (``guards.refusal_bars``); a refused ``sbatch`` is a failed grow instead;
+* ``retry``: Slurm said "not now" (``SlurmBusy``: "try again in a bit", a controller in
+  standby, ...) or could not be reached (``SlurmUnreachable``): nothing was applied, and
+  the action is proposed again once its backoff has run (``guards.retry_bars``);
+* ``failed``: anything else (a timeout, output that cannot be read).
+
+The backend retries its idempotent calls (pin, shrink, cancel) within the call on the
+same transient answers; ``sbatch`` is not retried there, because a timed-out submission
+may still have created the job: reconciliation (``Executor.reconcile``,
+``actuate.reconcile``) adopts it instead.
 
 Graceful shrink, one small state machine per job (driven by ``start_shrink`` then
 ``advance_shrinks`` once per cycle)::
@@ -25,7 +37,8 @@ Graceful shrink, one small state machine per job (driven by ``start_shrink`` the
     apply:  cancel the companions being dropped that still run (the job ends them itself
             before it acks: ``Instruction.release``), then ``NumNodes=<parent_nodes>`` on the
             parent (Slurm keeps its first N nodes, the batch host among them) -> applied;
-            a Slurm error -> failed.  The instruction is cleared in every end state.
+            Slurm's answer otherwise -> refused, retry or failed, as above.  The
+            instruction is cleared in every end state.
 """
 
 from __future__ import annotations
@@ -42,12 +55,12 @@ from slurm_elastic.actuate.companion import (
     companion_name,
     companion_script,
 )
-from slurm_elastic.actuate.guards import GuardKnobs, forced_on_timeout
+from slurm_elastic.actuate.guards import GuardKnobs, forced_on_timeout, with_job_shape
 from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.actuate.journal import ActionStatus, CompanionLink, JournalEntry, JournalStore
 from slurm_elastic.actuate.reconcile import ReconcileReport, reconcile
 from slurm_elastic.cluster_state import Classification, ElasticJob
-from slurm_elastic.errors import SlurmError, SlurmRejected
+from slurm_elastic.errors import SlurmBusy, SlurmError, SlurmRejected, SlurmUnreachable
 from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.protocol import AckStatus, Instruction, InstructionKind
 from slurm_elastic.slurm.backend import SlurmBackend
@@ -137,6 +150,8 @@ class Executor:
         """
         if action.kind is ActionKind.SHRINK:
             return self.start_shrink(action, elastic[action.job_id], now)
+        if action.kind is ActionKind.START_AT_SIZE:
+            action = with_job_shape(action, elastic[action.job_id].job)
         action_id = self.journal.record_intent(action, now)
         try:
             if action.kind is ActionKind.START_AT_SIZE:
@@ -173,6 +188,8 @@ class Executor:
             if action.kind is not ActionKind.START_AT_SIZE:  # sbatch refused: grow retries
                 return self._failed(action, action_id, str(exc), now)
             return self._refused(action, action_id, exc, now)
+        except (SlurmBusy, SlurmUnreachable) as exc:
+            return self._retry(action, action_id, exc, now)
         except SlurmError as exc:
             return self._failed(action, action_id, str(exc), now)
         self.journal.mark(action_id, ActionStatus.APPLIED, now, detail=detail)
@@ -192,6 +209,16 @@ class Executor:
         detail = _refusal(exc)
         self.journal.mark(action_id, ActionStatus.REFUSED, now, detail=detail)
         return self._done(action, ActionOutcome.REFUSED, detail, action_id)
+
+    def _retry(
+        self, action: Action, action_id: int, exc: SlurmBusy | SlurmUnreachable, now: float
+    ) -> ActionRecord:
+        """Slurm said "not now" or could not be reached: nothing was applied.  Not a fact
+        about the job and not a failure of the grow: the ``retry`` row only delays the next
+        attempt (``guards.retry_bars``)."""
+        detail = _retry_detail(exc)
+        self.journal.mark(action_id, ActionStatus.RETRY, now, detail=detail)
+        return self._done(action, ActionOutcome.RETRY, detail, action_id)
 
     def _submit_companion(self, action: Action, parent: JobView, now: float) -> int:
         return self.backend.submit(
@@ -276,6 +303,7 @@ class Executor:
     # ------------------------------------------------------------------ graceful shrink
 
     def start_shrink(self, action: Action, ej: ElasticJob, now: float) -> ActionRecord:
+        action = with_job_shape(action, ej.job)
         extra = dict(action.extra)
         instruction_id = self._new_id()
         deadline = now + self.knobs.ack_timeout_s
@@ -369,6 +397,8 @@ class Executor:
                 self.backend.shrink(ej.job.job_id, parent_nodes)
         except SlurmRejected as exc:  # as for a pin (``_refused``): a fact, not retried
             return self._end_shrink(entry, ActionStatus.REFUSED, _refusal(exc), now)
+        except (SlurmBusy, SlurmUnreachable) as exc:  # as for a pin (``_retry``)
+            return self._end_shrink(entry, ActionStatus.RETRY, _retry_detail(exc), now)
         except SlurmError as exc:
             return self._end_shrink(entry, ActionStatus.FAILED, str(exc), now)
         return self._end_shrink(entry, ActionStatus.APPLIED, why, now)
@@ -435,6 +465,11 @@ class Executor:
 def _refusal(exc: SlurmRejected) -> str:
     """A refusal's journal detail and REASON: Slurm's own message when it gave one."""
     return exc.slurm_message or str(exc)
+
+
+def _retry_detail(exc: SlurmBusy | SlurmUnreachable) -> str:
+    """A retry's journal detail: Slurm's own words when it gave some, else the error."""
+    return (exc.slurm_message if isinstance(exc, SlurmBusy) else "") or str(exc)
 
 
 def _companion_nodes(action: Action) -> int:

@@ -18,11 +18,12 @@ Two kinds of guard:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from slurm_elastic.actuate.journal import Refusal
+from slurm_elastic.actuate.journal import JOB_SHAPE, Refusal, Retry
 from slurm_elastic.cluster_state import ElasticJob
 from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.types import Action, ActionKind, JobView, Outlook
@@ -48,6 +49,9 @@ class GuardKnobs:
     companion_fail_window_s: float = 60.0
     companion_retry_backoff_s: float = 60.0
     companion_max_failures: int = 3
+    refusal_hold_s: float = 3600.0
+    retry_backoff_s: float = 2.0
+    retry_backoff_max_s: float = 120.0
 
     @classmethod
     def from_config(cls, config: object) -> GuardKnobs:
@@ -64,6 +68,9 @@ class GuardKnobs:
             ack_timeout_s=g.ack_timeout_s,
             time_limit_margin_s=g.time_limit_margin_s,
             stale_snapshot_s=g.stale_snapshot_s,
+            refusal_hold_s=g.refusal_hold_s,
+            retry_backoff_s=g.retry_backoff_s,
+            retry_backoff_max_s=g.retry_backoff_max_s,
             default_resize_cost_s=config.model.default_resize_cost_s,  # type: ignore[attr-defined]
             companion_fail_window_s=config.grow.companion_fail_window_s,  # type: ignore[attr-defined]
             companion_retry_backoff_s=config.grow.companion_retry_backoff_s,  # type: ignore[attr-defined]
@@ -120,19 +127,51 @@ def dwell_reason(
 # --------------------------------------------------------------------------- refusals
 
 
+def job_shape(job: JobView) -> str:
+    """A digest of what Slurm's answer to a pin or shrink depends on that the job's owner or
+    an admin can change: its partitions, QOS, account, node range, time limit, GPUs and its
+    run (a requeue starts a new one).  The executor notes it with each pin and shrink
+    (``journal.JOB_SHAPE``); a refusal holds only while the job keeps it."""
+    fields = (
+        job.partition,
+        job.qos,
+        job.account,
+        job.min_nodes,
+        job.max_nodes,
+        job.node_count,
+        job.time_limit_s,
+        job.gpus_per_node,
+        job.restart_count,
+        job.start_time,
+    )
+    return hashlib.blake2s(repr(fields).encode(), digest_size=8).hexdigest()
+
+
+def with_job_shape(action: Action, job: JobView) -> Action:
+    """``action`` with the job's shape noted in its extra (``job_shape``)."""
+    return replace(action, extra=(*action.extra, (JOB_SHAPE, job_shape(job))))
+
+
 def refusal_bars(
-    refusals: Iterable[Refusal], elastic: Mapping[int, ElasticJob]
+    refusals: Iterable[Refusal],
+    elastic: Mapping[int, ElasticJob],
+    now: float,
+    hold_s: float,
 ) -> dict[tuple[int, ActionKind], str]:
     """(job, kind) -> why, for the actions Slurm refused on a job that still stands as it
     was refused (the executor's ``refused`` journal rows): a start-at-size refusal holds
     while the job is pending; a shrink refusal while the job runs the allocation it was
-    refused in (a requeued job starts afresh).
+    refused in (a requeued job starts afresh).  Either holds ``hold_s`` at most
+    (``guards.refusal_hold_s``) and only while the job keeps the shape it had when refused
+    (``job_shape``): then the action may be asked once more.
 
     Slurm refuses for reasons the daemon cannot always see coming (a job with
     ``--distribution=arbitrary`` cannot change its node count from 23.11 on, and 24.11's
     squeue and scontrol do not show the distribution), so a refusal is kept as a fact about
     the job, with Slurm's message as its reason in ``status``: the policy is offered no size
     that needs the barred action (``daemon.problem``), and the guard blocks any that comes.
+    Only refusals Slurm gives as final get here: "try again" answers are retries
+    (``retry_bars``), never facts.
     """
     bars: dict[tuple[int, ActionKind], str] = {}
     for r in refusals:
@@ -146,9 +185,41 @@ def refusal_bars(
             holds = job.is_running and (job.start_time is None or r.at >= job.start_time)
         else:
             holds = False
-        if holds:
+        left = r.at + hold_s - now
+        if not holds or left <= 0 or (r.shape and r.shape != job_shape(job)):
+            continue
+        what = r.kind.value.replace("_", " ")
+        bars[(r.job_id, r.kind)] = (
+            f"{what} refused by Slurm: {r.detail} (barred {left:.0f}s more, or until the job "
+            "changes)"
+        )
+    return bars
+
+
+def retry_wait_s(count: int, knobs: GuardKnobs) -> float:
+    """The wait after ``count`` temporary answers in a row: ``retry_backoff_s`` doubled per
+    answer after the first, at most ``retry_backoff_max_s``."""
+    if count <= 0:
+        return 0.0
+    return min(knobs.retry_backoff_max_s, knobs.retry_backoff_s * 2.0 ** min(count - 1, 60))
+
+
+def retry_bars(
+    retries: Iterable[Retry], knobs: GuardKnobs, now: float
+) -> dict[tuple[int, ActionKind], str]:
+    """(job, kind) -> why, for the actions whose last attempts Slurm answered "not now" (or
+    that found no Slurm: journal ``retry`` rows) while their backoff runs (``retry_wait_s``).
+    A bar for that long only: after it the action is proposed like any other, however many
+    answers came before, because Slurm said nothing about the request itself."""
+    bars: dict[tuple[int, ActionKind], str] = {}
+    for r in retries:
+        left = r.at + retry_wait_s(r.count, knobs) - now
+        if left > 0:
             what = r.kind.value.replace("_", " ")
-            bars[(r.job_id, r.kind)] = f"{what} refused by Slurm: {r.detail}"
+            bars[(r.job_id, r.kind)] = (
+                f"{what} to retry in {left:.0f}s: Slurm said not now "
+                f"({r.count} in a row): {r.detail}"
+            )
     return bars
 
 

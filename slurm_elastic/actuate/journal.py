@@ -15,9 +15,14 @@ Slurm, cancel orphan companions) is in ``actuate.reconcile``.
 Each action row moves through::
 
     intent ──► applied                 (Slurm accepted it)
-       │  └──► failed                  (Slurm refused; nothing changed)
+       │  ├──► failed                  (it could not be done; nothing changed)
+       │  ├──► refused                 (Slurm said the request cannot be done: a fact
+       │  │                             about the job, kept for a while: ``refusals``)
+       │  └──► retry                   (Slurm said "not now", or could not be reached:
+       │                                nothing changed, asked again after a backoff)
        └─► waiting ──► applied         (shrink: instruction posted, ack awaited)
-                  └──► rolled_back     (ack refused / timed out / job changed)
+                  ├──► rolled_back     (ack refused / timed out / job changed)
+                  └──► failed | refused | retry   (as above, for the resize itself)
 
 Companion links (parent <-> companion job ids) and the first elastic spec seen per job
 are kept alongside.  The row is committed before Slurm is called, so a daemon killed at
@@ -113,6 +118,9 @@ class ActionStatus(enum.StrEnum):
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"
     REFUSED = "refused"  # Slurm refused it: a fact about the job (``refusals``)
+    # Slurm asked to be asked again (``errors.SlurmBusy``) or could not be reached: nothing
+    # changed; the action is tried again after a backoff (``retries``), never a bar.
+    RETRY = "retry"
 
     @property
     def is_open(self) -> bool:
@@ -143,6 +151,11 @@ class JournalEntry:
         return self.action.kind
 
 
+# The action's ``extra`` key under which the executor notes what the job looked like when
+# it acted (``actuate.guards.job_shape``): a refusal holds only while the job still does.
+JOB_SHAPE = "job_shape"
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Slurm refused an action of ``kind`` on the job while the job was in the state that
@@ -152,6 +165,7 @@ class Refusal:
     kind: ActionKind
     at: float
     detail: str  # Slurm's message
+    shape: str = ""  # the job's shape when it was refused ("" for rows written before)
 
 
 def newest_refusals(entries: Iterable[JournalEntry]) -> tuple[Refusal, ...]:
@@ -159,8 +173,38 @@ def newest_refusals(entries: Iterable[JournalEntry]) -> tuple[Refusal, ...]:
     newest: dict[tuple[int, ActionKind], Refusal] = {}
     for e in entries:
         if e.status is ActionStatus.REFUSED:
-            newest[(e.job_id, e.kind)] = Refusal(e.job_id, e.kind, e.updated_at, e.detail)
+            shape = str(dict(e.action.extra).get(JOB_SHAPE, ""))
+            newest[(e.job_id, e.kind)] = Refusal(e.job_id, e.kind, e.updated_at, e.detail, shape)
     return tuple(newest.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """The newest attempts of ``kind`` on the job met Slurm's "not now" (or no Slurm):
+    ``count`` ``retry`` rows in a row, the newest ended at ``at`` with ``detail``."""
+
+    job_id: int
+    kind: ActionKind
+    count: int
+    at: float
+    detail: str
+
+
+def pending_retries(entries: Iterable[JournalEntry]) -> tuple[Retry, ...]:
+    """Per (job, kind), the run of ``retry`` rows that ends ``entries``' closed rows (given
+    in id order); nothing for a job and kind whose newest closed row is not a retry."""
+    runs: dict[tuple[int, ActionKind], Retry] = {}
+    for e in entries:
+        if e.status.is_open:
+            continue
+        key = (e.job_id, e.kind)
+        if e.status is ActionStatus.RETRY:
+            before = runs.get(key)
+            count = before.count + 1 if before else 1
+            runs[key] = Retry(e.job_id, e.kind, count, e.updated_at, e.detail)
+        else:
+            runs.pop(key, None)
+    return tuple(runs.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +270,8 @@ class JournalStore(Protocol):
 
     def last_resize_at(self, job_ids: Iterable[int] | None = None) -> dict[int, float]:
         """Per job, when its last shrink or grow attempt ended, whatever its outcome
-        (applied, failed, refused or rolled back): cooldown counts from here, across restarts, and
-        a job whose agent refused is not asked again at once.  ``job_ids`` limits the
+        (applied, failed, refused, retry or rolled back): cooldown counts from here, across
+        restarts, and a job whose agent refused is not asked again at once.  ``job_ids`` limits the
         answer to those jobs."""
         ...
 
@@ -250,6 +294,10 @@ class JournalStore(Protocol):
     def refusals(self) -> tuple[Refusal, ...]:
         """The newest refusal per job and kind (``newest_refusals``); rows go with
         ``prune`` like any closed row."""
+        ...
+
+    def retries(self) -> tuple[Retry, ...]:
+        """The run of ``retry`` rows each job and kind ends with (``pending_retries``)."""
         ...
 
     def prune(self, before: float, keep_jobs: Collection[int] = ()) -> int:
@@ -442,7 +490,7 @@ class Journal:
     def last_resize_at(self, job_ids: Iterable[int] | None = None) -> dict[int, float]:
         query = (
             "SELECT job_id, MAX(updated_at) FROM actions"
-            " WHERE status IN ('applied','failed','rolled_back','refused')"
+            " WHERE status IN ('applied','failed','rolled_back','refused','retry')"
             " AND kind IN ('shrink','grow')"
         )
         if job_ids is None:
@@ -479,6 +527,15 @@ class Journal:
 
     def refusals(self) -> tuple[Refusal, ...]:
         return newest_refusals(self._select("WHERE status='refused' ORDER BY id"))
+
+    def retries(self) -> tuple[Retry, ...]:
+        # Only the jobs with a retry row: rare, so the cycle reads a handful of rows.
+        return pending_retries(
+            self._select(
+                "WHERE job_id IN (SELECT job_id FROM actions WHERE status='retry')"
+                " AND status NOT IN ('intent','waiting') ORDER BY id"
+            )
+        )
 
     def _select(self, where: str, args: Sequence[object] = ()) -> tuple[JournalEntry, ...]:
         rows = self._rows(f"SELECT {_COLUMNS} FROM actions {where}", args)

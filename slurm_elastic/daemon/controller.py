@@ -55,6 +55,7 @@ from slurm_elastic.actuate.guards import (
     grow_retry_reason,
     limit_resizes,
     refusal_bars,
+    retry_bars,
     stepmgr_bars,
 )
 from slurm_elastic.actuate.instructions import InstructionBoard
@@ -308,15 +309,20 @@ class Controller:
         waiting = not_eligible(cls, now, self.config.guards.payback_horizon_s)
         for job_id, reason in waiting.items():
             frozen.setdefault(job_id, reason)
-        # What Slurm refused stays refused, and what Slurm would do wrong is not asked: a
-        # pin keeps the job as Slurm has it (frozen), a shrink leaves the job only the sizes
-        # at or above its own.
-        bars = stepmgr_bars(cls.elastic) | refusal_bars(self.journal.refusals(), cls.elastic)
+        # What Slurm refused stays refused (for a while, while the job stays as it was),
+        # what Slurm said "not now" to waits out its backoff, and what Slurm would do wrong
+        # is not asked: a pin keeps the job as Slurm has it (frozen), a shrink leaves the
+        # job only the sizes at or above its own; a grow or a cancel is only blocked.
+        bars = (
+            retry_bars(self.journal.retries(), self.knobs, now)
+            | stepmgr_bars(cls.elastic)
+            | refusal_bars(self.journal.refusals(), cls.elastic, now, self.knobs.refusal_hold_s)
+        )
         no_shrink: dict[int, str] = {}
         for (job_id, kind), refused in bars.items():
             if kind is ActionKind.START_AT_SIZE:
                 frozen.setdefault(job_id, refused)
-            else:
+            elif kind is ActionKind.SHRINK:
                 no_shrink[job_id] = refused
         yielding: set[int] = set()  # frozen by dwell or cooldown only: a loan still yields
         for job_id, ej in cls.elastic.items():
@@ -662,7 +668,8 @@ class Controller:
         bars: Mapping[tuple[int, ActionKind], str] | None = None,
     ) -> tuple[list[Action], list[ActionRecord]]:
         """The guards' verdict on each action: (allowed, blocked records), order kept.
-        ``bars``: what Slurm refused (``refusal_bars``), blocked before any other rule."""
+        ``bars``: what Slurm refused (``refusal_bars``) or said "not now" to (``retry_bars``),
+        blocked before any other rule."""
         allowed: list[Action] = []
         blocked: list[ActionRecord] = []
         for action in actions:

@@ -27,7 +27,7 @@ from pathlib import Path
 import structlog
 
 from slurm_elastic.actuate.instructions import InstructionBoard
-from slurm_elastic.actuate.journal import Journal, JournalEntry
+from slurm_elastic.actuate.journal import ActionStatus, Journal, JournalEntry
 from slurm_elastic.config import Config
 from slurm_elastic.daemon.api import ApiContext, ApiServer
 from slurm_elastic.daemon.controller import Controller, CycleResult
@@ -46,6 +46,9 @@ from slurm_elastic.types import (
 )
 
 log = structlog.get_logger("slurm_elastic.drill")
+
+# Journal statuses that do not end a drill's resize: open, or to be asked again.
+_NOT_ENDED = frozenset({ActionStatus.INTENT, ActionStatus.WAITING, ActionStatus.RETRY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +182,8 @@ class ResizeDrill:
         """Set the job's target and wait for the daemon's resulting action to end.
 
         A shrink ends when Slurm applied it (after the job's ack) or was rolled back; a grow
-        ends when the companion job is submitted (it then starts and joins on its own).
+        ends when the companion job is submitted (it then starts and joins on its own).  A
+        ``retry`` (Slurm said "not now") is no end: the daemon asks again after its backoff.
         """
         before = max((e.id for e in self.journal.actions_for(job_id)), default=0)
         decided_at = self.clock()
@@ -203,6 +207,6 @@ class ResizeDrill:
 
     def _settled(self, job_id: int, after: int) -> JournalEntry | None:
         for entry in self.journal.actions_for(job_id):
-            if entry.id > after and not entry.status.is_open:
+            if entry.id > after and entry.status not in _NOT_ENDED:
                 return entry
         return None

@@ -8,7 +8,7 @@ and is never used by the daemon: a simulated cluster has nothing to recover afte
 
 The rows are stored once, as the daemon's store reads them back (``decode_action``:
 ints, the kind by value, string pairs); indexes beside them answer the queries read
-every cycle without a pass over every row: ids of open rows, of refused rows, ids per
+every cycle without a pass over every row: ids of open rows, of refused and retry rows, ids per
 job, each job's last resize end, ids of links not ended, and closed rows and ended links
 by age (for ``prune``).  (A prune keeps every row within the accounting
 look-back, 30 days by default, so a pass over every row each cycle grows with the trace:
@@ -27,11 +27,13 @@ from slurm_elastic.actuate.journal import (
     CompanionLink,
     JournalEntry,
     Refusal,
+    Retry,
     cut_own_allocation,
     decode_action,
     encode_extra,
     failed_in_a_row,
     newest_refusals,
+    pending_retries,
 )
 from slurm_elastic.types import Action, ActionKind, ElasticSpec
 
@@ -47,6 +49,7 @@ class MemoryJournal:
         self._last_id = 0  # never reused, like SQLite's AUTOINCREMENT
         self._open: set[int] = set()  # ids of rows intent or waiting
         self._refused: set[int] = set()  # ids of rows refused
+        self._retry: set[int] = set()  # ids of rows retry
         # (updated_at, id) of every row put closed, and (ended_at, companion id) of every
         # link put ended, oldest first: a prune pops what is older than its limit instead of
         # passing over every row.  An entry whose row changed since is stale and dropped.
@@ -72,6 +75,7 @@ class MemoryJournal:
         for index, member in (
             (self._open, entry.status.is_open),
             (self._refused, entry.status is ActionStatus.REFUSED),
+            (self._retry, entry.status is ActionStatus.RETRY),
         ):
             if member:
                 index.add(entry.id)
@@ -203,6 +207,11 @@ class MemoryJournal:
     def refusals(self) -> tuple[Refusal, ...]:
         return newest_refusals(self._rows[i] for i in sorted(self._refused))
 
+    def retries(self) -> tuple[Retry, ...]:
+        jobs = {self._rows[i].job_id for i in self._retry}
+        ids = sorted(i for job in jobs for i in self._by_job[job])
+        return pending_retries(self._rows[i] for i in ids)
+
     def prune(self, before: float, keep_jobs: Collection[int] = ()) -> int:
         keep = set(keep_jobs)
         gone = 0
@@ -218,6 +227,7 @@ class MemoryJournal:
             del self._rows[i]
             self._by_job[entry.job_id].remove(i)
             self._refused.discard(i)
+            self._retry.discard(i)
             if entry.kind in _RESIZES:
                 self._resize_ends_changed(entry.job_id)
             gone += 1

@@ -31,9 +31,11 @@ Reads (fixed cost whatever the job count; see ``scripts/bench_slurm_read.py``):
   records), which 24.11+ drop from ``--json`` without it.
 
 Actions go through ``SlurmRunner.act`` (dry-run aware).  Only idempotent ones
-(pin, shrink, admin comment, cancel, reconfigure) are retried, and only when Slurm was
-unreachable (nothing was applied then); signal, requeue and submit are never
-repeated automatically because a second try could act twice.
+(pin, shrink, admin comment, cancel, reconfigure) are retried here, a few times within
+the call, and only when Slurm was unreachable or asked to try again (``SlurmBusy``):
+nothing was applied then.  Signal, requeue and submit are never repeated automatically
+because a second try could act twice.  What still fails is retried on a later cycle,
+with backoff, by the executor (``actuate.guards.retry_reason``).
 
 Heterogeneous jobs are read one JobView per component (raw id, ``het_job_id``,
 ``het_job_offset``); the daemon treats them as rigid and never resizes them.
@@ -56,6 +58,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 
 from slurm_elastic.errors import (
     ActionRefused,
+    SlurmBusy,
     SlurmParseError,
     SlurmRejected,
     SlurmUnreachable,
@@ -140,7 +143,7 @@ class CliBackend:
         # this one's associations bind its jobs.
         self._cluster: str | None = None
         self._retry = retry(
-            retry=retry_if_exception_type(SlurmUnreachable),
+            retry=retry_if_exception_type((SlurmUnreachable, SlurmBusy)),
             stop=stop_after_attempt(max(1, action_attempts)),
             wait=wait_exponential(multiplier=retry_wait_s, max=retry_wait_s * 8),
             reraise=True,

@@ -83,9 +83,10 @@ views (tested live), except as listed here.  pyslurm 22.5 quirks handled here:
   as a string when the uid is unknown), cached per process.
 
 Error mapping: pyslurm 22.5's dictionary API raises ``ValueError(message, errno)`` for a
-failed RPC; libslurm's message decides, as for the CLI (``runner.is_unreachable``):
-``SlurmUnreachable`` (nothing applied, idempotent actions retried) or ``SlurmRejected``.
-The retry policy is the CLI backend's: cancel is retried, signal never.
+failed RPC; libslurm's message decides, as for the CLI (``runner.slurm_error``):
+``SlurmUnreachable`` (nothing applied, idempotent actions retried), ``SlurmBusy`` (a
+refusal Slurm calls temporary: retried too) or ``SlurmRejected``.  The retry policy is the
+CLI backend's: cancel is retried, signal never.
 
 Process-wide libslurm state: libslurm reads ``slurm.conf`` at ``slurm_init`` and keeps
 it for the whole process, so before each RPC a backend makes sure libslurm is on its
@@ -116,12 +117,11 @@ from slurm_elastic.errors import (
     ConfigError,
     SlurmParseError,
     SlurmRejected,
-    SlurmUnreachable,
 )
 from slurm_elastic.slurm import convert as cv
 from slurm_elastic.slurm import semantics
 from slurm_elastic.slurm.cli import _SIGNAL, CliBackend, _positive
-from slurm_elastic.slurm.runner import is_unreachable
+from slurm_elastic.slurm.runner import slurm_error
 from slurm_elastic.types import JobState, JobView, NodeView, PartitionView
 
 log = structlog.get_logger(__name__)
@@ -630,11 +630,7 @@ class PyslurmBackend(CliBackend):
             # pyslurm 22.5: ValueError(message, errno) for a failed RPC (some paths give
             # only the message).  Anything else from pyslurm is a bug and propagates.
             message = str(exc.args[0]) if exc.args else str(exc)
-            if is_unreachable(message):
-                raise SlurmUnreachable(f"pyslurm {what}: Slurm unreachable: {message}") from None
-            raise SlurmRejected(
-                f"pyslurm {what} rejected: {message}", slurm_message=message
-            ) from None
+            raise slurm_error(f"pyslurm {what}", message) from None
         log.debug("slurm.rpc", rpc=what, elapsed_s=time.monotonic() - started)
         return result
 

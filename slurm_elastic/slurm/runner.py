@@ -6,6 +6,8 @@ failures into the typed errors of :mod:`slurm_elastic.errors`:
 * missing binary, "Unable to contact slurm controller", connection refused,
   socket timeouts towards slurmctld/slurmdbd  -> ``SlurmUnreachable``
 * the command ran past its timeout                -> ``SlurmTimeout``
+* a refusal Slurm calls temporary ("try again in a bit", a controller in standby, the
+  database not connected, a rate limit: ``TEMPORARY``) -> ``SlurmBusy``
 * any other non-zero exit                         -> ``SlurmRejected`` carrying
   Slurm's own message (the last meaningful stderr line)
 
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from slurm_elastic.errors import SlurmRejected, SlurmTimeout, SlurmUnreachable
+from slurm_elastic.errors import SlurmBusy, SlurmRejected, SlurmTimeout, SlurmUnreachable
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +48,32 @@ _UNREACHABLE = re.compile(
     r"could not establish a connection|slurmdbd: .*not running|"
     r"zero bytes were transmitted or received|"
     r"couldn't find the specified plugin|munge.*(?:fail|error)",
+    re.IGNORECASE,
+)
+# Slurm's answers that say "not now": the request reached slurmctld, nothing was applied,
+# and the same request may succeed later without anything about the job changing.  The
+# texts are libslurm's error table (src/common/slurm_errno.c, the same on 22.05, 24.11 and
+# 26.05; what scontrol and sbatch print and what pyslurm's errors carry), by error code:
+_TEMPORARY_MESSAGES = (
+    # ESLURM_JOB_SETTING_DB_INX: right after a slurmctld restart, until slurmdbd has given
+    # the job its accounting index (issue 44: seen on 22.05 for tens of seconds)
+    "the DB index is being set",
+    "Job can not be altered now",  # ESLURM_TRANSITION_STATE_NO_UPDATE
+    "Unable to create job record",  # ESLURM_ERROR_ON_DESC_TO_RECORD_COPY (sbatch)
+    "Slurm temporarily unable to accept job",  # sbatch's own retry message
+    "Rate limit exceeded",  # SLURMCTLD_COMMUNICATIONS_BACKOFF (23.02+ rl_enable)
+    "in standby mode",  # ESLURM_IN_STANDBY_MODE, ESLURM_IN_STANDBY_USE_BACKUP
+    "Unable to connect to database",  # ESLURM_DB_CONNECTION
+    "Database connection reference is invalid",  # ESLURM_DB_CONNECTION_INVALID
+    "PrologSlurmctld is still running",  # ESLURM_PROLOG_RUNNING
+    "Resource temporarily unavailable",  # EAGAIN
+    "Switch resources currently not available",  # ESLURM_INTERCONNECT_BUSY
+    "Job locked by another sibling",  # ESLURM_FED_JOB_LOCK
+    "System submissions disabled",  # ESLURM_SUBMISSIONS_DISABLED (an admin's pause)
+)
+# ... and any answer that says to try again (a message of a later Slurm, worded the same way).
+TEMPORARY = re.compile(
+    "|".join(re.escape(m) for m in _TEMPORARY_MESSAGES) + r"|\btry again\b|\bretry\b",
     re.IGNORECASE,
 )
 # "squeue: error: " / "scontrol: " / "sbatch: error: " prefixes say nothing useful.
@@ -69,6 +97,28 @@ def is_unreachable(message: str) -> bool:
     controller/database (so nothing was applied).  Shared with the pyslurm backend,
     whose RPC errors carry the same libslurm texts."""
     return _UNREACHABLE.search(message) is not None
+
+
+def is_temporary(message: str) -> bool:
+    """Whether Slurm's ``message`` is a refusal Slurm calls temporary (``TEMPORARY``):
+    nothing applied, ask again later.  Shared with the pyslurm backend."""
+    return TEMPORARY.search(message) is not None
+
+
+def slurm_error(
+    what: str, message: str, *, command: tuple[str, ...] = ()
+) -> SlurmUnreachable | SlurmBusy | SlurmRejected:
+    """The typed error for Slurm's answer ``message`` to a failed request (``what`` names
+    it in the error's text): ``SlurmUnreachable`` when it never reached a working
+    controller or database, ``SlurmBusy`` when Slurm calls its refusal temporary, else
+    ``SlurmRejected`` (a fact about the request)."""
+    if is_unreachable(message):
+        return SlurmUnreachable(f"{what}: Slurm unreachable: {message}", command=command)
+    if is_temporary(message):
+        return SlurmBusy(
+            f"{what}: Slurm asked to try again: {message}", slurm_message=message, command=command
+        )
+    return SlurmRejected(f"{what} rejected: {message}", slurm_message=message, command=command)
 
 
 def slurm_message(stderr: str) -> str:
@@ -172,14 +222,13 @@ class SlurmRunner:
         return result
 
 
-def _classify(result: CommandResult, what: str) -> SlurmRejected | SlurmUnreachable:
+def _classify(result: CommandResult, what: str) -> SlurmUnreachable | SlurmBusy | SlurmRejected:
     message = slurm_message(result.stderr) or slurm_message(result.stdout)
     if is_unreachable(result.stderr):
         return SlurmUnreachable(
             f"{what}: Slurm unreachable: {message or 'no message'}", command=result.argv
         )
-    return SlurmRejected(
-        f"{what} rejected: {message or f'exit status {result.returncode}'}",
-        slurm_message=message,
-        command=result.argv,
-    )
+    if not message:
+        status = f"exit status {result.returncode}"
+        return SlurmRejected(f"{what} rejected: {status}", command=result.argv)
+    return slurm_error(what, message, command=result.argv)
