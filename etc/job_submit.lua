@@ -322,7 +322,15 @@ local function check(job_desc, part_list, comment)
    return result
 end
 
-function slurm_job_submit(job_desc, part_list, submit_uid)
+-- slurmctld's slurm.log_user and slurm.log_info are string.format(...) (src/lua/slurm_lua.c,
+-- the same on 22.05, 24.11 and 26.05): a message is always an argument, never the format.
+-- (A '%' in what a user wrote, passed as the format, raised a Lua error there, and slurmctld
+-- then took the job unchecked.)
+local function tell_user(text)
+   slurm.log_user("%s", text)
+end
+
+local function submit(job_desc, part_list, submit_uid)
    local comment, spec, err = with_option(job_desc)
    local result = nil
    if not err then
@@ -339,8 +347,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       end
    end
    if not result then
-      slurm.log_user(err) -- the C function takes one string: no format expansion of '%'
-      slurm.log_info("slurm-elastic: rejected job from uid %d: %s", submit_uid, err)
+      tell_user(err)
+      slurm.log_info("slurm-elastic: rejected job from uid %s: %s", tostring(submit_uid), err)
       return slurm.ERROR
    end
    if result.comment ~= nil then job_desc.comment = result.comment end
@@ -349,6 +357,20 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       job_desc.max_nodes = result.max_nodes
    end
    return slurm.SUCCESS
+end
+
+local INTERNAL = "slurm-elastic: the elastic check of this job failed; the job is refused "
+   .. "(slurmctld's log has the reason for your admin)"
+
+-- Fails closed: whatever goes wrong inside the check refuses the job with a message (a Lua
+-- error escaping here would make slurmctld accept the job unchecked).
+function slurm_job_submit(job_desc, part_list, submit_uid)
+   local ok, rc = pcall(submit, job_desc, part_list, submit_uid)
+   if ok then return rc end
+   pcall(slurm.log_info, "slurm-elastic: refused job from uid %s: error in job_submit.lua: %s",
+      tostring(submit_uid), tostring(rc))
+   pcall(tell_user, INTERNAL)
+   return slurm.ERROR
 end
 
 -- Changing a comment with scontrol (the daemon does, for companions) is not re-checked:

@@ -157,6 +157,10 @@ HOSTILE_SPECS = [
     "min=1,max=3," * 400,  # a long option list
     "1-3:" + "gpus=1," * 1000,  # duplicate keys, thousands of them
     "\u202e1-3",  # a bidi override (UTF-8 bytes)
+    "1-2%",  # format directives (slurmctld's log_user is string.format): issue 38, class 4
+    "%s",
+    "1-2:gpus=%n",
+    "%q-%d",
 ]
 
 
@@ -263,6 +267,9 @@ def test_the_option_makes_jobs_elastic_with_their_range(
         (("--elastic=9-1",), "invalid --elastic=9-1: min=9 is greater than max=1"),
         (("--elastic=max=9", "-N1-3"), "invalid --elastic=max=9: max=9 disagrees with --nodes=1-3"),
         (("--elastic=min=x",), "invalid --elastic=min=x: min must be a whole number, got 'x'"),
+        # Format directives (issue 38, class 4: accepted as a rigid job on 108c305).
+        (("--elastic=1-2%",), "invalid --elastic=1-2%: '1-2%' is not a node range MIN-MAX"),
+        (("--elastic=%s",), "invalid --elastic=%s: '%s' is not a node range MIN-MAX"),
     ],
 )
 def test_a_bad_spec_is_refused_at_submission(

@@ -2,7 +2,8 @@
 
 The shipped plugin runs here in a stand-alone Lua 5.1 interpreter (the version Debian's
 job_submit_lua.so embeds; installed by scripts/install-deps.sh) with a minimal ``slurm``
-table: what the plugin provides (NO_VAL, SUCCESS, ERROR, log_user, log_info), and a
+table: what the plugin provides (NO_VAL, SUCCESS, ERROR, log_user, log_info: both
+``string.format`` over their arguments, as slurmctld defines them), and a
 partition list shaped like slurmctld's (name -> total_nodes, max_nodes, flag_default).
 tests/test_marker_submit.py checks the real plugin inside slurmctld.
 """
@@ -34,8 +35,10 @@ local function unhex(h)
   return (string.gsub(h, "%x%x", function(x) return string.char(tonumber(x, 16)) end))
 end
 local user_msg
+-- As slurmctld defines them (src/lua/slurm_lua.c): string.format over the arguments.
 slurm = { NO_VAL = 4294967294, SUCCESS = 0, ERROR = -1,
-          log_user = function(m) user_msg = m end, log_info = function() end }
+          log_user = function(...) user_msg = string.format(unpack({...})) end,
+          log_info = function(...) local _ = string.format(unpack({...})) end }
 dofile(arg[1])
 """
 
@@ -220,10 +223,63 @@ def test_lua_caps_ranges_at_what_the_partitions_give(tmp_path: Path) -> None:
     )
 
 
-comment_alphabet = st.sampled_from(list("elastic:/=,;0123456789 minaxstepgpuscot-\t"))
+comment_alphabet = st.sampled_from(list("elastic:/=,;0123456789 minaxstepgpuscot-\t%"))
 node_counts = st.none() | st.integers(1, 12)
 capacities = st.none() | st.integers(1, 12)
 partitions = st.sampled_from(["", "batch", "big", "big,batch", "nosuch"])
+
+
+# Lua's string.format directives (and a lone "%"): slurmctld's log_user is string.format, so
+# each must reach the user as text (issue 38, class 4: "%" raised a Lua error there, and
+# slurmctld took the job unchecked).
+FORMATS = ["%", "%s", "%n", "%d", "%q", "%%", "%5.2f", "%c", "%x", "%-", "%*d"]
+
+
+def format_cases(f: str) -> list[Case]:
+    """A directive in every field of a comment the plugin echoes in its refusal."""
+    return [
+        (f"elastic:min=1{f}", 2, 8),  # a value
+        (f"elastic:min={f}", 2, 8),
+        (f"elastic:{f}=1", 2, 8),  # a key
+        (f"elastic:{f}", 2, 8),  # an option that is not key=value
+        (f"elastic/{f}", 2, 8),  # a version
+        (f"elastic elastic{f}", 2, 8),  # a second marker
+        (f"slurm-elastic:companion-of={f}", 2, 8),  # a companion token
+        (f"note{f} elastic:min=2,max=8", 2, 8),  # beside a good marker: accepted, untouched
+        (f"elastic:min=1,max=999999 {f}", None, None),  # capped, the rest kept as written
+    ]
+
+
+@pytest.mark.parametrize("directive", FORMATS)
+def test_format_directives_in_a_comment_are_text_not_a_format(
+    tmp_path: Path, directive: str
+) -> None:
+    cases = format_cases(directive)
+    for case, got in zip(cases, run_lua(cases, tmp_path), strict=True):
+        assert got == python_result(*case), case
+        assert directive in got[1], got  # echoed as written, refused or kept
+
+
+def test_an_error_inside_the_check_refuses_the_job(tmp_path: Path) -> None:
+    """Fails closed: a Lua error inside the check (here a node count slurmctld would never
+    hand over) refuses the job with one line, never accepts it unchecked."""
+    driver = (
+        PRELUDE
+        + r"""
+local job = { min_nodes = "two", max_nodes = 8, comment = "elastic" }
+print(slurm_job_submit(job, {}, 0) == slurm.ERROR, user_msg)
+"""
+    )
+    path = tmp_path / "broken.lua"
+    path.write_text(driver)
+    proc = subprocess.run(
+        [_lua(), str(path), str(LUA_SCRIPT)], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "true\tslurm-elastic: the elastic check of this job failed; the job is refused "
+        "(slurmctld's log has the reason for your admin)"
+    )
 
 
 @settings(max_examples=300, deadline=None)

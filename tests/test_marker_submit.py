@@ -41,6 +41,13 @@ def job_fields(cluster: SlurmCluster, job_id: int) -> tuple[str, str]:
         ("2-8", "elastic:min=two"),
         ("4-8", "elastic:min=2"),
         (None, "elastic"),
+        # Format directives in the fields the message echoes (slurmctld's log_user is
+        # string.format; on 108c305 "%" raised a Lua error and the job was accepted
+        # unchecked: issue 38, class 4).
+        ("1-999999", "elastic elastic/%"),
+        ("2-8", "elastic:min=%s"),
+        ("2-8", "elastic:%n=1"),
+        ("2-8", "elastic/%d%q"),
     ],
 )
 def test_malformed_marker_is_rejected_with_the_message(
