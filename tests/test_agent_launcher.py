@@ -468,10 +468,14 @@ def test_a_companion_runs_in_its_parents_environment_but_keeps_its_own_job_varia
     assert companion_environment(own, tmp_path / "none") == own
 
 
-def test_an_environment_file_others_may_write_is_ignored(tmp_path: Path) -> None:
+def test_an_environment_file_others_may_write_is_refused(tmp_path: Path) -> None:
+    """Issue 38, class 1: never used, and the companion stops with one line saying why
+    (it used to run on in its own environment, which hid the attack)."""
     save_environment(tmp_path, {"LD_PRELOAD": "/tmp/evil.so"})
+    assert ((tmp_path / "environment.json").stat().st_mode & 0o777) == 0o600
     (tmp_path / "environment.json").chmod(0o666)
-    assert companion_environment({"HOME": "/h"}, tmp_path) == {"HOME": "/h"}
+    with pytest.raises(AgentError, match=r"environment\.json may be written by other users"):
+        companion_environment({"HOME": "/h"}, tmp_path)
 
 
 class _RecordedStep:

@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 
 import structlog
 
-from slurm_elastic.errors import MissingExtra
+from slurm_elastic.errors import AgentError, MissingExtra
 
 try:
     import torch
@@ -49,7 +49,13 @@ try:
 except ModuleNotFoundError:
     raise MissingExtra("slurm_elastic.agent", "torch", "agent") from None
 
-from slurm_elastic.agent.checkpoint import atomic_write, checkpoint_path, list_checkpoints, prune
+from slurm_elastic.agent.checkpoint import (
+    atomic_write,
+    checkpoint_path,
+    list_checkpoints,
+    open_checkpoint,
+    prune,
+)
 from slurm_elastic.agent.jobdir import CHECKPOINTS, DONE, HELD, Control, ControlReader, write_json
 from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV, TORCHFT, left_name
 from slurm_elastic.agent.progress import ProgressReporter
@@ -222,7 +228,12 @@ class StepBoundary:
         if self.rank == 0:
             for step, path in list_checkpoints(self.checkpoint_dir):
                 try:
-                    state = torch.load(path, map_location="cpu", weights_only=False)
+                    # Opened as only this user can have left it (agent.owndir): unpickling
+                    # runs code, so a file another user planted is refused, never loaded.
+                    with open_checkpoint(path) as handle:
+                        state = torch.load(handle, map_location="cpu", weights_only=False)
+                except AgentError:
+                    raise
                 except Exception as exc:  # a torn or foreign file: try the next older one
                     log.warning("trainer.checkpoint_unreadable", path=str(path), error=str(exc))
                     continue
@@ -235,9 +246,8 @@ class StepBoundary:
                     dist.broadcast(tensor, src=0)
             return self.progress
         if state is None:
-            state = torch.load(
-                checkpoint_path(self.checkpoint_dir, chosen), map_location="cpu", weights_only=False
-            )
+            with open_checkpoint(checkpoint_path(self.checkpoint_dir, chosen)) as handle:
+                state = torch.load(handle, map_location="cpu", weights_only=False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress.data = SamplerState.from_json(state["sampler"])

@@ -6,17 +6,22 @@ any point leaves either the previous complete set or the new file, never a torn 
 temporaries (``.ckpt-*.tmp-*``) are ignored by readers and removed by ``prune``.
 
 The serialisation itself is the caller's (``writer`` gets an open binary file): this module
-stays free of torch so the launcher and tests can use it anywhere.
+stays free of torch so the launcher and tests can use it anywhere.  Files are listed,
+written, opened and removed through ``agent.owndir`` only: a checkpoint is unpickled, so
+one another user could place would run his code as the job's owner.
 """
 
 from __future__ import annotations
 
-import contextlib
+import fnmatch
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+from slurm_elastic.agent.owndir import OwnDir
+from slurm_elastic.errors import AgentError
 
 _NAME = re.compile(r"^ckpt-(\d{8,})\.pt$")
 
@@ -27,48 +32,46 @@ def checkpoint_path(directory: Path, step: int) -> Path:
 
 def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints in ``directory``, newest (highest step) first."""
-    if not directory.is_dir():
-        return []
     found = []
-    for entry in directory.iterdir():
-        match = _NAME.match(entry.name)
+    for name in OwnDir(directory).names():
+        match = _NAME.match(name)
         if match:
-            found.append((int(match.group(1)), entry))
+            found.append((int(match.group(1)), directory / name))
     return sorted(found, reverse=True)
+
+
+def open_checkpoint(path: Path) -> BinaryIO:
+    """``path`` open for reading, checked as this user's own (``OwnDir.open_read``).
+
+    Raises:
+        AgentError: it is gone, or not this user's alone.
+    """
+    handle = OwnDir(path.parent).open_read(path.name)
+    if handle is None:
+        raise AgentError(f"checkpoint {path} is gone")
+    return handle
 
 
 def atomic_write(path: Path, writer: Callable[[BinaryIO], object]) -> Path:
     """Write ``path`` through a temporary file and a rename; returns ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            writer(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
-    return path
+    return OwnDir(path.parent).write(path.name, writer)
 
 
 def prune(directory: Path, keep: int) -> list[Path]:
     """Delete all but the ``keep`` newest checkpoints and any stray temporaries."""
+    own = OwnDir(directory)
     removed = []
     for _, path in list_checkpoints(directory)[max(1, keep) :]:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-            removed.append(path)
-    for stray in directory.glob(".ckpt-*.tmp-*"):
-        pid = stray.name.rsplit("-", 1)[-1]
+        own.unlink(path.name)
+        removed.append(path)
+    for name in own.names():
+        if not fnmatch.fnmatchcase(name, ".ckpt-*.tmp-*"):
+            continue
+        pid = name.rsplit("-", 1)[-1]
         # A temporary of a live process is a write in progress; leave it alone.
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            with contextlib.suppress(FileNotFoundError):
-                stray.unlink()
-                removed.append(stray)
+            own.unlink(name)
+            removed.append(directory / name)
     return removed
 
 
@@ -80,13 +83,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable; some file systems refuse O_RDONLY on a directory.
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

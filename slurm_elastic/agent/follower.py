@@ -28,6 +28,7 @@ job directory and Slurm.  Time comes from the injected ``clock``.
 
 from __future__ import annotations
 
+import fnmatch
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ import structlog
 from slurm_elastic.agent.allocation import still_running
 from slurm_elastic.agent.jobdir import CONTROL, HELD, RELEASE, Control, read_json, write_json
 from slurm_elastic.agent.modes import LEAVE_ACTION, LEAVE_CLOSED_ACTION, TORCHFT, TORCHRUN
+from slurm_elastic.agent.owndir import OwnDir
 from slurm_elastic.agent.srunlog import PlannedRemoval
 from slurm_elastic.agent.stopping import AGENT_MARKER, STOP_ACTION
 from slurm_elastic.errors import AgentError
@@ -194,7 +196,7 @@ class Follower:
         if self.mode == TORCHFT:
             self.leave_by_quorum(instruction, before)
             return
-        if not (self.job_dir / AGENT_MARKER).exists():
+        if OwnDir(self.job_dir).stat(AGENT_MARKER) is None:
             self.stop_by_signal(instruction, before)
             return
         request = self.control.issue(
@@ -310,8 +312,10 @@ class Follower:
         found: list[dict[str, Any]] = []
         while not self._stop.is_set():
             found = []
-            for path in self.job_dir.glob(f"{prefix}-*.json"):
-                record = read_json(path)
+            for name in OwnDir(self.job_dir).names():
+                if not fnmatch.fnmatchcase(name, f"{prefix}-*.json"):
+                    continue
+                record = read_json(self.job_dir / name)
                 if record is not None and record.get("seq") == seq:
                     found.append(record)
             if len(found) >= count or self.clock() >= until:

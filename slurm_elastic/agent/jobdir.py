@@ -7,7 +7,10 @@ the environment, because a companion job is submitted by the daemon from elsewhe
 
 It is the only channel between the launcher (batch host), the workers on every node, and
 companion jobs, so it must live on a file system every node sees (the submit directory
-normally is).  Every file is written atomically (temporary + rename) and read whole:
+normally is).  Every file is written atomically (temporary + rename) and read whole, and
+only through ``agent.owndir``: from ``.slurm-elastic`` down, every directory and file must
+be this user's alone (made 0700, opened without following links, checked by descriptor),
+so another user sharing the work directory cannot plant what the job executes or obeys:
 
 * ``launch.json``  what a companion needs to join: argv, mode, rendezvous endpoint and id
   (in the torchft mode the lighthouse's address), sizes.
@@ -29,16 +32,15 @@ normally is).  Every file is written atomically (temporary + rename) and read wh
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import structlog
 
-from slurm_elastic.agent.checkpoint import atomic_write
 from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S, MODES, TORCHRUN
+from slurm_elastic.agent.owndir import OwnDir
 from slurm_elastic.errors import AgentError
 
 LAUNCH = "launch.json"
@@ -85,11 +87,7 @@ def save_environment(directory: Path, env: Mapping[str, str]) -> Path:
     carried = {name: value for name, value in env.items() if not job_local(name)}
     payload = (json.dumps(carried, indent=1, sort_keys=True) + "\n").encode()
 
-    def write(handle: BinaryIO) -> None:
-        os.fchmod(handle.fileno(), 0o600)  # before any byte is written
-        handle.write(payload)
-
-    return atomic_write(directory / ENVIRONMENT, write)
+    return OwnDir(directory).write(ENVIRONMENT, lambda handle: handle.write(payload))
 
 
 def companion_environment(own: Mapping[str, str], directory: Path) -> dict[str, str]:
@@ -104,21 +102,11 @@ def companion_environment(own: Mapping[str, str], directory: Path) -> dict[str, 
 
 
 def _own_private_json(path: Path) -> dict[str, Any]:
-    """The file's object when this user owns it and nobody else may write it, else {}: an
-    environment planted by another user (a shared work directory) must not reach the
-    workers (LD_PRELOAD, PATH)."""
-    try:
-        with open(path, "rb") as handle:
-            st = os.fstat(handle.fileno())
-            if st.st_uid != os.getuid() or st.st_mode & 0o022:
-                log.warning("agent.environment_ignored", path=str(path), reason="not this user's")
-                return {}
-            raw = handle.read()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise AgentError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return _json_object(raw, path)
+    """The file's object when this user owns it and nobody else may write it (``OwnDir``);
+    {} without the file.  An environment planted by another user (a shared work directory)
+    must not reach the workers (LD_PRELOAD, PATH): refused, with the reason."""
+    raw = OwnDir(path.parent).read(path.name)
+    return {} if raw is None else _json_object(raw, path)
 
 
 def job_dir(work_dir: str | Path, job_id: int) -> Path:
@@ -127,18 +115,13 @@ def job_dir(work_dir: str | Path, job_id: int) -> Path:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     payload = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
-    atomic_write(path, lambda handle: handle.write(payload))
+    OwnDir(path.parent).write(path.name, lambda handle: handle.write(payload))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """The file's object, or None when it does not exist yet."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise AgentError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return _json_object(raw, path)
+    """The file's object, or None when it does not exist yet (read through ``OwnDir``)."""
+    raw = OwnDir(path.parent).read(path.name)
+    return None if raw is None else _json_object(raw, path)
 
 
 def _json_object(raw: bytes, path: Path) -> dict[str, Any]:
@@ -268,13 +251,13 @@ class ControlReader:
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / CONTROL
+        self._dir = OwnDir(directory)
         self._stamp: tuple[int, int] | None = None
         self._last: Control | None = None
 
     def read(self) -> Control | None:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+        st = self._dir.stat(CONTROL)
+        if st is None:
             return None
         stamp = (st.st_mtime_ns, st.st_ino)
         if stamp != self._stamp:

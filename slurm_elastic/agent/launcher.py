@@ -53,6 +53,7 @@ from slurm_elastic.agent.jobdir import (
 from slurm_elastic.agent.lighthouse import Lighthouse
 from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S, TORCHFT, TORCHRUN, FtTimeouts
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
+from slurm_elastic.agent.owndir import OwnDir
 from slurm_elastic.agent.rendezvous import choose_port
 from slurm_elastic.agent.srunlog import PlannedRemoval, StepReport, copy_stderr
 from slurm_elastic.errors import AgentError, MarkerError
@@ -438,8 +439,9 @@ def run(opts: RunOptions) -> int:
     if not opts.argv:
         raise AgentError("nothing to run: give the training command after --")
     info = parent_info(opts, job_id, read_job(job_id))
-    Path(info.job_dir).mkdir(parents=True, exist_ok=True)
-    (Path(info.job_dir) / DONE).unlink(missing_ok=True)
+    own = OwnDir(info.job_dir)
+    own.ensure()  # made 0700, or refused when another user's (agent.owndir)
+    own.unlink(DONE)
     save_environment(Path(info.job_dir), os.environ)
     lighthouse: Lighthouse | None = None
     lighthouse_watch: threading.Event | None = None
