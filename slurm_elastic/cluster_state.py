@@ -8,8 +8,13 @@ the executor (actuate) all read the cluster through it, and it imports none of t
 * an elastic parent (valid marker, not het, not a companion, managed partition) with
   its active companion jobs folded in — the policy sees the parent's *effective* size
   (its own nodes plus its running companions' nodes);
-* a companion (``slurm-elastic:companion-of=<PARENT>``) — linked to its parent, or an
-  orphan when the parent is gone or no longer running;
+* a companion — a job the daemon submitted to grow a parent, as its journal links them
+  (``links``: companion id -> parent id), or an orphan when the parent is gone or no
+  longer running.  The daemon's own record, never the job's comment
+  (``slurm-elastic:companion-of=<PARENT>``, which the owner can change after submission):
+  a companion whose comment, name or work directory its owner changed is still counted
+  as its parent's nodes on loan, still reclaimed, still cancelled with its parent.  Only
+  callers without a journal (tools, tests) fall back on the comments (``comment_links``);
 * anything else, with the reason it is not elastic ("not elastic", "malformed marker:
   ...", "comment not trusted, ...", "heterogeneous job", ...).  Those jobs are never
   touched.
@@ -98,19 +103,36 @@ class Classification:
     completed_parents: Mapping[int, float] = field(default_factory=dict)
 
 
+def comment_links(jobs: Collection[JobView]) -> dict[int, int]:
+    """Companion id -> parent id as the jobs' comments claim it: for callers without the
+    daemon's journal (tools, tests) and for adopting, after a crash, a companion whose
+    ``sbatch`` ran before its link was written (``actuate.reconcile``)."""
+    out = {}
+    for job in jobs:
+        parent_id = companion_parent(job.comment)
+        if parent_id is not None:
+            out[job.job_id] = parent_id
+    return out
+
+
 def classify(
     snapshot: ClusterSnapshot,
     resolve_spec: SpecResolver,
     partition_allowed: Callable[[str], bool] = lambda _p: True,
+    links: Mapping[int, int] | None = None,
 ) -> Classification:
-    """Sort the snapshot's active jobs into the classes of the module doc (pure)."""
+    """Sort the snapshot's active jobs into the classes of the module doc (pure).
+    ``links``: companion id -> parent id, the daemon's journal; None reads the comments
+    (``comment_links``)."""
     active = {j.job_id: j for j in snapshot.jobs if j.state.is_active}
+    if links is None:
+        links = comment_links(active.values())
     elastic_specs: dict[int, ElasticSpec] = {}
     not_elastic: dict[int, str] = {}
     companions_of: dict[int, list[JobView]] = {}
     companion_parent_of: dict[int, int] = {}
     for job in active.values():
-        parent_id = companion_parent(job.comment)
+        parent_id = links.get(job.job_id)
         if parent_id is not None:
             companion_parent_of[job.job_id] = parent_id
             companions_of.setdefault(parent_id, []).append(job)
@@ -142,7 +164,7 @@ def classify(
         )
         elastic[job_id] = ElasticJob(job=parent, spec=spec, companions=kept)
     for comp_id in sorted(companion_parent_of):
-        why = orphan_reason(active[comp_id], active)
+        why = orphan_reason(active[comp_id], companion_parent_of[comp_id], active)
         if why is not None:
             orphans.append((active[comp_id], why))
     completed: dict[int, float] = {}
@@ -185,15 +207,15 @@ def _elastic_or_reason(
 # --------------------------------------------------------------------------- companions
 
 
-def orphan_reason(companion: JobView, active: Mapping[int, JobView]) -> str | None:
-    """Why an active ``companion`` should be cancelled, or None while its parent runs.
+def orphan_reason(companion: JobView, parent_id: int, active: Mapping[int, JobView]) -> str | None:
+    """Why an active ``companion`` of ``parent_id`` should be cancelled, or None while its
+    parent runs.
 
-    ``active`` maps job ids to the active jobs of the same snapshot.  A job naming a
+    ``active`` maps job ids to the active jobs of the same snapshot.  A job linked to a
     parent owned by someone else is not a companion of ours: None, never cancelled.
     """
-    parent_id = companion_parent(companion.comment)
-    if parent_id is None or companion.state is JobState.COMPLETING:
-        return None  # not a companion, or already ending
+    if companion.state is JobState.COMPLETING:
+        return None  # already ending
     parent = active.get(parent_id)
     if parent is None:
         return f"orphan: parent {parent_id} has ended"

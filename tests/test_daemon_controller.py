@@ -57,11 +57,13 @@ def make(
     policy: dict[str, object] | None = None,
     slurm: dict[str, object] | None = None,
     cluster: dict[str, object] | None = None,
+    links: dict[int, int] | None = None,
     **guards: object,
 ) -> tuple[Controller, RecordingBackend, Journal, InstructionBoard]:
     """A controller over ``snap`` with a fixed plan (or the given allocator); ``agents``:
     jobs whose agent has already reported; ``policy``, ``slurm`` and ``cluster``: those
-    config sections."""
+    config sections; ``links``: companion -> parent, as the journal holds the companions
+    the daemon submitted (a comment alone makes no companion)."""
     backend = RecordingBackend(snap)
     config = Config.model_validate(
         {
@@ -73,6 +75,8 @@ def make(
         }
     )
     journal = Journal()
+    for companion, parent in (links or {}).items():
+        journal.link_companion(parent, companion, 1, None, 0.0)
     board = InstructionBoard()
     ctl = Controller(
         backend,  # type: ignore[arg-type]
@@ -718,7 +722,7 @@ def test_grow_submits_a_companion_as_the_owner() -> None:
 
 def test_orphan_companion_is_cancelled() -> None:
     orphan = job(31, nodes=("n3",), comment="slurm-elastic:companion-of=30")
-    ctl, backend, _, _ = make(snapshot([orphan]), {})
+    ctl, backend, _, _ = make(snapshot([orphan]), {}, links={31: 30})
     ctl.run_once(1000.0)
     assert backend.actions() == [("cancel", 31)]
 
@@ -736,7 +740,7 @@ def test_a_companion_whose_parent_completed_may_end_by_itself(
     output).  A parent that failed or was cancelled leaves nothing to wait for."""
     running = job(30, nodes=("n1",))
     orphan = job(31, nodes=("n3",), comment="slurm-elastic:companion-of=30")
-    ctl, backend, _, _ = make(snapshot([running, orphan], taken_at=990.0), {})
+    ctl, backend, _, _ = make(snapshot([running, orphan], taken_at=990.0), {}, links={31: 30})
     ctl.run_once(990.0)  # start-up (which cancels orphans at once) while the parent runs
     ended = replace(running, state=parent_state, end_time=995.0)
     for now in (1000.0, 1020.0, 1031.0):
@@ -745,22 +749,53 @@ def test_a_companion_whose_parent_completed_may_end_by_itself(
         assert (("cancel", 31) in backend.actions()) == (now >= cancelled_at), now
 
 
-def test_a_forged_companion_of_another_users_completed_job_touches_only_the_forger() -> None:
-    """The hostile-users case for grow.orphan_grace_s: bob marks his own job as a companion
-    of alice's running job.  It is never counted for alice; when her job completes, bob's
-    is an orphan, left the grace, then cancelled like any orphan.  Alice's job and a third
-    user's elastic job are never acted on."""
+def test_a_forged_companion_comment_makes_nothing_a_companion() -> None:
+    """Bob marks his own job as a companion of alice's running job.  The daemon's
+    companions are the ones its journal links (it submitted them): bob's job is never
+    counted for alice, and when her job completes it is not an orphan to cancel either.
+    Nobody's job is acted on."""
     running = job(30, nodes=("n1",), user="se-alice", start=JUST_STARTED)
     forged = job(31, nodes=("n3",), comment="slurm-elastic:companion-of=30", user="se-bob")
     carol = job(40, nodes=("n2",), user="se-carol", start=JUST_STARTED)
     ctl, backend, _, _ = make(snapshot([running, forged, carol], taken_at=990.0), {})
-    ctl.run_once(990.0)
-    assert backend.actions() == []  # another user's job naming alice's: not ours to cancel
+    first = ctl.run_once(990.0)
+    assert {r.job_id: r.nodes for r in first.jobs}[30] == 1  # n3 is not alice's
     ended = replace(running, state=JobState.COMPLETED, end_time=995.0)
-    for now, cancelled in ((1000.0, False), (1031.0, True)):
+    for now in (1000.0, 1031.0):
         backend.snap = snapshot([ended, forged, carol], taken_at=now)
         ctl.run_once(now)
-        assert backend.actions() == ([("cancel", 31)] if cancelled else []), now
+    assert backend.actions() == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"comment": ""},
+        {"comment": "slurm-elastic:companion-of=99"},
+        {"name": "mine now"},
+        {"work_dir": "/home/bob/elsewhere"},
+    ],
+)
+def test_a_companion_its_owner_changed_is_still_the_same_companion(
+    change: dict[str, object],
+) -> None:
+    """Issue 38, class 3: bob changed his companion's comment so that it no longer named
+    his job, and the daemon stopped counting the nodes as a loan: alice's rigid job waited
+    with no reclaim.  The journal's link decides: the loan is still reclaimed."""
+    snap = _borrower_and_rigid()
+    jobs = [replace(j, **change) if j.job_id in (81, 82) else j for j in snap.jobs]  # type: ignore[arg-type]
+    ctl, _backend, _journal, board = make(
+        replace(snap, jobs=tuple(jobs)), _real_policy, ack_timeout_s=30, links=BORROWED
+    )
+    first = ctl.run_once(1000.0)
+    assert first.plan is not None
+    why = {d.job_id: d.explanation for d in first.plan.decisions}[8]
+    assert (why.rule, why.detail) == (
+        "reclaim",
+        "shrink 3->2; gives back 1 of 2 on loan to reclaim:batch:job40",
+    )
+    instruction = board.pending_for(8)
+    assert instruction is not None and instruction.release == (82,)
 
 
 def test_at_most_max_resizes_per_cycle() -> None:
@@ -795,7 +830,7 @@ def test_keep_current_plan_keeps_every_size() -> None:
 def test_companion_of_a_parent_not_running_is_an_orphan(state: JobState) -> None:
     parent = replace(job(30, nodes=("n1",)), state=state)
     comp = job(31, nodes=("n3",), comment="slurm-elastic:companion-of=30")
-    ctl, backend, _, _ = make(snapshot([parent, comp]), {})
+    ctl, backend, _, _ = make(snapshot([parent, comp]), {}, links={31: 30})
     ctl.run_once(1000.0)
     assert ("cancel", 31) in backend.actions()
 
@@ -1042,6 +1077,9 @@ def test_a_failed_limit_read_keeps_the_last_limits() -> None:
     assert {r.job_id: r.max_nodes for r in result.jobs} == {8: 2}
 
 
+BORROWED = {81: 8, 82: 8}  # the journal's links of _borrower_and_rigid's companions
+
+
 def _borrower_and_rigid(**extra: object) -> ClusterSnapshot:
     """Job 8 holds n1 itself and n2, n3 through companions (2 on loan); rigid job 40
     (``-N2``, no marker) waits.  Slurm alone would start 40 on n4 and one of the loans."""
@@ -1063,7 +1101,9 @@ def test_a_loan_is_reclaimed_for_a_pending_rigid_job_even_without_an_agent() -> 
     """No agent has ever reported: the reclaim's shrink is still started (not blocked like
     a plain shrink), waits out ``ack_timeout_s`` for a checkpoint, then is applied, since
     ``reclaim_hard_shrink`` is on by default.  The companion on n3 goes; 8 keeps n1, n2."""
-    ctl, backend, journal, board = make(_borrower_and_rigid(), _real_policy, ack_timeout_s=30)
+    ctl, backend, journal, board = make(
+        _borrower_and_rigid(), _real_policy, ack_timeout_s=30, links=BORROWED
+    )
     first = ctl.run_once(1000.0)
     assert first.plan is not None
     why = {d.job_id: d.explanation for d in first.plan.decisions}[8]
@@ -1094,7 +1134,7 @@ def test_a_companion_the_job_released_itself_is_not_cancelled() -> None:
     applies.  A companion still running at the ack is cancelled as before."""
     for released_in_time in (True, False):
         snap = _borrower_and_rigid()
-        ctl, backend, journal, board = make(snap, _real_policy, agents=(8,))
+        ctl, backend, journal, board = make(snap, _real_policy, agents=(8,), links=BORROWED)
         ctl.run_once(1000.0)
         instruction = board.pending_for(8)
         assert instruction is not None and instruction.release == (82,)
@@ -1116,7 +1156,9 @@ def test_a_companion_the_job_released_itself_is_not_cancelled() -> None:
 
 
 def test_a_borrower_whose_agent_refuses_is_shrunk_anyway() -> None:
-    ctl, backend, journal, board = make(_borrower_and_rigid(), _real_policy, agents=(8,))
+    ctl, backend, journal, board = make(
+        _borrower_and_rigid(), _real_policy, agents=(8,), links=BORROWED
+    )
     ctl.run_once(1000.0)
     instruction = board.pending_for(8)
     assert instruction is not None
@@ -1130,11 +1172,13 @@ def test_dwell_does_not_keep_a_loan_and_reclaim_off_keeps_it() -> None:
     """Job 8 grew 10 s ago (min dwell 300 s): a plain resize would wait, the reclaim does
     not.  With ``policy.reclaim: off`` the rigid job waits as the docs used to promise."""
     snap = _borrower_and_rigid(start=990.0)
-    ctl, _, _, board = make(snap, _real_policy, agents=(8,), min_dwell_s=300)
+    ctl, _, _, board = make(snap, _real_policy, agents=(8,), min_dwell_s=300, links=BORROWED)
     ctl.run_once(1000.0)
     assert board.pending_for(8) is not None
 
-    ctl, backend, _, board = make(snap, _real_policy, agents=(8,), policy={"reclaim": "off"})
+    ctl, backend, _, board = make(
+        snap, _real_policy, agents=(8,), policy={"reclaim": "off"}, links=BORROWED
+    )
     result = ctl.run_once(1000.0)
     assert board.pending_for(8) is None and backend.actions() == []
     assert result.plan is not None

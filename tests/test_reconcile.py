@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_grow_interrupted_after_sbatch_adopts_the_companion(
 ) -> None:
     journal = new_store()
     aid = journal.record_intent(GROW, 10.0)
-    comp = pending(9, comment=companion_comment(1))
+    comp = replace(pending(9, comment=companion_comment(1)), submit_time=10.0)
     backend = RecordingBackend(snapshot([job(1, nodes=("n1",)), comp]))
     report = reconcile(journal, backend, backend.snap)  # type: ignore[arg-type]
     assert report.completed == [aid] and report.adopted == [9]
@@ -40,13 +41,15 @@ def test_grow_interrupted_never_adopts_another_users_job(
     new_store: Callable[[], JournalStore],
 ) -> None:
     """se-bob's job naming se-alice's job as its parent, older than the real companion,
-    is neither adopted nor cancelled; the real companion (hers) is."""
+    is neither adopted nor cancelled, nor is a job of hers submitted before the grow was
+    written down (a comment she set later); the real companion (hers) is."""
     journal = new_store()
     aid = journal.record_intent(GROW, 10.0)
     parent = job(1, nodes=("n1",), user="se-alice")
-    fake = pending(8, comment=companion_comment(1), user="se-bob")
-    real = pending(9, comment=companion_comment(1), user="se-alice")
-    backend = RecordingBackend(snapshot([parent, fake, real]))
+    fake = replace(pending(8, comment=companion_comment(1), user="se-bob"), submit_time=10.0)
+    older = replace(pending(7, comment=companion_comment(1), user="se-alice"), submit_time=5.0)
+    real = replace(pending(9, comment=companion_comment(1), user="se-alice"), submit_time=10.0)
+    backend = RecordingBackend(snapshot([parent, older, fake, real]))
     report = reconcile(journal, backend, backend.snap)  # type: ignore[arg-type]
     assert report.adopted == [9] and report.completed == [aid]
     assert [c.companion_id for c in journal.companions()] == [9]

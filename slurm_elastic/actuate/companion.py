@@ -3,12 +3,15 @@
 Stock Slurm cannot add nodes to a running job that holds GPUs, so growth is an ordinary
 job of the same owner, account, QOS and partition whose workers join the parent's torch
 rendezvous (``<agent_command> --join <PARENT>`` in the parent's working directory).
-Slurm schedules it with all its priorities and limits.  The link is the job comment
-``slurm-elastic:companion-of=<PARENT>``: it survives a daemon restart and is visible in
-the one batched queue read, so no extra Slurm call is needed to find companions.
+Slurm schedules it with all its priorities and limits.  The link that counts is the
+journal's (``link_companion``, written when ``sbatch`` returns): which jobs are companions
+and whose is never read back from a field their owner can change (``cluster_state.classify``
+takes the links).  The job comment ``slurm-elastic:companion-of=<PARENT>`` labels the job
+for people and for the job side, and lets recovery adopt a companion whose ``sbatch`` ran
+just before a crash (``actuate.reconcile``).
 
-This module submits companions; reading the link back (``companion_parent``,
-``orphan_reason``) is ``cluster_state``'s, which decide and estimate share.
+This module submits companions; ``cluster_state`` (``classify``, ``orphan_reason``) reads
+them, for decide and estimate alike.
 """
 
 from __future__ import annotations

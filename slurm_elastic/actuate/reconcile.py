@@ -101,13 +101,16 @@ def _adopt(
     if entry.kind is not ActionKind.GROW or parent is None:
         return None
     # Anyone can write a companion comment naming any job: only a job of the parent's
-    # owner can be the one our sbatch (run as that owner) created.
+    # owner, submitted since the grow was written down, can be the one our sbatch (run as
+    # that owner) created.  (Slurm's submit time has whole seconds.)
+    since = int(entry.created_at) - 1
     found = [
         j
         for j in active.values()
         if companion_parent(j.comment) == entry.job_id
         and j.job_id not in linked
         and j.user == parent.user
+        and (j.submit_time is None or j.submit_time >= since)
     ]
     if not found:
         return None
@@ -160,11 +163,15 @@ def sweep_companions(
     ``report.errors``."""
     now = snapshot.taken_at
     active = {j.job_id: j for j in snapshot.jobs if j.state.is_active}
+    parents: dict[int, int] = {}  # the journal's links, never what a comment says
     for link in journal.companions():
         if link.companion_id not in active:
             journal.end_companion(link.companion_id, now)
-    for job in active.values():
-        if orphan_reason(job, active) is None or not act:
+        else:
+            parents[link.companion_id] = link.parent_id
+    for comp_id, parent_id in sorted(parents.items()):
+        job = active[comp_id]
+        if orphan_reason(job, parent_id, active) is None or not act:
             continue
         action = Action(
             ActionKind.CANCEL_COMPANION,

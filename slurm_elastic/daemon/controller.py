@@ -287,6 +287,9 @@ class Controller:
                 ),
             ),
             self.config.partitions.allows,
+            # Which jobs are companions, and whose: the journal's links (it submitted them),
+            # never a comment their owner can change after submission.
+            {link.companion_id: link.parent_id for link in self.journal.companions()},
         )
         self.journal.remember_specs(
             {j: ej.spec for j, ej in cls.elastic.items() if j not in known}, now
