@@ -18,13 +18,14 @@ from slurm_elastic.daemon.controller import (
     JOURNAL_PRUNE_EVERY_S,
     Allocate,
     Controller,
+    CycleResult,
     keep_current_plan,
 )
 from slurm_elastic.daemon.reports import ReportStore
 from slurm_elastic.errors import SlurmRejected, SlurmTimeout, SolverError
 from slurm_elastic.policy import PolicyOptions, allocate
 from slurm_elastic.policy.fixed import fixed_plan
-from slurm_elastic.protocol import MAX_DETAIL, AckStatus
+from slurm_elastic.protocol import MAX_DETAIL, AckStatus, Instruction
 from slurm_elastic.terminal import safe_text
 from slurm_elastic.types import (
     Action,
@@ -788,14 +789,8 @@ def test_a_companion_its_owner_changed_is_still_the_same_companion(
         replace(snap, jobs=tuple(jobs)), _real_policy, ack_timeout_s=30, links=BORROWED
     )
     first = ctl.run_once(1000.0)
-    assert first.plan is not None
-    why = {d.job_id: d.explanation for d in first.plan.decisions}[8]
-    assert (why.rule, why.detail) == (
-        "reclaim",
-        "shrink 3->2; gives back 1 of 2 on loan to reclaim:batch:job40",
-    )
-    instruction = board.pending_for(8)
-    assert instruction is not None and instruction.release == (82,)
+    instruction = reclaim_started(first, board)
+    assert instruction.release == (82,)
 
 
 def test_at_most_max_resizes_per_cycle() -> None:
@@ -1080,6 +1075,19 @@ def test_a_failed_limit_read_keeps_the_last_limits() -> None:
 BORROWED = {81: 8, 82: 8}  # the journal's links of _borrower_and_rigid's companions
 
 
+def reclaim_started(result: CycleResult, board: InstructionBoard) -> Instruction:
+    """The plan gave back one of job 8's two loaned nodes to job 40 and told job 8."""
+    assert result.plan is not None
+    why = {d.job_id: d.explanation for d in result.plan.decisions}[8]
+    assert (why.rule, why.detail) == (
+        "reclaim",
+        "shrink 3->2; gives back 1 of 2 on loan to reclaim:batch:job40",
+    )
+    instruction = board.pending_for(8)
+    assert instruction is not None
+    return instruction
+
+
 def _borrower_and_rigid(**extra: object) -> ClusterSnapshot:
     """Job 8 holds n1 itself and n2, n3 through companions (2 on loan); rigid job 40
     (``-N2``, no marker) waits.  Slurm alone would start 40 on n4 and one of the loans."""
@@ -1105,14 +1113,8 @@ def test_a_loan_is_reclaimed_for_a_pending_rigid_job_even_without_an_agent() -> 
         _borrower_and_rigid(), _real_policy, ack_timeout_s=30, links=BORROWED
     )
     first = ctl.run_once(1000.0)
-    assert first.plan is not None
-    why = {d.job_id: d.explanation for d in first.plan.decisions}[8]
-    assert (why.rule, why.detail) == (
-        "reclaim",
-        "shrink 3->2; gives back 1 of 2 on loan to reclaim:batch:job40",
-    )
-    instruction = board.pending_for(8)
-    assert instruction is not None and instruction.target_nodes == 2
+    instruction = reclaim_started(first, board)
+    assert instruction.target_nodes == 2
     assert instruction.keep_nodes == ("n1", "n2")
     assert first.nodes_on_loan == 2 and {r.job_id: r.loan for r in first.jobs}[8] == 2
     assert {r.job_id: r.loan for r in first.jobs}[40] is None  # not an elastic job
