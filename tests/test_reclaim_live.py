@@ -103,6 +103,47 @@ def test_a_rigid_job_gets_the_nodes_lent_to_an_elastic_job(live: Path) -> None: 
 
 
 @pytest.mark.slurm
+@pytest.mark.parametrize("field", ["Comment=mine now", "Name=mine-now"])
+def test_a_companion_its_owner_relabelled_is_still_reclaimed(
+    live: Path,  # noqa: F811
+    field: str,
+) -> None:
+    """Issue 38, class 3, on every version: the borrower's owner changes his companions'
+    comment (so that it no longer names his job) or their name, as any owner may with
+    ``scontrol update``.  On 108c305 the daemon then stopped counting the nodes as a loan
+    and the rigid job waited with no reclaim; the journal's links keep them the borrower's:
+    the rigid job starts within one cycle plus the checkpoint and Slurm's pass, as without
+    the change.  (A work directory can be changed only while a job is pending: the unit
+    test changes it on a companion.)"""
+    parent = _grow_to_three(live)
+    companions = [c.job_id for c in companions_of(parent)]
+    for companion in companions:
+        subprocess.run(
+            ["scontrol", "update", f"JobId={companion}", field],
+            check=True,
+            timeout=30,
+            capture_output=True,
+        )
+    assert companions_of(parent) == [] or field.startswith("Name")  # the label is gone
+    rigid = sbatch("-N2", "--wrap", "sleep 600", cwd=live)
+    wait_for(lambda: jobs()[rigid].state_reason in ("Resources", "Priority") or None)
+    config = live_config(live / "state", live / "fake-agent")
+    ctl, board = controller(config)
+    first = cycle(ctl)
+    assert first.plan is not None
+    assert first.nodes_on_loan == 2 and {r.job_id: r.loan for r in first.jobs}[parent] == 2
+    why = next(d.explanation for d in first.plan.decisions if d.job_id == parent)
+    assert (why.rule, why.detail.endswith(f"reclaim:batch:job{rigid}")) == (RECLAIM, True)
+    instruction = board.pending_for(parent)
+    assert instruction is not None and instruction.target_nodes == 2
+    assert board.ack(Ack(instruction.id, parent, AckStatus.READY, 5, "checkpointed", time.time()))
+    cycle(ctl)
+    assert wait_for(lambda: running(rigid), timeout_s=SLURM_PASS_S).node_count == 2
+    left = [c for c in companions if c in jobs() and jobs()[c].is_running]
+    assert len(left) == 1  # the newest companion went back; the borrower kept 2 nodes
+
+
+@pytest.mark.slurm
 def test_a_pending_elastic_job_ahead_gets_the_nodes_lent_to_another(live: Path) -> None:  # noqa: F811
     """The same with an elastic job (``-N2-4``: at least 2 nodes) waiting, given a higher
     priority than the borrower's by the operator (``scontrol update Priority=``)."""
