@@ -38,6 +38,8 @@ EVENTS = (
     "api.aborted",
     "api.bad_request",
     "api.busy",
+    "api.head_timeout",
+    "api.head_too_large",
     "status.write_failed",
     "status.publish_failed",
     "sd_notify.failed",

@@ -423,26 +423,99 @@ def _closed_by_server(raw: socket.socket, deadline_s: float) -> bool:
         return False
 
 
-def test_past_the_connection_cap_is_503_then_recovers(small_server: ApiServer) -> None:
+def _held_report(api: ApiServer, source: str = "127.0.0.1") -> socket.socket:
+    """A report whose head has come and whose body never will: it holds a report slot (its
+    thread waits for the body) until the connection's time is up."""
+    raw = socket.create_connection(api.address, timeout=5, source_address=(source, 0))
+    raw.sendall(b"POST /v1/jobs/7/report HTTP/1.1\r\nContent-Length: 10\r\n\r\n")
+    return raw
+
+
+def _turned_away(url: str) -> bool:
+    status, body = _get(url)
+    return status == 503 and b"too many connections" in body
+
+
+def test_past_the_connection_cap_is_503_health_still_answers_then_recovers(
+    small_server: ApiServer,
+) -> None:
+    """Two reports waiting for their bodies hold both report slots: the next request is
+    turned away at once, while /healthz and /metrics (threads of their own) answer."""
     api = small_server
+    instruction = f"{api.url}/v1/jobs/7/instruction"
     with structlog.testing.capture_logs() as logs:
-        idle = [socket.create_connection(api.address, timeout=5) for _ in range(2)]
+        held = [_held_report(api) for _ in range(2)]
         try:
-            # Once both are accepted (the accepting thread may lag on a loaded machine),
-            # they hold every slot and the next request is turned away.
             deadline = time.monotonic() + 10
-            while (answer := _get(f"{api.url}/healthz"))[0] != 503:
-                assert time.monotonic() < deadline, f"never turned away: {answer}"
+            while not _turned_away(instruction):
+                assert time.monotonic() < deadline, "never turned away"
                 time.sleep(0.05)
-            assert b"too many connections" in answer[1]
+            assert _get(f"{api.url}/healthz")[0] == 200
+            assert _get(f"{api.url}/metrics")[0] == 200
         finally:
-            for raw in idle:
+            for raw in held:
                 raw.close()
     assert any(e["event"] == "api.busy" for e in logs)
     deadline = time.monotonic() + 10
-    while _get(f"{api.url}/healthz")[0] != 200:  # the slots are freed as their threads end
+    while _get(instruction)[0] != 200:  # the slots are freed as their threads end
         assert time.monotonic() < deadline, "slots never freed"
         time.sleep(0.05)
+
+
+def test_health_answers_in_under_a_second_while_200_idle_connections_are_held(
+    server: tuple[ApiServer, ApiContext, object],
+) -> None:
+    """Issue 38, class 6: 120 idle connections made every /healthz probe 503 (one thread
+    each, 64 at most).  Now an idle connection holds no thread, only its descriptor, for
+    HEADER_TIMEOUT_S: probes keep answering 200, fast, while 200 are held."""
+    api, _, _ = server
+    idle = [socket.create_connection(api.address, timeout=5) for _ in range(200)]
+    try:
+        times = []
+        for _ in range(10):
+            started = time.monotonic()
+            status, _body = _get(f"{api.url}/healthz")
+            times.append(time.monotonic() - started)
+            assert status == 200
+        assert max(times) < 1.0, times
+    finally:
+        for raw in idle:
+            raw.close()
+
+
+def test_an_idle_connection_is_closed_after_the_header_timeout(munge: None) -> None:
+    api = ApiServer(_context(_Health()), "127.0.0.1", 0, header_timeout_s=0.5)
+    api.start()
+    try:
+        with socket.create_connection(api.address, timeout=5) as raw:
+            raw.sendall(b"GET /healthz HTTP/1.1\r\n")  # the head never ends
+            started = time.monotonic()
+            answer = raw.recv(4096)
+            assert time.monotonic() - started < 3.0
+            assert answer.startswith(b"HTTP/1.1 408 ") and b"not complete in time" in answer
+    finally:
+        api.stop()
+
+
+def test_one_address_gets_its_share_of_the_report_slots(munge: None) -> None:
+    """Requests from one address hold at most ``max_per_peer`` report slots; another
+    address is still served (127.0.0.2 is another peer on the loopback)."""
+    api = ApiServer(_context(_Health()), "127.0.0.1", 0, max_connections=8, max_per_peer=2)
+    api.start()
+    held = [_held_report(api) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 10
+        while not _turned_away(f"{api.url}/v1/jobs/7/instruction"):
+            assert time.monotonic() < deadline, "one address took more than its share"
+            time.sleep(0.05)
+        other = _held_report(api, "127.0.0.2")
+        other.sendall(b"0123456789")  # its body: it is served, not turned away
+        assert other.recv(4096).startswith(b"HTTP/1.1 401 ")
+        other.close()
+    finally:
+        for raw in held:
+            raw.close()
+        api.stop()
 
 
 def test_a_connection_is_closed_after_its_time_whatever_it_sends(small_server: ApiServer) -> None:

@@ -4,11 +4,24 @@ metrics and health out.
 Stdlib ``ThreadingHTTPServer``: a handful of small JSON requests per job per minute needs no
 framework.  Every request is answered with JSON (or Prometheus text) and a status code; no
 input can crash the server: bodies are bounded, parsed with pydantic (every number bounded
-and finite), and every rejection is a log line (``report.rejected``) and a metric.  The
-server's own resources are bounded too: a listen backlog of ``LISTEN_BACKLOG``, at most
-``MAX_CONNECTIONS`` connections served at once (each on its own thread; one past the cap is
-answered 503 by the accepting thread), and none kept longer than ``MAX_CONNECTION_S``.  A
+and finite), and every rejection is a log line (``report.rejected``) and a metric.  A
 client that drops or stalls mid-request costs one JSON log line, never a traceback.
+
+The server's own resources are bounded, and nobody can make health look bad by holding
+connections (docs/security.md, "The API's limits"):
+
+* one thread (``_HeadReader``) takes every accepted connection and reads its request head,
+  without a thread per connection: a connection that has not sent its whole head
+  ``HEADER_TIMEOUT_S`` after it was accepted is closed (408), idle or trickling.  At most
+  ``MAX_OPEN`` connections are open at once, ``MAX_OPEN_PER_PEER`` from one address; past
+  either, 503 at once;
+* a complete head goes to one of two pools of threads: ``GET /healthz`` and ``GET /metrics``
+  to ``HEALTH_SLOTS`` threads of their own, every other request to ``MAX_CONNECTIONS``
+  (``MAX_CONNECTIONS_PER_PEER`` from one address).  A full pool answers 503; so saturated
+  report traffic never turns a health probe away;
+* one request per connection (``Connection: close``), none served longer than
+  ``MAX_CONNECTION_S`` after accept (a health request ``HEALTH_CONNECTION_S``); a listen
+  backlog of ``LISTEN_BACKLOG``.
 
 The API never calls Slurm.  Who owns a job, and its size, come from the latest snapshot the
 loop took (``owner_of``, ``size_of``), so a burst of reports costs no Slurm calls.  What a
@@ -19,8 +32,10 @@ is when it arrived, its size Slurm's (docs/security.md, "What a report can claim
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
+import selectors
 import socket
 import sys
 import threading
@@ -52,12 +67,35 @@ MAX_CONNECTIONS = 64
 # of 60); Linux caps it at net.core.somaxconn (4096 by default).
 LISTEN_BACKLOG = 256
 MAX_CONNECTION_S = 30.0  # a connection is closed this long after accept, whatever it does
-_REQUEST_TIMEOUT_S = 10.0  # a client that stalls mid-request frees its thread after this
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Content-Length: 47\r\nConnection: close\r\n\r\n"
-    b'{"error": "busy: too many connections at once"}'
-)
+_REQUEST_TIMEOUT_S = 10.0  # a client that stalls mid-body frees its thread after this
+# A request head (request line and headers) must be complete this long after accept: an
+# idle or trickling connection costs a file descriptor for 2 s, never a thread.
+HEADER_TIMEOUT_S = 2.0
+MAX_HEAD_BYTES = 64 * 1024  # what http.server accepts of a request line (and then some)
+MAX_OPEN = 1024  # connections open at once (file descriptors), heads being read included
+MAX_OPEN_PER_PEER = 512  # ... from one address
+# Report/ack/status requests served at once for one address: another always has 16 left.
+MAX_CONNECTIONS_PER_PEER = 48
+# Threads of their own for GET /healthz and /metrics: a probe is answered however busy the
+# report traffic, and a client that does not read its answer holds one for 2 s at most.
+HEALTH_SLOTS = 8
+HEALTH_CONNECTION_S = 2.0
+_HEALTH_PATHS = frozenset({"/healthz", "/metrics"})
+
+
+def _canned(status: str, error: str) -> bytes:
+    """A whole JSON answer that closes the connection, written without a handler."""
+    body = json.dumps({"error": error}).encode()
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+_BUSY = _canned("503 Service Unavailable", "busy: too many connections at once")
+_TIMED_OUT = _canned("408 Request Timeout", "request head not complete in time")
+_HEAD_TOO_LARGE = _canned("431 Request Header Fields Too Large", "request head too large")
 _JOB_PATH = re.compile(r"^/v1/jobs/(\d{1,12})/(report|ack|instruction)$")
 # Characters of http.server's own refusal message kept in its log line and its answer: the
 # message quotes the client's request line, which may be 64 KiB (256 KiB once escaped).
@@ -161,6 +199,12 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def handle(self) -> None:
+        """One request per connection: the head reader admitted the connection for its
+        first request, and an idle keep-alive connection would hold a thread."""
+        self.close_connection = True
+        self.handle_one_request()
+
     def do_GET(self) -> None:
         self._dispatch("GET")
 
@@ -178,6 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         path = self.path.split("?", 1)[0]
         self._body_read = False
+        self.close_connection = True  # one request per connection (``handle``)
         try:
             if method == "GET" and path == "/healthz":
                 self._healthz()
@@ -373,7 +418,9 @@ def _first_error(exc: ValidationError) -> str:
 
 
 class _Server(ThreadingHTTPServer):
-    """``ThreadingHTTPServer`` with bounded resources (see the module docstring)."""
+    """``ThreadingHTTPServer`` with bounded resources (see the module docstring): the
+    accepting thread only counts a connection and hands it to the head reader, which hands
+    complete heads to ``serve``."""
 
     request_queue_size = LISTEN_BACKLOG
     daemon_threads = True
@@ -385,66 +432,136 @@ class _Server(ThreadingHTTPServer):
         *,
         max_connections: int = MAX_CONNECTIONS,
         max_connection_s: float = MAX_CONNECTION_S,
+        max_per_peer: int = MAX_CONNECTIONS_PER_PEER,
+        health_slots: int = HEALTH_SLOTS,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        max_open: int = MAX_OPEN,
+        max_open_per_peer: int = MAX_OPEN_PER_PEER,
     ) -> None:
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._health_slots = threading.BoundedSemaphore(health_slots)
+        self._health_handler = type("HealthHandler", (handler,), {"timeout": HEALTH_CONNECTION_S})
         self._max_connection_s = max_connection_s
-        self._open: dict[socket.socket, float] = {}  # connection -> when it must be closed
-        self._open_lock = threading.Lock()
-        self.refused = 0  # connections answered 503 because every slot was busy
+        self._max_per_peer = max_per_peer
+        self._max_open = max_open
+        self._max_open_per_peer = max_open_per_peer
+        self._lock = threading.Lock()
+        self._open: dict[socket.socket, float] = {}  # served connection -> when it must close
+        self._open_count = 0  # every connection from accept to close, heads included
+        self._open_by_peer: dict[str, int] = {}
+        self._serving_by_peer: dict[str, int] = {}  # report/ack/status requests being served
+        self.refused = 0  # connections answered 503 because a cap was reached
+        self.heads = _HeadReader(self, header_timeout_s)
         super().__init__(address, handler)
 
+    # ------------------------------------------------------------------ accept
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self._refuse(request, client_address)
+        peer = str(client_address[0])
+        with self._lock:
+            full = (
+                self._open_count >= self._max_open
+                or self._open_by_peer.get(peer, 0) >= self._max_open_per_peer
+            )
+            if not full:
+                self._open_count += 1
+                self._open_by_peer[peer] = self._open_by_peer.get(peer, 0) + 1
+        if full:
+            self._refuse(request, client_address, counted=False)
             return
-        with self._open_lock:
-            self._open[request] = time.monotonic() + self._max_connection_s
+        self.heads.admit(request, client_address)
+
+    def closed(self, request: socket.socket, client_address: Any) -> None:
+        """``request`` is closed: it no longer counts towards the open caps."""
+        peer = str(client_address[0])
+        with self._lock:
+            self._open_count -= 1
+            left = self._open_by_peer.get(peer, 1) - 1
+            if left > 0:
+                self._open_by_peer[peer] = left
+            else:
+                self._open_by_peer.pop(peer, None)
+
+    # ------------------------------------------------------------------ serve
+
+    def serve(self, request: socket.socket, client_address: Any, head: bytes, health: bool) -> None:
+        """A complete head (and whatever came with it): a thread of the pool it belongs to,
+        or 503 when that pool, or the peer's share of it, is full."""
+        peer = str(client_address[0])
+        if health:
+            if not self._health_slots.acquire(blocking=False):
+                self._refuse(request, client_address)
+                return
+            limit = HEALTH_CONNECTION_S
+        else:
+            with self._lock:
+                mine = self._serving_by_peer.get(peer, 0)
+                taken = mine < self._max_per_peer and self._slots.acquire(blocking=False)
+                if taken:
+                    self._serving_by_peer[peer] = mine + 1
+            if not taken:
+                self._refuse(request, client_address)
+                return
+            limit = self._max_connection_s
+        with self._lock:
+            self._open[request] = time.monotonic() + limit
+        request.setblocking(True)
+        thread = threading.Thread(
+            target=self._serve_thread,
+            args=(request, client_address, head, health),
+            name="slurm-elastic-api-request",
+            daemon=True,
+        )
         try:
-            super().process_request(request, client_address)  # starts the thread
+            thread.start()
         except BaseException:
-            self._done(request)
+            self._done(request, client_address, health)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve_thread(
+        self, request: socket.socket, client_address: Any, head: bytes, health: bool
+    ) -> None:
+        handler = self._health_handler if health else self.RequestHandlerClass
         try:
-            super().process_request_thread(request, client_address)
+            handler(_Replayed(request, head), client_address, self)  # type: ignore[arg-type]
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
-            self._done(request)
+            self.shutdown_request(request)
+            self._done(request, client_address, health)
 
-    def _done(self, request: socket.socket) -> None:
-        with self._open_lock:
+    def _done(self, request: socket.socket, client_address: Any, health: bool) -> None:
+        peer = str(client_address[0])
+        with self._lock:
             self._open.pop(request, None)
-        self._slots.release()
+            if not health:
+                left = self._serving_by_peer.get(peer, 1) - 1
+                if left > 0:
+                    self._serving_by_peer[peer] = left
+                else:
+                    self._serving_by_peer.pop(peer, None)
+        (self._health_slots if health else self._slots).release()
+        self.closed(request, client_address)
 
     def service_actions(self) -> None:
         """Every poll of the accept loop (0.5 s): end connections past their time, which a
-        client trickling one byte per timeout would otherwise hold for ever."""
+        client trickling its body one byte per timeout would otherwise hold for ever."""
         now = time.monotonic()
-        with self._open_lock:
+        with self._lock:
             late = [conn for conn, until in self._open.items() if until < now]
         for conn in late:
             with contextlib.suppress(OSError):  # already closed by its client
                 conn.shutdown(socket.SHUT_RDWR)  # its thread's read returns, and it ends
 
-    def _refuse(self, request: socket.socket, client_address: Any) -> None:
-        """503 from the accepting thread, without a thread: what has already arrived of the
-        request is read first (closing with unread data would reset the connection)."""
+    def _refuse(self, request: socket.socket, client_address: Any, *, counted: bool = True) -> None:
+        """503 without a thread: what has already arrived of the request is read first
+        (closing with unread data would reset the connection)."""
         self.refused += 1
         # Logged before the answer, so the line exists once the client has its 503.
         log.warning("api.busy", client=str(client_address[0]), refused=self.refused)
-        try:
-            request.setblocking(False)
-            for _ in range(16):
-                if not request.recv(65536):
-                    break
-        except OSError:
-            pass  # nothing more arrived yet
-        try:
-            request.sendall(_BUSY)
-            request.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        self.shutdown_request(request)
+        _answer_and_close(request, _BUSY)
+        if counted:
+            self.closed(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """An error outside a request's own handling (the client reset the connection while
@@ -456,6 +573,201 @@ class _Server(ThreadingHTTPServer):
             error=_describe(exc) if exc is not None else "unknown",
             client=str(client_address[0]),
         )
+
+    def server_close(self) -> None:
+        self.heads.stop()
+        super().server_close()
+
+
+def _answer_and_close(request: socket.socket, answer: bytes) -> None:
+    """Send a canned answer on a connection nobody serves, and close it; never blocks."""
+    try:
+        request.setblocking(False)
+        for _ in range(16):
+            if not request.recv(65536):
+                break
+    except OSError:
+        pass  # nothing more arrived yet
+    try:
+        request.send(answer)  # small: the socket's buffer takes it whole
+        request.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        request.close()
+
+
+class _Replayed:
+    """An accepted socket with what the head reader took from it put back in front: what
+    http.server's handler reads first (``makefile("rb")``).  Everything else is the
+    socket's."""
+
+    def __init__(self, sock: socket.socket, head: bytes) -> None:
+        self._sock = sock
+        self._head = head
+
+    def makefile(self, mode: str = "rb", buffering: int = -1) -> io.BufferedReader:
+        # http.server reads through makefile("rb") and writes with sendall (wbufsize 0).
+        if mode != "rb":
+            raise ValueError(f"only reads replay the head, not mode {mode!r}")
+        return io.BufferedReader(_HeadFirst(self._sock, self._head))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _HeadFirst(io.RawIOBase):
+    """The bytes already read, then the socket."""
+
+    def __init__(self, sock: socket.socket, head: bytes) -> None:
+        super().__init__()
+        self._sock = sock
+        self._head = memoryview(head)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self._sock.recv_into(buffer)
+
+
+@dataclass
+class _Pending:
+    """A connection whose request head is being read."""
+
+    sock: socket.socket
+    address: Any
+    deadline: float
+    data: bytearray = field(default_factory=bytearray)
+
+
+class _HeadReader:
+    """One thread that reads the request head of every accepted connection (non-blocking,
+    one ``selectors`` loop), so that idle and trickling connections cost no thread: a
+    complete head goes to ``_Server.serve``; one not complete ``timeout_s`` after accept is
+    answered 408 and closed; one over ``MAX_HEAD_BYTES``, 431."""
+
+    def __init__(self, server: _Server, timeout_s: float) -> None:
+        self._server = server
+        self._timeout_s = timeout_s
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._arrived: list[_Pending] = []
+        self._pending: dict[socket.socket, _Pending] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slurm-elastic-api-heads")
+        self._thread.daemon = True
+        self._thread.start()
+        self.timed_out = 0  # connections closed with 408
+
+    def admit(self, sock: socket.socket, address: Any) -> None:
+        entry = _Pending(sock, address, time.monotonic() + self._timeout_s)
+        with self._lock:
+            self._arrived.append(entry)
+        with contextlib.suppress(OSError):  # full: a wake-up is already waiting
+            self._wake_w.send(b"x")
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        self._thread.join(timeout=5)
+        for entry in list(self._pending.values()):
+            self._drop(entry, None)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(timeout=0.1):
+                if key.data is None:
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(4096)
+                else:
+                    self._read(key.data)
+            with self._lock:
+                arrived, self._arrived = self._arrived, []
+            for entry in arrived:
+                entry.sock.setblocking(False)
+                self._pending[entry.sock] = entry
+                self._selector.register(entry.sock, selectors.EVENT_READ, entry)
+            now = time.monotonic()
+            for entry in [e for e in self._pending.values() if e.deadline <= now]:
+                self.timed_out += 1
+                log.warning("api.head_timeout", client=str(entry.address[0]))
+                self._drop(entry, _TIMED_OUT)
+
+    def _read(self, entry: _Pending) -> None:
+        try:
+            chunk = entry.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError as exc:  # a reset mid-head: one line, as for one mid-request
+            log.warning(
+                "api.aborted", path=None, error=_describe(exc), client=str(entry.address[0])
+            )
+            self._drop(entry, None)
+            return
+        if not chunk:
+            if entry.data:  # closed mid-head (one that sent nothing is no request at all)
+                log.warning(
+                    "api.aborted",
+                    path=None,
+                    error="closed before its request head was complete",
+                    client=str(entry.address[0]),
+                )
+            self._drop(entry, None)
+            return
+        entry.data += chunk
+        if _head_complete(entry.data):
+            self._selector.unregister(entry.sock)
+            del self._pending[entry.sock]
+            self._server.serve(entry.sock, entry.address, bytes(entry.data), _is_health(entry.data))
+        elif len(entry.data) > MAX_HEAD_BYTES:
+            log.warning("api.head_too_large", client=str(entry.address[0]))
+            self._drop(entry, _HEAD_TOO_LARGE)
+
+    def _drop(self, entry: _Pending, answer: bytes | None) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(entry.sock)
+        self._pending.pop(entry.sock, None)
+        if answer is None:
+            with contextlib.suppress(OSError):
+                entry.sock.close()
+        else:
+            _answer_and_close(entry.sock, answer)
+        self._server.closed(entry.sock, entry.address)
+
+
+def _head_complete(data: bytes | bytearray) -> bool:
+    """Whether ``data`` holds a whole request head (the blank line after the headers), or a
+    first line that is no HTTP/1.x request line, which the handler refuses as it is."""
+    if b"\r\n\r\n" in data or b"\n\n" in data:
+        return True
+    end = data.find(b"\n")
+    if end < 0:
+        return False
+    words = bytes(data[:end]).split()
+    return len(words) != 3 or not words[2].startswith(b"HTTP/")
+
+
+def _is_health(data: bytes | bytearray) -> bool:
+    """A ``GET`` of ``/healthz`` or ``/metrics`` (served by threads of their own)."""
+    end = data.find(b"\n")
+    words = bytes(data[: end if end >= 0 else len(data)]).split()
+    if len(words) < 2 or words[0] != b"GET":
+        return False
+    return words[1].split(b"?", 1)[0].decode("latin-1") in _HEALTH_PATHS
 
 
 class _Server6(_Server):
@@ -473,6 +785,9 @@ class ApiServer:
         *,
         max_connections: int = MAX_CONNECTIONS,
         max_connection_s: float = MAX_CONNECTION_S,
+        max_per_peer: int = MAX_CONNECTIONS_PER_PEER,
+        health_slots: int = HEALTH_SLOTS,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
     ) -> None:
         handler = type("Handler", (_Handler,), {"context": context})
         server_class = _Server6 if ":" in bind else _Server
@@ -481,6 +796,9 @@ class ApiServer:
             handler,
             max_connections=max_connections,
             max_connection_s=max_connection_s,
+            max_per_peer=max_per_peer,
+            health_slots=health_slots,
+            header_timeout_s=header_timeout_s,
         )
         self._thread: threading.Thread | None = None
 
