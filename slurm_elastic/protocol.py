@@ -19,6 +19,7 @@ agent, so it imports nothing of the daemon and nothing heavier than pydantic.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
@@ -213,6 +214,24 @@ def post_authenticated(
 
 def get_json(url: str, *, timeout_s: float = 10.0) -> ApiResponse:
     return _send(urllib.request.Request(url, method="GET"), timeout_s)
+
+
+# What a reader's MUNGE credential for ``GET /v1/status`` vouches for (its sha256 is the
+# payload): the daemon then shows that user what Slurm's PrivateData lets them see.
+STATUS_REQUEST = b"GET /v1/status"
+
+
+def get_status(url: str, *, timeout_s: float = 10.0, munge: str = "munge") -> ApiResponse:
+    """``GET /v1/status`` as the calling user (a MUNGE credential over ``STATUS_REQUEST``),
+    or as anyone when no credential can be made here (no munge, munged down).
+
+    Raises:
+        AgentError: the daemon cannot be reached.
+    """
+    headers = {}
+    with contextlib.suppress(AgentError):  # none: read as anyone, what Slurm shows everybody
+        headers[HEADER] = make_credential(body_digest(STATUS_REQUEST), munge=munge)
+    return _send(urllib.request.Request(url, method="GET", headers=headers), timeout_s)
 
 
 def _send(request: urllib.request.Request, timeout_s: float) -> ApiResponse:

@@ -268,6 +268,12 @@ class Capabilities:
     # Slurm 22.05: a node freed by a shrink can stop taking exclusive jobs once the shrunk
     # job has ended, until ``scontrol reconfigure`` (see ``slurm.cli.leaks_nodes_after_shrink``).
     leaks_nodes_after_shrink: bool = False
+    # What slurm.conf's PrivateData hides from users (lower-case words: "jobs", "users",
+    # ...; empty for "none"), and who sees it all the same: SlurmUser and the users whose
+    # AdminLevel is Operator or Administrator (``daemon.visibility``).
+    private_data: tuple[str, ...] = ()
+    slurm_user: str = ""
+    admins: frozenset[str] = frozenset()
 
 
 # --------------------------------------------------------------------------- elastic flag

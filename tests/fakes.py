@@ -48,6 +48,7 @@ class RecordingBackend:
     # (account, user, partition) -> an association's per-job node limit
     assoc_nodes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     fail_limits: bool = False  # sacctmgr fails
+    private_data: tuple[str, ...] = ()  # probe: slurm.conf's PrivateData
     # Slurm refuses these actions ("pin", "shrink", "submit") with this message, the job
     # being as the action needs it (what the CLI backend checks before it calls Slurm);
     # typed as the runner types Slurm's answer (``runner.slurm_error``: "try again" answers are
@@ -93,7 +94,9 @@ class RecordingBackend:
         self.calls.append(("probe", None))
         if self.fail_probe:
             raise SlurmUnreachable("scontrol: Unable to contact slurm controller")
-        return Capabilities("22.05.8", "openapi/v0.0.38", False, True, self.leaks)
+        return Capabilities(
+            "22.05.8", "openapi/v0.0.38", False, True, self.leaks, private_data=self.private_data
+        )
 
     # ---------------------------------------------------------------- actions
     def pin_pending_size(

@@ -113,11 +113,8 @@ REASON_CASES: dict[str, tuple[str, str | None, str]] = {
     "a bidi override": ("elastic:min=1,max=2 \u202e8=xam", UNTRUSTED, " U+202E"),
     "a combining accent": ("elastic\u0301:min=1,max=2", NOT_ELASTIC, ""),
     # companion tokens
-    "a companion token naming se-alice's job": (
-        companion_comment(ALICE),
-        f"not a companion: its comment names job {ALICE}, another user's",
-        "",
-    ),
+    # No companion of the daemon's (its journal's word, never a comment): a plain job.
+    "a companion token naming se-alice's job": (companion_comment(ALICE), NOT_ELASTIC, ""),
     "a companion token that is not a job id": (
         "slurm-elastic:companion-of=1e3",
         MARKER + "slurm-elastic:companion-of=1e3'",
@@ -166,14 +163,15 @@ def test_a_hostile_job_name_is_data() -> None:
 
 def test_a_forged_companion_token_on_a_running_job_is_not_counted_for_its_target() -> None:
     """se-bob's running job names se-alice's running job as its parent: her size is her own
-    nodes, nothing of his is cancelled, and his REASON says why it is no companion."""
+    nodes, nothing of his is cancelled, and it is a plain job (the daemon's companions are
+    its journal's, never what a comment claims)."""
     alice = job(ALICE, nodes=("n1",), lo=1, hi=2, user="se-alice")
     forged = job(BOB, nodes=("n2",), comment=companion_comment(ALICE), user="se-bob")
     ctl, backend, _, _ = make(snapshot([alice, forged]), {})
     result = ctl.run_once(1000.0)
     rows = {r.job_id: r for r in result.jobs}
     assert rows[ALICE].nodes == 1
-    assert rows[BOB].reason == f"not a companion: its comment names job {ALICE}, another user's"
+    assert rows[BOB].reason == NOT_ELASTIC
     assert backend.actions() == []
 
 

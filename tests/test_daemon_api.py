@@ -26,6 +26,7 @@ from slurm_elastic.actuate.instructions import InstructionBoard
 from slurm_elastic.daemon.api import MAX_BODY_BYTES, ApiContext, ApiServer
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.daemon.visibility import Privacy
 from slurm_elastic.protocol import Instruction, InstructionKind
 
 NOBODY_UID = 65534
@@ -325,6 +326,73 @@ def test_status_metrics_health(server) -> None:
     assert _get(f"{api.url}/nope")[0] == 404
     context.status_document = lambda: None
     assert _get(f"{api.url}/v1/status")[0] == 503
+
+
+STATUS_DOC = {
+    "version": 1,
+    "cycle": {"count": 3},
+    "jobs": [
+        {"job_id": NOBODY_JOB, "user": "nobody", "loan": 1},
+        {"job_id": OTHER_JOB, "user": "somebody", "loan": 2},
+    ],
+    "plan": {"decisions": [{"job_id": NOBODY_JOB}, {"job_id": OTHER_JOB}], "objective": 3.0},
+    "actions": [{"job_id": OTHER_JOB, "kind": "shrink"}],
+    "nodes_on_loan": 3,
+}
+
+
+def _status_as(api: ApiServer, user: str | None, payload: bytes | None = None) -> tuple[int, dict]:
+    """GET /v1/status with a credential made as ``user`` (None: as root) over ``payload``
+    (default: protocol.STATUS_REQUEST)."""
+    digest = protocol.body_digest(protocol.STATUS_REQUEST if payload is None else payload)
+    headers = {protocol.HEADER: _credential_as(user, digest)}
+    request = urllib.request.Request(f"{api.url}/v1/status", method="GET", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_status_follows_slurms_private_data_for_each_reader(server) -> None:
+    """Issue 38, class 2: with PrivateData=jobs an unauthenticated reader sees no job, a
+    user with a MUNGE credential only his own, root everything; without it, everyone
+    everything."""
+    api, context, _ = server
+    context.status_document = lambda: STATUS_DOC
+    context.privacy = lambda: Privacy.of(["jobs"])
+    status, body = _get(f"{api.url}/v1/status")
+    anyone = json.loads(body)
+    assert status == 200 and anyone["jobs"] == [] and anyone["actions"] == []
+    assert anyone["cycle"] == {"count": 3} and anyone["nodes_on_loan"] == 0
+    status, mine = _status_as(api, "nobody")
+    assert status == 200 and [r["job_id"] for r in mine["jobs"]] == [NOBODY_JOB]
+    assert [d["job_id"] for d in mine["plan"]["decisions"]] == [NOBODY_JOB]
+    assert mine["actions"] == [] and mine["nodes_on_loan"] == 1
+    status, everything = _status_as(api, None)
+    assert status == 200 and everything == STATUS_DOC
+    context.privacy = lambda: Privacy.of([])
+    assert json.loads(_get(f"{api.url}/v1/status")[1]) == STATUS_DOC
+
+
+def test_a_status_credential_for_anything_else_is_401(server) -> None:
+    api, context, _ = server
+    context.status_document = lambda: STATUS_DOC
+    context.privacy = lambda: Privacy.of(["jobs"])
+    status, body = _status_as(api, "nobody", payload=b"GET /v1/jobs/101/instruction")
+    assert status == 401 and "not the sha256" in body["error"]
+
+
+def test_get_status_reads_as_the_calling_user(server) -> None:
+    """protocol.get_status (what ``slurm-elastic status`` calls) sends the caller's
+    credential: root here, so everything."""
+    api, context, _ = server
+    context.status_document = lambda: STATUS_DOC
+    context.privacy = lambda: Privacy.of(["jobs"])
+    answer = protocol.get_status(f"{api.url}/v1/status")
+    assert answer.status == 200 and answer.body == STATUS_DOC
+    nothing = protocol.get_status(f"{api.url}/v1/status", munge="/nonexistent/munge")
+    assert nothing.status == 200 and nothing.body["jobs"] == []  # no credential: anyone
 
 
 def test_post_authenticated_reports_unreachable_daemon() -> None:

@@ -27,6 +27,7 @@ from slurm_elastic.daemon.status import STATUS_FILE, read_document
 from slurm_elastic.protocol import get_json
 from slurm_elastic.types import ClusterSnapshot
 from tests.fakes import RecordingBackend
+from tests.test_daemon_controller_data import snapshot
 from tests.test_daemon_service_process import daemon_process, wait_event, write_config
 
 
@@ -141,6 +142,20 @@ def test_a_crashing_cycle_keeps_the_loop_alive(tmp_path: Path, notify_socket) ->
     document = read_document(tmp_path / "state" / STATUS_FILE)
     assert document["cycle"]["ok"] is False and "boom" in document["cycle"]["error"]
     assert service.metrics.cycles.labels(outcome="error")._value.get() == backend.calls
+
+
+@pytest.mark.parametrize(("private", "mode"), [((), 0o644), (("jobs", "usage"), 0o600)])
+def test_status_json_is_readable_by_all_only_when_slurm_hides_nothing(
+    tmp_path: Path, private: tuple[str, ...], mode: int
+) -> None:
+    """Issue 38, class 2: with PrivateData=jobs the file would show every user every job;
+    then only root reads it (users read /v1/status, which shows each what Slurm would)."""
+    backend = RecordingBackend(snapshot([]), private_data=private, fresh=True)
+    service = Service(_config(tmp_path), backend=backend, serve_api=False)
+    assert service.run(once=True) == 0
+    assert service.privacy().words == frozenset(private)
+    path = tmp_path / "state" / STATUS_FILE
+    assert path.stat().st_mode & 0o777 == mode
 
 
 def test_a_requested_cycle_runs_without_waiting_for_the_interval(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import pwd
 import re
 import selectors
 import socket
@@ -54,8 +55,9 @@ from slurm_elastic.actuate.instructions import Ack, InstructionBoard
 from slurm_elastic.daemon import auth
 from slurm_elastic.daemon.metrics import DaemonMetrics
 from slurm_elastic.daemon.reports import ReportStore
+from slurm_elastic.daemon.visibility import ANYONE, Privacy, Viewer, visible
 from slurm_elastic.errors import AuthError, Forbidden, ReportRejected, Unauthenticated
-from slurm_elastic.protocol import HEADER, AckBody, ReportBody
+from slurm_elastic.protocol import HEADER, STATUS_REQUEST, AckBody, ReportBody
 from slurm_elastic.types import ProgressReport
 
 MAX_BODY_BYTES = 64 * 1024
@@ -151,6 +153,9 @@ class ApiContext:
     # Called after an accepted ack: the loop runs its next cycle now instead of at the next
     # tick, so a job that has checkpointed is shrunk at once rather than up to interval_s later.
     on_ack: Callable[[], None] = lambda: None
+    # What Slurm keeps private (PrivateData): what /v1/status shows each reader
+    # (daemon.visibility).  Unknown until Slurm has said: as private as can be.
+    privacy: Callable[[], Privacy] = Privacy.unknown
 
 
 class _HttpError(Exception):
@@ -279,10 +284,29 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(status, {"healthy": healthy, "detail": why})
 
     def _status(self) -> None:
+        """The status document as Slurm's PrivateData lets this reader see it: a reader who
+        sends a MUNGE credential over ``protocol.STATUS_REQUEST`` is that user; one who sends
+        none is anyone (``daemon.visibility``)."""
+        viewer = self._viewer()
         document = self.context.status_document()
         if document is None:
             raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "no cycle has completed yet")
-        self._json(HTTPStatus.OK, document)
+        self._json(HTTPStatus.OK, visible(document, viewer, self.context.privacy()))
+
+    def _viewer(self) -> Viewer:
+        credential = self.headers.get(HEADER)
+        if not credential:
+            return ANYONE
+        if not self.context.auth_slots.acquire(timeout=self.context.auth_wait_s):
+            raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "busy: too many reports at once")
+        try:
+            decoded = auth.decode_credential(credential.strip(), unmunge=self.context.unmunge)
+            auth.verify_body(decoded, STATUS_REQUEST)
+        except AuthError as exc:
+            raise _HttpError(HTTPStatus.UNAUTHORIZED, str(exc), reason="unauthenticated") from None
+        finally:
+            self.context.auth_slots.release()
+        return Viewer(decoded.uid, _user_name(decoded.uid))
 
     def _report(self, job_id: int, payload: dict[str, Any]) -> None:
         try:
@@ -401,6 +425,14 @@ def _parse_json(body: bytes) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise _HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object", reason="bad_body")
     return payload
+
+
+def _user_name(uid: int) -> str | None:
+    """The user name of ``uid`` on this host (the name job rows carry), None when unknown."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
 
 
 def _bounded(text: str) -> str:

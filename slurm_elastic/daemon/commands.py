@@ -207,10 +207,12 @@ def daemon(config_file: Path | None, once: bool) -> None:
 
 
 def fetch_status(config: Config, api: str | None, status_file: Path | None) -> tuple[dict, str]:
-    """The daemon's status document: from its API, else from ``<state_dir>/status.json``."""
+    """The daemon's status document: from its API as the calling user (a MUNGE credential:
+    the daemon shows what Slurm's PrivateData lets this user see), else from
+    ``<state_dir>/status.json`` (readable by root alone when anything is private)."""
     from slurm_elastic.daemon.status import STATUS_FILE, read_document
     from slurm_elastic.errors import AgentError
-    from slurm_elastic.protocol import get_json
+    from slurm_elastic.protocol import get_status
 
     problems: list[str] = []
     if status_file is None:
@@ -218,7 +220,7 @@ def fetch_status(config: Config, api: str | None, status_file: Path | None) -> t
         host = f"[{host}]" if ":" in host else host
         url = (api or f"http://{host}:{config.api.port}").rstrip("/") + "/v1/status"
         try:
-            answer = get_json(url, timeout_s=5)
+            answer = get_status(url, timeout_s=5)
             if answer.status == 200:
                 return answer.body, url
             problems.append(f"{url}: HTTP {answer.status} {answer.body.get('error', '')}".strip())

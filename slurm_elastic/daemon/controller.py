@@ -525,15 +525,25 @@ class Controller:
             return []
         return self.executor.reconfigure_after_shrink(ended, now)
 
-    def _leaks_nodes_after_shrink(self) -> bool:
+    def capabilities(self) -> Capabilities | None:
+        """What the running Slurm can do and hides (``Capabilities``): probed on first need
+        and kept; None while the probe fails (asked again at the next need)."""
         if self._capabilities is None:
             try:
                 self._capabilities = self.backend.probe()
             except SlurmError as exc:
-                log.warning("probe.failed", error=str(exc))  # asked again at the next need
-                return False
+                log.warning("probe.failed", error=str(exc))
+                return None
             log.info("probe.done", **dataclasses.asdict(self._capabilities))
-        return self._capabilities.leaks_nodes_after_shrink
+        return self._capabilities
+
+    def forget_capabilities(self) -> None:
+        """Probe Slurm again at the next need (a reload: Slurm may have changed too)."""
+        self._capabilities = None
+
+    def _leaks_nodes_after_shrink(self) -> bool:
+        caps = self.capabilities()
+        return caps is not None and caps.leaks_nodes_after_shrink
 
     def _note_size_changes(self, cls: Classification, now: float) -> None:
         """Tell the model when a job's size changed (our shrink, a companion starting,

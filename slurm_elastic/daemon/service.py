@@ -47,6 +47,7 @@ from slurm_elastic.daemon.status import (
     build_document,
     write_atomic,
 )
+from slurm_elastic.daemon.visibility import Privacy
 from slurm_elastic.errors import ConfigError, StateError
 from slurm_elastic.logs import configure_logging
 from slurm_elastic.policy.mip import quiet_solver_banner
@@ -276,6 +277,7 @@ class Service:
         self._cycle_now = threading.Event()
         self._wake_w: socket.socket | None = None
         self.api: ApiServer | None = None
+        self._privacy = Privacy.unknown()
         # Before the API threads exist (see quiet_solver_banner): stdout carries no banner.
         quiet_solver_banner()
         if serve_api:
@@ -290,6 +292,7 @@ class Service:
                 clock=clock,
                 unmunge=config.api.unmunge,
                 on_ack=self.request_cycle,
+                privacy=self.privacy,
             )
             try:
                 self.api = ApiServer(context, config.api.bind, config.api.port)
@@ -314,6 +317,18 @@ class Service:
     @property
     def status_document(self) -> dict[str, Any] | None:
         return self._state.document
+
+    def privacy(self) -> Privacy:
+        """What Slurm keeps private (PrivateData): unknown, so as private as can be, until
+        the controller's probe has answered (``_learn_privacy``)."""
+        return self._privacy
+
+    def _learn_privacy(self) -> None:
+        """Ask the controller's probe (one each start and reload) what Slurm keeps private;
+        a probe that fails leaves it unknown and is asked again after the next good cycle."""
+        caps = self.controller.capabilities()
+        if caps is not None:
+            self._privacy = Privacy.of(caps.private_data, caps.slurm_user, caps.admins)
 
     # ------------------------------------------------------------------ the loop
 
@@ -427,8 +442,12 @@ class Service:
             config_files=self.config.files,
         )
         state.document = build_document(info.finished_at, daemon, info, state.content)
+        if info.ok and not self._privacy.known:
+            self._learn_privacy()
         try:
-            write_atomic(self.state_dir / STATUS_FILE, state.document)
+            # Readable by anyone only when Slurm hides nothing the document shows.
+            private = self._privacy.hides_anything
+            write_atomic(self.state_dir / STATUS_FILE, state.document, private=private)
         except OSError as exc:
             log.warning(
                 "status.write_failed", path=str(self.state_dir / STATUS_FILE), error=str(exc)
@@ -503,6 +522,10 @@ class Service:
             )
         self.config = new
         self.controller.reconfigure(new)
+        # An operator who reloads us may have changed Slurm too (PrivateData, admins): ask
+        # again after the next good cycle, as private as can be until then.
+        self.controller.forget_capabilities()
+        self._privacy = Privacy.unknown()
         configure_logging(new.log.level, new.log.json_)
         log.info("config.reloaded", changed=changed, needs_restart=needs_restart)
         return True

@@ -136,8 +136,10 @@ def age_s(document: dict[str, Any], now: float) -> float:
     return now - float(generated) if isinstance(generated, int | float) else float("inf")
 
 
-def write_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Readers see the old document or the new one, never half of one."""
+def write_atomic(path: Path, document: dict[str, Any], *, private: bool = False) -> None:
+    """Readers see the old document or the new one, never half of one.  ``private``: mode
+    0600 (Slurm's PrivateData hides some of it: users read it through the API, which shows
+    each what Slurm would), else 0644 (``slurm-elastic status`` runs as any user)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(document, indent=1, sort_keys=True, default=str, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=".status.", suffix=".tmp", dir=path.parent)
@@ -146,7 +148,7 @@ def write_atomic(path: Path, document: dict[str, Any]) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # world-readable: `slurm-elastic status` runs as any user
+        os.chmod(tmp, 0o600 if private else 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

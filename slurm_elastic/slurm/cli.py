@@ -59,6 +59,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 from slurm_elastic.errors import (
     ActionRefused,
     SlurmBusy,
+    SlurmError,
     SlurmParseError,
     SlurmRejected,
     SlurmUnreachable,
@@ -302,7 +303,21 @@ class CliBackend:
             permit_job_expansion="permit_job_expansion" in scheduler.split(","),
             multiple_slurmd=config.get("MULTIPLE_SLURMD", "").lower() == "yes",
             leaks_nodes_after_shrink=leaks_nodes_after_shrink(version),
+            private_data=parse_text.private_data(config.get("PrivateData", "")),
+            slurm_user=config.get("SlurmUser", "").split("(", 1)[0].strip(),
+            admins=self._admins(),
         )
+
+    def _admins(self) -> frozenset[str]:
+        """Users whose AdminLevel is Operator or Administrator (they see every job, as in
+        Slurm); none, with a warning, when slurmdbd cannot say: fewer see all, never more."""
+        argv = ("sacctmgr", "-n", "-P", "show", "user", "format=User,AdminLevel")
+        try:
+            out = self.runner.read(argv, label="sacctmgr show user").stdout
+        except SlurmError as exc:
+            log.warning("slurm.admins_unknown", error=str(exc))
+            return frozenset()
+        return parse_text.parse_admins(out)
 
     # ------------------------------------------------------------------ actions
 

@@ -521,6 +521,25 @@ def parse_sacct_text(text: str, *, separator: str) -> tuple[JobHistory, ...]:
     return collapse(parse_sacct_text_records(text, separator=separator))
 
 
+def private_data(value: str) -> tuple[str, ...]:
+    """slurm.conf's PrivateData as ``scontrol show config`` prints it ("none",
+    "accounts,jobs,usage,users") -> its words, lower case, sorted; () for none."""
+    words = {w.strip().lower() for w in value.split(",") if w.strip()}
+    words.discard("none")
+    return tuple(sorted(words))
+
+
+def parse_admins(text: str) -> frozenset[str]:
+    """``sacctmgr -n -P show user format=User,AdminLevel`` -> the users whose AdminLevel is
+    Operator or Administrator."""
+    admins = set()
+    for line in text.splitlines():
+        user, sep, level = line.strip().partition("|")
+        if sep and user and level.strip().lower() in ("operator", "administrator"):
+            admins.add(user)
+    return frozenset(admins)
+
+
 def parse_scontrol_config(text: str) -> dict[str, str]:
     """``scontrol show config`` (``Key = Value`` lines) -> dict; other lines are skipped."""
     config: dict[str, str] = {}
