@@ -65,7 +65,10 @@ def test_a_shrink_slurm_refuses_is_recorded_and_never_sent_again(
         assert last is not None
         row = {r.job_id: r for r in last.jobs}[job_id]
         assert row.nodes == 2
-        assert row.reason == f"blocked: shrink refused by Slurm: {result.detail}", row.reason
+        # Kept as a fact for guards.refusal_hold_s (an hour), or until the job changes.
+        barred = f"blocked: shrink refused by Slurm: {result.detail} (barred "
+        assert row.reason.startswith(barred), row.reason
+        assert row.reason.endswith("s more, or until the job changes)"), row.reason
         view = CliBackend().read_job(job_id)
         assert view is not None and len(view.nodes) == 2  # Slurm kept it as it was
     finally:
