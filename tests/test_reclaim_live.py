@@ -15,8 +15,11 @@ plus Slurm's own scheduling pass, and printed for the closing notes.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from slurm_elastic.policy.capacity import RECLAIM
 from slurm_elastic.protocol import AckStatus
 from slurm_elastic.types import ActionKind, AllocationProblem, Plan, SizeEstimate
 from tests.fakes import targets
+from tests.slurm_cluster import ClusterUser
 from tests.test_daemon_live import (
     companions_of,
     controller,
@@ -38,6 +42,7 @@ from tests.test_daemon_live import (
     live_config,
     running,
     sbatch,
+    scontrol,
     wait_for,
 )
 
@@ -141,6 +146,61 @@ def test_a_companion_its_owner_relabelled_is_still_reclaimed(
     assert wait_for(lambda: running(rigid), timeout_s=SLURM_PASS_S).node_count == 2
     left = [c for c in companions if c in jobs() and jobs()[c].is_running]
     assert len(left) == 1  # the newest companion went back; the borrower kept 2 nodes
+
+
+@pytest.fixture
+def shared_agent() -> Iterator[Path]:
+    """The companion stand-in where every user may run it (the ``live`` one is root's)."""
+    top = Path(tempfile.mkdtemp(prefix="se-agent-"))
+    top.chmod(0o755)
+    agent = top / "fake-agent"
+    agent.write_text(
+        "#!/bin/sh\n# stand-in for `slurm-elastic run --join PARENT`\nexec sleep 600\n"
+    )
+    agent.chmod(0o755)
+    try:
+        yield agent
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.slurm
+def test_bobs_relabelled_companions_are_still_reclaimed_for_alice(
+    live: Path,  # noqa: F811
+    shared_agent: Path,
+    two_users: tuple[ClusterUser, ClusterUser],
+) -> None:
+    """Issue 38, class 3, with two real users: se-bob's elastic job borrows 2 nodes through
+    companions the daemon submitted as him; he relabels them (``scontrol update Comment=``,
+    as any owner may); se-alice's rigid ``-N2`` job then waits.  The daemon still counts
+    the companions as his loan and reclaims one: her job starts within one cycle plus the
+    checkpoint and Slurm's pass.  On 108c305 it waited for as long as the label stayed
+    changed."""
+    alice, bob = two_users
+    parent = bob.sbatch("-N1-4", "--hold", "--comment=elastic", "--wrap", "sleep 600")
+    scontrol("update", f"JobId={parent}", "NumNodes=1-1")
+    scontrol("release", str(parent))
+    wait_for(lambda: running(parent))
+    config = live_config(live / "state", shared_agent)
+    for size in (2, 3):
+        ctl, _ = controller(config, targets({parent: size}))
+        cycle(ctl)
+        wait_for(lambda: all(running(c.job_id) for c in companions_of(parent)), timeout_s=40)
+    companions = [c.job_id for c in companions_of(parent)]
+    assert len(companions) == 2 and all(jobs()[c].user == bob.name for c in companions)
+    for companion in companions:
+        bob.run("scontrol", "update", f"JobId={companion}", "Comment=mine now")
+    assert companions_of(parent) == []  # the label is gone
+    rigid = alice.sbatch("-N2", "--wrap", "sleep 600")
+    wait_for(lambda: jobs()[rigid].state_reason in ("Resources", "Priority") or None)
+    ctl, board = controller(live_config(live / "state", shared_agent))
+    first = cycle(ctl)
+    assert first.nodes_on_loan == 2, first.jobs
+    instruction = board.pending_for(parent)
+    assert instruction is not None and instruction.target_nodes == 2
+    assert board.ack(Ack(instruction.id, parent, AckStatus.READY, 5, "checkpointed", time.time()))
+    cycle(ctl)
+    assert wait_for(lambda: running(rigid), timeout_s=SLURM_PASS_S).node_count == 2
 
 
 @pytest.mark.slurm
