@@ -31,7 +31,6 @@ from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.rendezvous import (
     choose_port,
     parse_conf,
-    preferred_port,
     replica_group_argv,
     script_args,
     torchrun_argv,
@@ -131,13 +130,15 @@ def test_script_args(argv: list[str], expected: list[str]) -> None:
     assert script_args(argv) == expected
 
 
-def test_port_is_per_job_and_skips_a_busy_one() -> None:
-    assert preferred_port(42) != preferred_port(43)
-    first = choose_port(77, "127.0.0.1")  # 20077 unless another job holds it right now
+def test_the_port_is_drawn_at_random_and_skips_a_busy_one() -> None:
+    """Issue 38, class 5: the port was 20000 + job id % 12000, so anyone who saw the job
+    id in squeue knew where its rendezvous store or lighthouse listened."""
+    drawn = {choose_port("127.0.0.1") for _ in range(20)}
+    assert len(drawn) > 15 and all(20000 <= port < 32000 for port in drawn)
+    first = drawn.pop()
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", first))
-        second = choose_port(77, "127.0.0.1")
-    assert second != first and 20000 <= second < 32000
+        assert choose_port("127.0.0.1", tries=1000) != first
 
 
 def test_node_env_sets_the_required_torch_switch_and_pins_gloo_to_loopback() -> None:

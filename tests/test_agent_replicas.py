@@ -39,7 +39,7 @@ ARGS = ["--samples", str(SAMPLES), "--global-batch", "40", "--micro-batch", "8",
 
 @pytest.fixture
 def lighthouse() -> Iterator[Lighthouse]:
-    server = Lighthouse("127.0.0.1", choose_port(os.getpid(), "127.0.0.1"))
+    server = Lighthouse("127.0.0.1", choose_port("127.0.0.1"))
     server.start()
     try:
         yield server

@@ -126,7 +126,7 @@ def parent_info(opts: RunOptions, job_id: int, view: JobView) -> LaunchInfo:
         argv=opts.argv,
         nproc_per_node=opts.nproc_per_node,
         rdzv_host=host,
-        rdzv_port=choose_port(job_id, host),
+        rdzv_port=choose_port(host),
         rdzv_id=f"slurm-elastic-{job_id}",
         min_nodes=low,
         max_nodes=high,
@@ -350,7 +350,7 @@ def fresh_rendezvous(info: LaunchInfo, attempt: int) -> LaunchInfo:
     new endpoint from launch.json."""
     fresh = replace(
         info,
-        rdzv_port=choose_port(info.job_id + attempt, info.rdzv_host),
+        rdzv_port=choose_port(info.rdzv_host),
         rdzv_id=f"slurm-elastic-{info.job_id}-{attempt}",
     )
     fresh.save()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import socket
 from collections.abc import Sequence
 
@@ -34,18 +35,20 @@ PORT_SPAN = 12000
 _PYTHONS = ("python", "python3")
 
 
-def preferred_port(job_id: int) -> int:
-    """A job's first-choice rendezvous port: distinct for distinct jobs in a 12000 window."""
-    return PORT_BASE + job_id % PORT_SPAN
+def choose_port(host: str, *, tries: int = 64) -> int:
+    """A port ``host`` can bind right now, drawn at random (``secrets``) from the window.
 
-
-def choose_port(job_id: int, host: str, *, tries: int = 64) -> int:
-    """The first port from the job's preferred one on that ``host`` can bind right now."""
-    for i in range(tries):
-        port = PORT_BASE + (job_id + i * 997) % PORT_SPAN
+    Never derived from the job id or anything else another user can read: the rendezvous
+    store (torchrun) and the lighthouse (torchft) accept any client that finds them, so
+    their port is written only where the job owner alone reads it (``launch.json``, mode
+    0600 in the owner's 0700 job directory).  It is no secret from a port scan of the batch
+    host: docs/security.md says what that still allows."""
+    port = PORT_BASE + secrets.randbelow(PORT_SPAN)
+    for _ in range(tries):
         if _can_bind(host, port):
             return port
-    return preferred_port(job_id)
+        port = PORT_BASE + secrets.randbelow(PORT_SPAN)
+    return port
 
 
 def _can_bind(host: str, port: int) -> bool:
