@@ -565,6 +565,20 @@ def test_an_idle_connection_is_closed_after_the_header_timeout(munge: None) -> N
         api.stop()
 
 
+def test_a_head_past_its_limit_is_431_and_costs_one_line(server) -> None:
+    api, _, _ = server
+    with (
+        structlog.testing.capture_logs() as logs,
+        socket.create_connection(api.address, timeout=5) as raw,
+    ):
+        # Just past the limit: the whole head is in before the daemon sees it is too long.
+        raw.sendall(b"GET /healthz HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 65_536)
+        answer = raw.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
+    assert [e["event"] for e in logs] == ["api.head_too_large"]
+    assert _get(f"{api.url}/healthz")[0] == 200
+
+
 def test_one_address_gets_its_share_of_the_report_slots(munge: None) -> None:
     """Requests from one address hold at most ``max_per_peer`` report slots; another
     address is still served (127.0.0.2 is another peer on the loopback)."""
