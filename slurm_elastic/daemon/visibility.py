@@ -31,9 +31,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_elastic.daemon.auth import ROOT_UID
+
 # PrivateData words that hide other users' jobs (and so every row about them).
 _HIDES_JOBS = frozenset({"jobs", "users"})
-ROOT_UID = 0
 
 
 @dataclass(frozen=True, slots=True)
