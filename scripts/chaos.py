@@ -26,8 +26,10 @@ the daemon's journal:
   kind, from, to) applied twice in a row;
 * ``forgotten``: a journal row still open, a companion in Slurm the journal has no link
   for, or a shrink seen in Slurm with no applied shrink in the journal;
-* ``orphans``: a companion still queued or running ``--orphan-grace-s`` after its parent
-  ended while the daemon was up all that time, or any left at the end;
+* ``orphans``: a companion still queued or running ``--orphan-grace-s`` past the daemon's
+  own ``grow.orphan_grace_s`` (the time a companion of a completed parent is given to end
+  by itself) after its parent ended while the daemon was up all that time, or any left at
+  the end;
 * ``below_min``: an elastic job seen running below its minimum or without its batch host;
 * ``unmarked_touched``: a rigid job the journal names, or that Slurm shows pinned,
   resized or with more than one allocation;
@@ -79,6 +81,7 @@ KILL_KINDS = ("plain", "before", "after")
 ACTIONS = ("pin_pending_size", "shrink", "submit", "cancel", "requeue")
 RESIZE_KINDS = (ActionKind.START_AT_SIZE, ActionKind.SHRINK, ActionKind.GROW)
 STALL_FILE = "stalled"
+DAEMON_ORPHAN_GRACE_S = 10.0  # the run's grow.orphan_grace_s (the default is 30 s)
 INTERVAL_S = 2
 
 
@@ -324,7 +327,10 @@ class Chaos:
         self.backend = CliBackend(timeout_s=20)
         self.findings = Findings()
         self.workload: dict[int, Submitted] = {}
-        self.watcher = Watcher(self.workload, self.findings, opts.orphan_grace_s)
+        # The daemon leaves a companion of a completed parent DAEMON_ORPHAN_GRACE_S to end
+        # by itself (grow.orphan_grace_s): only what it lets run past that is a finding.
+        grace = DAEMON_ORPHAN_GRACE_S + opts.orphan_grace_s
+        self.watcher = Watcher(self.workload, self.findings, grace)
         self.daemon: harness.Daemon | None = None
         self.daemon_stall: str | None = None
         self.daemon_up_since: float | None = None
@@ -364,6 +370,7 @@ class Chaos:
                 "slurm": {"sacct_interval_s": 60, "sacct_lookback_s": 7200, "timeout_s": 10},
                 "guards": {"cooldown_s": 6, "min_dwell_s": 6, "payback_horizon_s": 60},
                 "model": {"default_resize_cost_s": 5},
+                "grow": {"orphan_grace_s": DAEMON_ORPHAN_GRACE_S},
             },
         )
 

@@ -20,6 +20,7 @@ import pytest
 from slurm_elastic.demo.compare import MixJob, measured_rates, simulate_mix
 from slurm_elastic.demo.observe import Observer, segments
 from slurm_elastic.demo.workload import FULL, QUICK, batch_script
+from slurm_elastic.errors import ConfigError
 from slurm_elastic.types import ClusterSnapshot, JobState, JobView
 from tests.slurm_cluster import SlurmCluster, wait_until
 
@@ -249,3 +250,21 @@ def test_done_steps_and_startup_from_the_jobs_own_output(tmp_path: Path) -> None
     # 10 s of training, so 10 s went to srun, torchrun, import torch and the rendezvous.
     assert startup_s([(30.0, 40), (32.0, 48)], [(10.0, 2)], {2: 4.0}) == 10.0
     assert startup_s([], [(10.0, 2)], {2: 4.0}) is None
+
+
+def test_config_overrides_reach_sections_the_demo_config_lacks(tmp_path: Path) -> None:
+    """The chaos run sets grow.orphan_grace_s, a section the demo's config does not write:
+    it is added (and validated by the daemon's loader), and a section the demo writes keeps
+    the keys an override does not name."""
+    from slurm_elastic.demo.harness import write_config
+
+    _path, config = write_config(
+        tmp_path,
+        9999,
+        quick=True,
+        overrides={"grow": {"orphan_grace_s": 10}, "guards": {"cooldown_s": 6}},
+    )
+    assert config.grow.orphan_grace_s == 10
+    assert (config.guards.cooldown_s, config.guards.min_dwell_s) == (6, 15)
+    with pytest.raises(ConfigError, match=r"grow\.orphan_grace_s"):
+        write_config(tmp_path, 9999, quick=True, overrides={"grow": {"orphan_grace_s": -1}})

@@ -118,7 +118,7 @@ def write_config(
         "log": {"level": "info", "json": True},
     }
     for key, value in (overrides or {}).items():
-        doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
+        doc[key] = {**doc.get(key, {}), **value} if isinstance(value, dict) else value
     path = out / "daemon.yaml"
     path.write_text(
         "# slurm-elastic demo daemon config (written by python -m slurm_elastic.demo)\n"
