@@ -54,6 +54,14 @@ MAX_DETAIL = 2000  # characters of an ack's detail
 JobEndpoint = Literal["report", "ack", "instruction"]
 
 
+class Fallback(enum.StrEnum):
+    """Why a job launched stop-free runs in the restart mode (a report's ``fallback``)."""
+
+    # torchft kill requests from outside the job ended too many of its replica groups
+    # (agent.launcher, OutsideKills).
+    OUTSIDE_KILLS = "outside_kills"
+
+
 class ReportBody(BaseModel):
     """``POST /v1/jobs/{id}/report``: ProgressReport fields; ``job_id`` comes from the path.
 
@@ -78,6 +86,7 @@ class ReportBody(BaseModel):
     # How the job resizes (``slurm-elastic run --mode``): its own claim, which prices only
     # its own resizes until the daemon has measured one.
     mode: Literal["torchrun", "torchft"] | None = None
+    fallback: Fallback | None = None  # shown in status; a word of the daemon's, never text
     job_id: int | None = None  # tolerated when equal to the path's id
 
 

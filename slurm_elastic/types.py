@@ -325,6 +325,7 @@ class ProgressReport:
     total_steps: int | None = None  # user-given budget, when known
     claimed_nodes: int | None = None  # the size the job said it ran at (API reports only)
     mode: str | None = None  # "torchft": resizes are stop-free (the job's claim)
+    fallback: str | None = None  # protocol.Fallback: why it left the torchft mode
 
 
 # --------------------------------------------------------------------------- estimate

@@ -136,9 +136,11 @@ class TrainingJob:
         epochs: int,
         train: list[str] | None = None,
         run_options: str = "",
+        nodes: int = 2,
     ) -> None:
         """``train``: the script and its arguments (default: train_mlp.py paced, with its
-        sample log); the job's sample log is ``work/log`` either way."""
+        sample log); the job's sample log is ``work/log`` either way.  It starts at
+        ``nodes`` of its 1-3."""
         self.cluster = cluster
         self.work = work
         self.epochs = epochs
@@ -168,8 +170,8 @@ class TrainingJob:
             timeout=30,
         ).stdout
         self.job_id = int(out.strip().split(";")[0])
-        # Start at 2 of its 1-3 nodes the way the daemon starts pending jobs (NumNodes=2-2).
-        CliBackend().pin_pending_size(self.job_id, 2)
+        # Start at ``nodes`` of its 1-3 the way the daemon starts pending jobs (NumNodes=2-2).
+        CliBackend().pin_pending_size(self.job_id, nodes)
         cluster.run("scontrol", "release", str(self.job_id))
         self.started = time.monotonic()
 
@@ -290,6 +292,11 @@ def step_gaps(records: list[dict], node: str) -> list[tuple[float, int]]:
     return [(b[1] - a[1], b[0]) for a, b in itertools.pairwise(mine)]
 
 
+@pytest.mark.default_slurm_only(
+    "the same NumNodes shrink and companion grow as "
+    "test_shrink_to_1_then_grow_to_3_trains_exactly (the groups leave before it, a step of "
+    "the job side's); passed by hand on 24.11 and 26.05"
+)
 def test_stop_free_shrink_to_1_then_grow_to_3_never_restarts_the_survivors(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:
@@ -384,6 +391,10 @@ def test_stop_free_a_killed_group_costs_the_survivor_its_timeout_not_a_restart(
     print(f"stop-free: a SIGKILLed group cost the survivor {pause:.2f}s (timeout {timeout_s}s)")
 
 
+@pytest.mark.default_slurm_only(
+    "its Slurm side, a step ended by scancel --signal and relaunched at once, is "
+    "test_outside_kills_live's on every version; passed by hand on 24.11 and 26.05"
+)
 def test_stop_free_a_dead_lighthouse_falls_back_to_a_restart_never_a_hang(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:
@@ -547,6 +558,10 @@ def test_unannounced_shrink_then_lost_step_relaunches_on_what_is_left(
     assert '"attempt": 1, "nodes": ["n1"]' in log  # relaunched on the shrunk allocation
 
 
+@pytest.mark.default_slurm_only(
+    "its Slurm side, a companion cancelled for a rigid job ahead in the queue, is "
+    "test_reclaim_live's on every version; passed by hand on 24.11 and 26.05"
+)
 def test_a_rigid_job_takes_back_a_loan_from_real_training_without_a_lost_step(
     clean_queue: SlurmCluster, drill: ResizeDrill, tmp_path: Path
 ) -> None:

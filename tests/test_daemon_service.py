@@ -357,7 +357,7 @@ def test_rows_carry_the_latest_progress_report() -> None:
     report = ProgressReport(job_id=7, time=100.0, step=1200, nodes=2, samples_per_s=850.5)
     assert with_progress(row, report, 61.25) == {
         "job_id": 7, "state": "RUNNING", "step": 1200, "samples_per_s": 850.5, "reported_at": 100.0,
-        "saved_s": 61.2,
+        "saved_s": 61.2, "fallback": None,
     }  # fmt: skip
     assert with_progress(row, None)["step"] is None
     assert with_progress(row, None)["saved_s"] is None

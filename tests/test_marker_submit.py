@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from slurm_elastic.errors import MarkerError
 from slurm_elastic.marker import check_submission, complete_marker, parse_marker
 from tests.slurm_cluster import ClusterUser, SlurmCluster
 
@@ -129,3 +130,37 @@ def test_hostile_range_is_capped_at_what_the_partitions_give(
     # A job without the marker is Slurm's business alone: untouched.
     plain = bob.sbatch("--hold", "--nodes=1-999999", "--comment=plain", "--wrap", "true")
     assert job_fields(clean_queue, plain) == ("plain", "1-999999")
+
+
+def test_format_directives_of_an_unprivileged_user_are_refused_with_one_line(
+    clean_queue: SlurmCluster, two_users: tuple[ClusterUser, ClusterUser]
+) -> None:
+    """Issue 38, class 4, as se-bob: the option's check (the SPANK plugin) and the
+    comment's (job_submit.lua, which slurmctld runs for him as for root) refuse his format
+    directives with one line each, never a job accepted unchecked (on 108c305 his ``%``
+    raised a Lua error and slurmctld took the job as a rigid one)."""
+    _, bob = two_users
+    cases = [
+        (("--elastic=1-2%",), "invalid --elastic=1-2%: '1-2%' is not a node range MIN-MAX"),
+        (("--nodes=1-999999", "--comment=elastic elastic/%"), None),
+        (("--nodes=2-8", "--comment=elastic:%n=1"), None),
+    ]
+    for args, message in cases:
+        if message is None:  # the marker module's own words, as job_submit.lua says them
+            comment = args[1].partition("=")[2]
+            lo, _, hi = args[0].partition("=")[2].partition("-")
+            with pytest.raises(MarkerError) as refused:
+                check_submission(comment, int(lo), int(hi))
+            message = str(refused.value)
+        proc = bob.run(
+            "sbatch", "--parsable", "--hold", "-o", "/dev/null", *args, "--wrap", "true",
+            check=False,
+        )  # fmt: skip
+        # One line of ours; sbatch adds its own verdict after a job_submit refusal.
+        ours = [
+            line
+            for line in proc.stderr.splitlines()
+            if not line.startswith("sbatch: error: Batch job submission failed")
+        ]
+        assert proc.returncode != 0 and ours == [f"sbatch: error: {message}"], proc.stderr
+    assert clean_queue.active_job_ids() == []

@@ -57,7 +57,14 @@ from slurm_elastic.agent.checkpoint import (
     prune,
 )
 from slurm_elastic.agent.jobdir import CHECKPOINTS, DONE, HELD, Control, ControlReader, write_json
-from slurm_elastic.agent.modes import LEAVE_ACTION, LEFT_EXIT, REPLICA_ENV, TORCHFT, left_name
+from slurm_elastic.agent.modes import (
+    FALLBACK_ENV,
+    LEAVE_ACTION,
+    LEFT_EXIT,
+    REPLICA_ENV,
+    TORCHFT,
+    left_name,
+)
 from slurm_elastic.agent.progress import ProgressReporter
 from slurm_elastic.agent.sampler import SamplerState
 from slurm_elastic.agent.stopping import AGENT_MARKER
@@ -320,7 +327,10 @@ class StepBoundary:
             done = sum(s for _, s in list(self._rates)[1:])
             rate = done / span if span > 0 else None
         data = self.progress.data
-        mode = {"mode": TORCHFT} if self.replica else {}  # its resizes are priced as such
+        mode: dict[str, str] = {"mode": TORCHFT} if self.replica else {}  # priced as such
+        fallback = os.environ.get(FALLBACK_ENV)  # set by the node agent: status says why
+        if fallback:
+            mode["fallback"] = fallback
         self.reporter.offer(
             **mode,
             step=self.progress.step,

@@ -157,6 +157,9 @@ class LaunchInfo:
     mode: str = TORCHRUN  # agent.modes; in the torchft mode rdzv_* is the lighthouse's
     ft_timeout_s: float = DEFAULT_FT_TIMEOUT_S
     lighthouse_epoch: int = 0  # the torchft mode: how many lighthouses died before this one
+    # Why a job launched in the torchft mode runs in the restart mode now ("" if it does
+    # not): ``agent.modes.FALLBACK_OUTSIDE_KILLS``.
+    fallback: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -200,6 +203,7 @@ class LaunchInfo:
                 mode=str(data.get("mode", TORCHRUN)),
                 ft_timeout_s=float(data.get("ft_timeout_s", DEFAULT_FT_TIMEOUT_S)),
                 lighthouse_epoch=int(data.get("lighthouse_epoch", 0)),
+                fallback=str(data.get("fallback", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise AgentError(f"launch.json is incomplete or malformed: {exc}") from None

@@ -20,6 +20,14 @@ the torchft lighthouse's, which the parent launcher runs beside itself
 (``agent.lighthouse``); every node agent runs one replica group that joins it, the parent's
 as a companion's, and a shrink makes the leaving groups leave (``agent.follower``).
 
+Outside kills (the torchft mode): torchft's managers and lighthouse end a replica group on a
+kill request from anyone who reaches their ports (torchft 0.2 has no authentication;
+docs/security.md).  The launcher reads the managers' line for each (``agent.srunlog``): a
+step that such requests ended does not spend the relaunch budget (``RunOptions.
+max_relaunches``, 2), and once ``OUTSIDE_KILL_LIMIT`` groups were ended that way the parent
+falls back to the restart mode for the rest of the job (``fall_back_to_restart``), which has
+no kill request to answer.
+
 torch is never imported here: the launcher runs wherever ``slurm-elastic`` is installed.
 """
 
@@ -51,7 +59,13 @@ from slurm_elastic.agent.jobdir import (
     save_environment,
 )
 from slurm_elastic.agent.lighthouse import Lighthouse
-from slurm_elastic.agent.modes import DEFAULT_FT_TIMEOUT_S, TORCHFT, TORCHRUN, FtTimeouts
+from slurm_elastic.agent.modes import (
+    DEFAULT_FT_TIMEOUT_S,
+    FALLBACK_OUTSIDE_KILLS,
+    TORCHFT,
+    TORCHRUN,
+    FtTimeouts,
+)
 from slurm_elastic.agent.node import COMPANION, PARENT, node_addr
 from slurm_elastic.agent.owndir import OwnDir
 from slurm_elastic.agent.rendezvous import choose_port
@@ -150,6 +164,38 @@ LIGHTHOUSE_POLL_S = 0.5
 # After training is done, how long a companion's workers may take to end by themselves once
 # its parent has ended (watch_parent).
 FINISH_GRACE_S = 30.0
+# Replica groups ended by torchft kill requests before the parent leaves the torchft mode: a
+# 3-node job's every group once.  Each such end costs the job a group until the step ends;
+# the restart mode costs a restart per resize instead, and answers no kill request.
+OUTSIDE_KILL_LIMIT = 3
+FALLBACK_WAIT_S = 90.0  # the fallback's end_old_steps waits up to 60 s for the step to end
+
+
+class OutsideKills:
+    """The replica groups that torchft kill requests ended, over the launcher's life
+    (thread-safe): ``srun``'s stderr copier adds each (``StepReport.on_kill_request``), and
+    ``reached`` is set at ``limit``."""
+
+    def __init__(self, limit: int = OUTSIDE_KILL_LIMIT) -> None:
+        self.limit = limit
+        self.reached = threading.Event()
+        # Set by ``watch_outside_kills`` once it acted on ``reached`` (or was told the job
+        # is ending): a relaunch waits for it, so it never starts in the mode being left.
+        self.handled = threading.Event()
+        self.watched = False
+        self._lock = threading.Lock()
+        self._count = 0
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return self._count
+
+    def add(self) -> None:
+        with self._lock:
+            self._count += 1
+            if self._count >= self.limit:
+                self.reached.set()
 
 
 class _Step:
@@ -160,6 +206,7 @@ class _Step:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.removal = removal or PlannedRemoval()
+        self.outside = OutsideKills()
         self.report = StepReport()  # of the last run
         self._out = out
 
@@ -176,7 +223,7 @@ class _Step:
         except OSError as exc:
             raise AgentError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
         assert self.proc.stderr is not None
-        self.report = StepReport()
+        self.report = StepReport(on_kill_request=self.outside.add)
         copier = threading.Thread(
             target=copy_stderr,
             args=(self.proc.stderr, self.removal, self._out or sys.stderr.buffer, self.report),
@@ -279,10 +326,10 @@ def watch_lighthouse(
     torchrun mode does at every resize: it starts a new lighthouse at the same address,
     ends the step at once (``end_step``) and ``launch_steps`` relaunches it; the new groups
     restore the last checkpoint and meet in the new lighthouse, stop-free again from there.
-    Each such relaunch counts against ``--max-relaunches``: a lighthouse that keeps dying
-    ends the job.  If no new lighthouse starts, the job is stopped with the reason, never
-    left waiting.  A lighthouse that ends with the job (the launcher told to stop, or
-    training done) is left alone.
+    Each such relaunch counts against the relaunch budget (``RunOptions.max_relaunches``,
+    2): a lighthouse that keeps dying ends the job.  If no new lighthouse starts, the job is
+    stopped with the reason, never left waiting.  A lighthouse that ends with the job (the
+    launcher told to stop, or training done) is left alone.
     """
     stop = threading.Event()
 
@@ -371,21 +418,32 @@ def launch_steps(
     environ: Mapping[str, str] = os.environ,
 ) -> int:
     """Run srun until training is done; relaunch a step that died early, boundedly.
-    ``environ``: the workers' environment before Slurm's for the step is put in."""
+    ``environ``: the workers' environment before Slurm's for the step is put in.
+
+    A step that torchft kill requests ended (module doc) is relaunched without spending the
+    relaunch budget (``RunOptions.max_relaunches``): it is for the job's own failures.
+    Outside kills are bounded apart (``OutsideKills``: past its limit the parent leaves the
+    torchft mode)."""
     rc = 1
-    for attempt in range(opts.max_relaunches + 1):
+    failures = 0  # steps that ended early of the job's own doing
+    attempt = 0
+    while True:
         view = read_job(own_job)
         if attempt and (role == PARENT and view.node_count < info.min_nodes):
             log.error("agent.below_min", nodes=view.node_count, min_nodes=info.min_nodes)
             break
         if attempt:
+            if step.outside.watched and step.outside.reached.is_set():
+                # The step may have ended (its groups all killed) before the fallback that
+                # the kills started has rewritten launch.json: relaunch after it.
+                step.outside.handled.wait(FALLBACK_WAIT_S)
             end_old_steps(own_job)
-            if role != PARENT:
-                info = reload(info)
-            elif info.mode == TORCHRUN:
+            # A companion joins whatever the parent runs now; the parent's own launch.json
+            # may say the restart mode since the last step (fall_back_to_restart).
+            info = reload(info)
+            if role == PARENT and info.mode == TORCHRUN:
                 info = fresh_rendezvous(info, attempt)
-            else:  # the torchft mode's lighthouse outlives a step, unless it died
-                info = reload(info)
+            # (the torchft mode's lighthouse outlives a step, unless it died)
         if role == COMPANION and training_done(info):
             log.info("agent.training_done", parent=info.job_id, job=own_job)
             return 0
@@ -408,8 +466,63 @@ def launch_steps(
             return 0
         if step.stopping:
             break
-        log.warning("agent.step_ended", rc=rc, attempt=attempt)
+        killed = step.report.kill_requests
+        # Free up to the limit; past it a parent has left the torchft mode (no kill request
+        # reaches it any more), and a companion's further ones count as its own failures.
+        if not killed or (role == COMPANION and step.outside.reached.is_set()):
+            failures += 1
+        log.warning(
+            "agent.step_ended",
+            rc=rc,
+            attempt=attempt,
+            relaunches_left=max(0, opts.max_relaunches - failures),
+            groups_killed_from_outside=killed,
+        )
+        if failures > opts.max_relaunches:
+            break
+        attempt += 1
     return rc or 1
+
+
+def fall_back_to_restart(info: LaunchInfo, job_id: int, kills: int) -> LaunchInfo:
+    """The parent's answer to outside kills past ``OUTSIDE_KILL_LIMIT`` (module doc), after
+    its lighthouse was stopped: ``launch.json`` says the restart mode from now on (``mode``,
+    ``fallback``), which the relaunched step's node agents and every companion's relaunch
+    read; then the step is ended with SIGTERM, on which each group saves its last
+    completed step (``agent.boundary``), and ``launch_steps`` relaunches it under torchrun
+    from there."""
+    current = replace(reload(info), mode=TORCHRUN, fallback=FALLBACK_OUTSIDE_KILLS)
+    current.save()
+    log.warning(
+        "agent.fallback",
+        mode=TORCHRUN,
+        reason=f"{kills} replica groups were ended by torchft kill requests from outside "
+        "the job; it resizes by restarting from now on",
+    )
+    end_old_steps(job_id, signal_name="TERM")
+    return current
+
+
+def watch_outside_kills(
+    outside: OutsideKills, fall_back: Callable[[], None], *, ending: Callable[[], bool]
+) -> threading.Event:
+    """Parent side, torchft mode: ``fall_back`` once ``outside`` reaches its limit, unless
+    the job is ending anyway (``ending``).  Set the returned event to stop watching."""
+    stop = threading.Event()
+    outside.watched = True
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                if outside.reached.wait(LIGHTHOUSE_POLL_S):
+                    if not (stop.is_set() or ending()):
+                        fall_back()
+                    return
+        finally:
+            outside.handled.set()
+
+    threading.Thread(target=loop, name="slurm-elastic-outside-kills", daemon=True).start()
+    return stop
 
 
 def run(opts: RunOptions) -> int:
@@ -444,28 +557,37 @@ def run(opts: RunOptions) -> int:
     own.unlink(DONE)
     save_environment(Path(info.job_dir), os.environ)
     lighthouse: Lighthouse | None = None
-    lighthouse_watch: threading.Event | None = None
+    watches: list[threading.Event] = []
     if info.mode == TORCHFT:
         FtTimeouts.derive(info.ft_timeout_s)  # the workers' levels, refused before they start
         lighthouse = Lighthouse(info.rdzv_host, info.rdzv_port)
         lighthouse.start()
-        lighthouse_watch = watch_lighthouse(
-            lighthouse,
-            step,
-            LIGHTHOUSE_POLL_S,
-            end_step=lambda: relaunch_with_new_lighthouse(info, job_id),
-            done=lambda: training_done(info),
+        watches.append(
+            watch_lighthouse(
+                lighthouse,
+                step,
+                LIGHTHOUSE_POLL_S,
+                end_step=lambda: relaunch_with_new_lighthouse(info, job_id),
+                done=lambda: training_done(info),
+            )
         )
     try:
-        return _run_parent(info, opts, job_id, step)
+        return _run_parent(info, opts, job_id, step, lighthouse, watches)
     finally:
-        if lighthouse_watch is not None:
-            lighthouse_watch.set()
+        for watch in watches:
+            watch.set()
         if lighthouse is not None:
             lighthouse.stop()
 
 
-def _run_parent(info: LaunchInfo, opts: RunOptions, job_id: int, step: _Step) -> int:
+def _run_parent(
+    info: LaunchInfo,
+    opts: RunOptions,
+    job_id: int,
+    step: _Step,
+    lighthouse: Lighthouse | None,
+    watches: list[threading.Event],
+) -> int:
     info.save()
     log.info(
         "agent.launch",
@@ -492,6 +614,20 @@ def _run_parent(info: LaunchInfo, opts: RunOptions, job_id: int, step: _Step) ->
         stop_grace_s=info.stop_grace_s,
         mode=info.mode,
     )
+    if lighthouse is not None:
+
+        def fall_back() -> None:
+            for watch in watches:
+                watch.set()  # the lighthouse's end is this fallback's, not a death
+            lighthouse.stop()
+            follower.mode = TORCHRUN
+            fall_back_to_restart(info, job_id, step.outside.count)
+
+        watches.append(
+            watch_outside_kills(
+                step.outside, fall_back, ending=lambda: step.stopping or training_done(info)
+            )
+        )
     follower.start()
     try:
         return launch_steps(info, job_id, PARENT, opts, step)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurm_elastic.errors import AgentError
+from slurm_elastic.protocol import Fallback
 
 TORCHRUN = "torchrun"
 TORCHFT = "torchft"
@@ -30,6 +31,11 @@ LEAVE_ACTION = "leave"  # control.json: the groups on nodes outside keep_nodes l
 # control.json: the same request once its answers are in (or its wait is over): a group
 # that forms after it stays, wherever it runs (agent.boundary.leave_open).
 LEAVE_CLOSED_ACTION = "leave_closed"
+# Why a job launched in the torchft mode runs in the restart mode (launch.json's
+# ``fallback``, and the workers' reports): torchft kill requests from outside the job ended
+# too many of its groups (``agent.launcher``, ``OutsideKills``).
+FALLBACK_OUTSIDE_KILLS = Fallback.OUTSIDE_KILLS.value
+FALLBACK_ENV = "SLURM_ELASTIC_FALLBACK"
 LEFT_EXIT = 0  # a group that left on request: its step is done, nothing failed
 DEFAULT_FT_TIMEOUT_S = 5.0  # what an unannounced loss costs the survivors, at most
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from slurm_elastic.agent.jobdir import LaunchInfo
 from slurm_elastic.agent.modes import (
     ADVERTISE_ENV,
+    FALLBACK_ENV,
     LIGHTHOUSE_ENV,
     LIGHTHOUSE_EPOCH_ENV,
     MODE_ENV,
@@ -77,6 +78,18 @@ def is_loopback(addr: str | None) -> bool:
         return addr == "localhost"
 
 
+# torchft's Rust side reads RUST_LOG as one level word (src/lib.rs, setup_logging).
+_MORE_THAN_WARN = ("info", "debug", "trace")
+
+
+def rust_log(asked: str | None) -> str:
+    """torchft's log level for the job's groups: ``warn`` (at ``info`` it logs every quorum)
+    unless the job asked for more.  Never less: the launcher counts the line a manager
+    writes at ``warn`` before a kill request ends it (``agent.srunlog``)."""
+    level = (asked or "").strip().lower()
+    return level if level in _MORE_THAN_WARN else "warn"
+
+
 def node_env(
     info: LaunchInfo, addr: str | None, env: dict[str, str], node: str = ""
 ) -> dict[str, str]:
@@ -89,13 +102,15 @@ def node_env(
         out[ADVERTISE_ENV] = addr or node
         out[TIMEOUT_ENV] = str(info.ft_timeout_s)
         out[LIGHTHOUSE_EPOCH_ENV] = str(info.lighthouse_epoch)
-        out.setdefault("RUST_LOG", "warn")  # torchft's Rust side logs every quorum at INFO
+        out["RUST_LOG"] = rust_log(out.get("RUST_LOG"))
         if info.nproc_per_node == 1:
             # The script runs without torchrun (rendezvous.replica_group_argv): nothing of a
             # torchrun's may reach it from the batch script's environment (a MASTER_PORT set
             # there would be every node's), so it starts as a one-process group of its own.
             for name in TORCHRUN_VARIABLES:
                 out.pop(name, None)
+    if info.fallback:
+        out[FALLBACK_ENV] = info.fallback  # the workers' reports say why (status shows it)
     out["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     out["SLURM_ELASTIC_JOB_ID"] = str(info.job_id)
     out["SLURM_ELASTIC_JOB_DIR"] = info.job_dir

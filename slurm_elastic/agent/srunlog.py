@@ -15,7 +15,14 @@ Slurm adds one more: once a shrink has taken a node from a running step, srun en
 status 137 and ``srun: Force Terminated StepId=...`` even when every task that stayed ended
 with 0 (seen on 22.05, 24.11 and 26.05: the step's part on the removed node counts as
 killed).  :class:`StepReport` keeps what srun said about the step's tasks, so the launcher
-can tell that end from a failed step (:meth:`StepReport.tasks_succeeded`).  torch-free.
+can tell that end from a failed step (:meth:`StepReport.tasks_succeeded`).
+
+And one of torchft's: a replica group's manager ends its process (``exit(1)``) on a kill
+request, which anyone who reaches its port or the lighthouse's page can send (torchft 0.2
+has no authentication), after the line ``[WARN] [torchft::manager] - got kill request: ...``
+(the node agent keeps that level on: ``agent.node``).  :attr:`StepReport.kill_requests`
+counts them, so the launcher can tell a step ended from outside the job from one that failed
+(``agent.launcher``, ``OutsideKills``).  torch-free.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ _TASK_ENDED = re.compile(
 _TASK_FAILED = re.compile(rb"^srun: error: [^\s:]+: tasks? [0-9,\-]+: ")
 # srun's info() when slurmctld killed the step's part on a node (src/api/step_launch.c).
 _FORCE_TERMINATED = re.compile(rb"^srun: Force Terminated ")
+# torchft's manager before it exits on a kill request (src/manager.rs, ``kill``): its log
+# line, after a timestamp, wherever the task's stderr puts it.
+_KILL_REQUEST = re.compile(rb"\[torchft::manager\] - got kill request: ")
 
 
 @dataclass
@@ -51,6 +61,8 @@ class StepReport:
 
     force_terminated: bool = False  # srun: Force Terminated (ends with status 137)
     task_failures: int = 0  # task ends that were not a planned shrink's
+    kill_requests: int = 0  # replica groups a torchft kill request ended (module doc)
+    on_kill_request: Callable[[], None] | None = None  # told of each, as it is read
 
     def tasks_succeeded(self) -> bool:
         """Whether srun's non-zero status is Slurm's count of a node taken from the step,
@@ -64,6 +76,10 @@ class StepReport:
             self.force_terminated = True
         elif _TASK_FAILED.match(line):
             self.task_failures += 1
+        elif _KILL_REQUEST.search(line):
+            self.kill_requests += 1
+            if self.on_kill_request is not None:
+                self.on_kill_request()
 
 
 class PlannedRemoval:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import click
 
 from slurm_elastic.daemon.exitcodes import ExitCode
+from slurm_elastic.protocol import Fallback
 from slurm_elastic.terminal import safe_text
 
 if TYPE_CHECKING:
@@ -296,8 +297,23 @@ def _status_row(job: dict[str, Any]) -> list[Any]:
         job.get("step"),
         job.get("samples_per_s"),
         _duration(job.get("saved_s")),
-        job.get("reason") or "",
+        _with_fallback(job.get("reason") or "", job.get("fallback")),
     ]
+
+
+# What a report's ``fallback`` (protocol.Fallback) means, in the daemon's words: the job's
+# report picks one of these, never the text.
+FALLBACK_TEXT: dict[str, str] = {
+    Fallback.OUTSIDE_KILLS.value: "restart mode: torchft kill requests from outside the job "
+    "ended its replica groups",
+}
+
+
+def _with_fallback(reason: str, fallback: Any) -> str:
+    text = FALLBACK_TEXT.get(fallback) if isinstance(fallback, str) else None
+    if text is None:
+        return reason
+    return f"{reason}; {text}" if reason else text
 
 
 def _duration(seconds: Any) -> str | None:
@@ -596,6 +612,8 @@ def explain_lines(found: dict[str, Any]) -> list[str]:
             f"{row['state']} at {size}{bounds}"
         )
         lines.append(f"  reason: {row.get('reason') or '-'}")
+        if row.get("fallback") in FALLBACK_TEXT:
+            lines.append(f"  mode: {FALLBACK_TEXT[row['fallback']]}")
     if decision is None:
         lines.append("  no decision: the daemon does not resize this job")
     else:

@@ -197,13 +197,21 @@ def with_progress(
     row: dict[str, Any], report: ProgressReport | None, saved_s: float | None = None
 ) -> dict[str, Any]:
     if report is None:
-        return {**row, "step": None, "samples_per_s": None, "reported_at": None, "saved_s": None}
+        return {
+            **row,
+            "step": None,
+            "samples_per_s": None,
+            "reported_at": None,
+            "saved_s": None,
+            "fallback": None,
+        }
     return {
         **row,
         "step": report.step,
         "samples_per_s": report.samples_per_s,
         "reported_at": report.time,
         "saved_s": None if saved_s is None else round(saved_s, 1),
+        "fallback": report.fallback,
     }
 
 

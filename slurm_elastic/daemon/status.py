@@ -17,12 +17,14 @@ versioned (``"version": 1``); fields are only ever added.
                  # candidates: every size weighed, [{nodes, steps_per_s, predicted_gain,
                  # resize_cost}] ascending (the job's predicted rate there)
       "jobs": [ {job_id, partition, name, user, state, nodes, min, max, size_step, target,
-                 reason, loan, step, samples_per_s, reported_at, saved_s, measured} ],
+                 reason, loan, step, samples_per_s, reported_at, saved_s, fallback,
+                 measured} ],
                  # measured: [{nodes, steps_per_s}], the rate measured at each size
                  # min/max/size_step null: not elastic; loan: nodes held above the job's
                  # entitlement (null unless a running elastic job); step: the last reported
                  # training step; saved_s: the time resizes saved the job so far
-                 # (reports.Tally)
+                 # (reports.Tally); fallback: why a job launched stop-free now restarts
+                 # (protocol.Fallback; null: it does not)
       "actions": [ {kind, job_id, from_nodes, to_nodes, outcome, detail, ...} ],
       "nodes_on_loan": 3,                      # summed over the jobs' loans
       "reclaims": [ {borrower, waiting_job, nodes, planned_at, freed_at, seconds,
