@@ -342,3 +342,37 @@ def test_sigterm_to_the_process_group_saves_the_last_step_despite_dataloader_wor
     last_logged = max(r["step"] for r in read_records(log))
     saved = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))[-1].name
     assert saved == f"ckpt-{last_logged + 1:08d}.pt"  # the step under way, finished and kept
+
+
+def _workers_share_the_temp_dir(answers: Any) -> None:
+    """In a child of pytest (whose own temp dir must stay): make the sampler, then fork a
+    DataLoader-like worker."""
+    import multiprocessing
+    import multiprocessing.util
+
+    BatchSampler(50, 24)
+    made = multiprocessing.current_process()._config.get("tempdir")  # type: ignore[attr-defined]
+    seen: Any = multiprocessing.get_context("fork").Queue()
+    worker = multiprocessing.get_context("fork").Process(
+        target=lambda: seen.put(multiprocessing.util.get_temp_dir())
+    )
+    worker.start()
+    worker.join(30)
+    still_there = made is not None and os.path.isdir(made)  # the worker removed nothing
+    answers.put((made, seen.get(timeout=10), still_there))
+
+
+def test_dataloader_workers_share_the_samplers_temp_dir() -> None:
+    """A worker with a directory of its own could print "OSError: [Errno 39] Directory not
+    empty: '/tmp/pymp-...'" as it exits (a traceback in the job's output at a resize, seen
+    in CI); the sampler makes the directory first, so workers share it."""
+    import multiprocessing
+
+    answers: Any = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(
+        target=_workers_share_the_temp_dir, args=(answers,)
+    )
+    child.start()
+    made, in_worker, after_worker = answers.get(timeout=60)
+    child.join(30)
+    assert made is not None and in_worker == made and after_worker

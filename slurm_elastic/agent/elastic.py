@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import multiprocessing.util
 import os
 import socket
 import sys
@@ -125,6 +126,21 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
+def share_temp_dir() -> str:
+    """Make this process's multiprocessing temp dir now, before a DataLoader forks its
+    workers, so that they share it instead of each making its own.
+
+    A worker that passed a batch's tensors by file descriptor keeps a listening socket in
+    that directory; when it exits (every epoch, every restart) its own removal of the
+    directory can race the socket's and print ``OSError: [Errno 39] Directory not empty:
+    '/tmp/pymp-...'`` with a traceback (CPython's ``multiprocessing.util._remove_temp_dir``;
+    seen in CI at a grow's restart, and in mlcommons/storage#499), which reads like a crash.
+    A forked worker that finds the directory made removes nothing (its socket it does).
+    This process removes it at its normal end; a resize's ``os._exit`` leaves it, empty once
+    the workers are gone: removing it then would race the workers' own ends the same way."""
+    return multiprocessing.util.get_temp_dir()
+
+
 class BatchSampler:
     """This rank's share of each global batch, in an order that survives resizes.
 
@@ -158,6 +174,7 @@ class BatchSampler:
         self.max_world_size = max_world_size or (int(from_env) if from_env.isdigit() else 1)
         self._position = SamplerState()  # used until restore() hands the job's position over
         self._yielded: deque[list[int]] = deque()  # this iteration's batches not yet trained
+        share_temp_dir()
         _session.sampler = self
 
     @property
