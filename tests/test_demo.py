@@ -10,6 +10,7 @@ grow, every job completed, the simulated static comparison present, nothing left
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -268,3 +269,55 @@ def test_config_overrides_reach_sections_the_demo_config_lacks(tmp_path: Path) -
     assert (config.guards.cooldown_s, config.guards.min_dwell_s) == (6, 15)
     with pytest.raises(ConfigError, match=r"grow\.orphan_grace_s"):
         write_config(tmp_path, 9999, quick=True, overrides={"grow": {"orphan_grace_s": -1}})
+
+
+def _fake_sbatch(bin_dir: Path, answers: list[tuple[int, str]]) -> Path:
+    """An ``sbatch`` on PATH that gives ``answers`` in turn (exit status, stderr line); its
+    calls are counted in ``calls``.  Past the list it submits job 4242."""
+    bin_dir.mkdir()
+    calls = bin_dir / "calls"
+    cases = "".join(
+        f"  {i}) echo {message!r} >&2; exit {status};;\n"
+        for i, (status, message) in enumerate(answers, start=1)
+    )
+    script = bin_dir / "sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        f'echo x >> "{calls}"\n'
+        f'case $(wc -l < "{calls}") in\n{cases}'
+        "  *) echo 4242;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return calls
+
+
+def test_a_submission_slurm_says_to_retry_is_retried_and_a_refusal_is_final(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44 for the demo and the chaos run: 26.05 restarts slurmctld at the demo's
+    `scontrol reconfigure`, and an sbatch in those seconds is answered "try again" or not at
+    all; it is repeated, while a refusal of the job itself ends the submission at once."""
+    from slurm_elastic.demo import harness
+    from slurm_elastic.errors import SlurmRejected
+
+    monkeypatch.setattr(harness, "SUBMIT_RETRY_GAP_S", 0.01)
+    job = QUICK[0]
+    calls = _fake_sbatch(
+        tmp_path / "bin",
+        [
+            (1, "sbatch: error: Batch job submission failed: Unable to contact slurm controller"),
+            (1, "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying"),
+        ],
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    args = {"api": "http://127.0.0.1:1", "submit_dir": tmp_path, "mode": "torchrun"}
+    assert harness.submit_job(job, tmp_path / "w1", **args) == 4242
+    assert len(calls.read_text().split()) == 3
+    calls.unlink()
+    _refusing = tmp_path / "refusing"
+    _fake_sbatch(_refusing, [(1, "sbatch: error: Batch job submission failed: Invalid account")])
+    monkeypatch.setenv("PATH", f"{_refusing}:{os.environ['PATH']}")
+    with pytest.raises(SlurmRejected, match="Invalid account"):
+        harness.submit_job(job, tmp_path / "w2", **args)
+    assert len((_refusing / "calls").read_text().split()) == 1

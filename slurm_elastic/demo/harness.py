@@ -23,6 +23,7 @@ import yaml
 from slurm_elastic.config import Config, load_config
 from slurm_elastic.demo.workload import DemoJob, batch_script
 from slurm_elastic.errors import ConfigError, SlurmRejected, SlurmUnreachable
+from slurm_elastic.slurm.runner import slurm_error, slurm_message
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
@@ -31,6 +32,9 @@ NODES = 4
 # The Slurm versions scripts/cluster.sh runs; the demo's default is Debian stable's.
 SLURM_VERSIONS = ("22.05", "24.11", "26.05")
 DEFAULT_SLURM = "24.11"
+# How long a submission answered "try again" or "unreachable" is repeated, and how often.
+SUBMIT_RETRY_S = 60.0
+SUBMIT_RETRY_GAP_S = 2.0
 
 
 def parse_exports(text: str) -> dict[str, str]:
@@ -139,20 +143,26 @@ def submit_job(job: DemoJob, work: Path, *, api: str, submit_dir: Path, mode: st
     script.write_text(
         batch_script(job, python=sys.executable, example=EXAMPLE, work_dir=work, mode=mode)
     )
-    done = subprocess.run(
-        ["sbatch", "--parsable", f"--chdir={work}", str(script)],
-        cwd=submit_dir,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "SLURM_ELASTIC_API": api},
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SlurmRejected(
-            f"sbatch {job.name} failed: {done.stderr.strip()}", slurm_message=done.stderr
+    # A controller restarting (26.05 restarts slurmctld at every `scontrol reconfigure`,
+    # which the demo runs) or busy answers "try again": so do we, as the daemon does
+    # (slurm.runner.slurm_error), for a while; a refusal of the job itself is final.
+    deadline = time.monotonic() + SUBMIT_RETRY_S
+    while True:
+        done = subprocess.run(
+            ["sbatch", "--parsable", f"--chdir={work}", str(script)],
+            cwd=submit_dir,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "SLURM_ELASTIC_API": api},
+            check=False,
         )
-    return int(done.stdout.strip().split(";")[0])
+        if done.returncode == 0:
+            return int(done.stdout.strip().split(";")[0])
+        error = slurm_error(f"sbatch {job.name}", slurm_message(done.stderr))
+        if isinstance(error, SlurmRejected) or time.monotonic() > deadline:
+            raise error
+        time.sleep(SUBMIT_RETRY_GAP_S)
 
 
 class Daemon:
