@@ -299,7 +299,7 @@ def test_a_submission_slurm_says_to_retry_is_retried_and_a_refusal_is_final(
     `scontrol reconfigure`, and an sbatch in those seconds is answered "try again" or not at
     all; it is repeated, while a refusal of the job itself ends the submission at once."""
     from slurm_elastic.demo import harness
-    from slurm_elastic.errors import SlurmRejected
+    from slurm_elastic.errors import SlurmRejected, SlurmUnreachable
 
     monkeypatch.setattr(harness, "SUBMIT_RETRY_GAP_S", 0.01)
     job = QUICK[0]
@@ -321,3 +321,10 @@ def test_a_submission_slurm_says_to_retry_is_retried_and_a_refusal_is_final(
     with pytest.raises(SlurmRejected, match="Invalid account"):
         harness.submit_job(job, tmp_path / "w2", **args)
     assert len((_refusing / "calls").read_text().split()) == 1
+    # A timed-out submission may have been taken: never repeated (as slurm.cli's submit).
+    timed_out = tmp_path / "timed-out"
+    _fake_sbatch(timed_out, [(1, "sbatch: error: Socket timed out on send/recv operation")])
+    monkeypatch.setenv("PATH", f"{timed_out}:{os.environ['PATH']}")
+    with pytest.raises(SlurmUnreachable, match="Socket timed out"):
+        harness.submit_job(job, tmp_path / "w3", **args)
+    assert len((timed_out / "calls").read_text().split()) == 1

@@ -259,6 +259,19 @@ def test_every_number_is_bounded_and_finite(field: str, value: float) -> None:
         parse_report(LIAR, body, received_at=1.0, slurm_nodes=1)
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["OUTSIDE_KILLS", "outside_kills\nREADY=1", "\x1b[2J", "x" * 100_000, 1, ["outside_kills"]],
+)
+def test_a_fallback_is_only_a_word_from_the_daemons_list(value: object) -> None:
+    """The one report field shown to admins as text (status REASON, explain): a job's
+    own lie about it is one of the daemon's words or a 400, never text of the job's."""
+    with pytest.raises(ReportRejected, match="fallback"):
+        parse_report(
+            LIAR, {"step": 1, "nodes": 1, "fallback": value}, received_at=1.0, slurm_nodes=1
+        )
+
+
 def _bounded(low: float, high: float) -> st.SearchStrategy[float]:
     """Any finite value in range, its bounds and the smallest magnitudes included."""
     edges = [v for v in (low, high, 0.0, 1e-300, -1e-300) if low <= v <= high]

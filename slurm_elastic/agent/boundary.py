@@ -182,6 +182,7 @@ class StepBoundary:
         self._flags = {"hold": False, "term": False, "ckpt": False, "leave": False}
         # The torchft mode's replica group is its node (agent.replicas).
         self.replica = os.environ.get(REPLICA_ENV, "")
+        self._fallback = os.environ.get(FALLBACK_ENV)  # set by the node agent: status says why
         self._leave_seq = 0
         self._seen_seq = self._baseline_seq()
         self._saved_step = -1
@@ -328,9 +329,8 @@ class StepBoundary:
             rate = done / span if span > 0 else None
         data = self.progress.data
         mode: dict[str, str] = {"mode": TORCHFT} if self.replica else {}  # priced as such
-        fallback = os.environ.get(FALLBACK_ENV)  # set by the node agent: status says why
-        if fallback:
-            mode["fallback"] = fallback
+        if self._fallback:
+            mode["fallback"] = self._fallback
         self.reporter.offer(
             **mode,
             step=self.progress.step,

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from slurm_elastic.config import Config, load_config
 from slurm_elastic.demo.workload import DemoJob, batch_script
-from slurm_elastic.errors import ConfigError, SlurmRejected, SlurmUnreachable
+from slurm_elastic.errors import ConfigError, SlurmBusy, SlurmUnreachable
 from slurm_elastic.slurm.runner import slurm_error, slurm_message
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,25 +145,35 @@ def submit_job(job: DemoJob, work: Path, *, api: str, submit_dir: Path, mode: st
         batch_script(job, python=sys.executable, example=EXAMPLE, work_dir=work, mode=mode)
     )
     # A controller restarting (26.05 restarts slurmctld at every `scontrol reconfigure`,
-    # which the demo runs) or busy answers "try again": so do we, as the daemon does
-    # (slurm.runner.slurm_error), for a while; a refusal of the job itself is final.
-    deadline = time.monotonic() + SUBMIT_RETRY_S
-    while True:
-        done = subprocess.run(
-            ["sbatch", "--parsable", f"--chdir={work}", str(script)],
-            cwd=submit_dir,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env={**os.environ, "SLURM_ELASTIC_API": api},
-            check=False,
-        )
-        if done.returncode == 0:
-            return int(done.stdout.strip().split(";")[0])
-        error = slurm_error(f"sbatch {job.name}", slurm_message(done.stderr))
-        if isinstance(error, SlurmRejected) or time.monotonic() > deadline:
-            raise error
-        time.sleep(SUBMIT_RETRY_GAP_S)
+    # which the demo runs) or busy answers "try again": so do we, for a while, but only
+    # where sbatch cannot have submitted anything (slurm.cli never repeats a submit: a
+    # timed-out one may have been taken).  A refusal of the job itself is final.
+    for attempt in Retrying(
+        retry=retry_if_exception(_not_submitted),
+        stop=stop_after_delay(SUBMIT_RETRY_S),
+        wait=wait_fixed(SUBMIT_RETRY_GAP_S),
+        reraise=True,
+    ):
+        with attempt:
+            done = subprocess.run(
+                ["sbatch", "--parsable", f"--chdir={work}", str(script)],
+                cwd=submit_dir,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={**os.environ, "SLURM_ELASTIC_API": api},
+                check=False,
+            )
+            if done.returncode != 0:
+                raise slurm_error(f"sbatch {job.name}", slurm_message(done.stderr))
+    return int(done.stdout.strip().split(";")[0])
+
+
+def _not_submitted(error: BaseException) -> bool:
+    """Slurm said "try again", or sbatch never reached a controller."""
+    return isinstance(error, SlurmBusy) or (
+        isinstance(error, SlurmUnreachable) and "unable to contact" in str(error).lower()
+    )
 
 
 class Daemon:
