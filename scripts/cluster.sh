@@ -269,6 +269,10 @@ root_packages() {
     # libslurm-dev: the headers the --elastic plugin is built against (build_spank; the
     # host's gcc compiles it); gcc and libc6-dev: pyslurm's build runs inside the 24.11 root.
     packages+=(libslurm-dev)
+    # python3: the system's interpreter, as on any Debian compute host; the hostile-user
+    # tests' jobs run the job side's access layer with it as an unprivileged user, who cannot
+    # read root's interpreter (tests/test_hostile_jobdir_live.py).
+    packages+=(python3)
     [[ $SLURM == 24.11 ]] && packages+=(gcc libc6-dev)
     echo "${packages[*]}"
 }

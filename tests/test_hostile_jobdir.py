@@ -48,13 +48,14 @@ from slurm_elastic.agent.checkpoint import atomic_write, list_checkpoints, open_
 from slurm_elastic.errors import AgentError
 
 work, rounds = Path(sys.argv[1]), int(sys.argv[2])
-job = OwnDir(work / ".slurm-elastic" / "job-7")
+name = sys.argv[3] if len(sys.argv) > 3 else "job-7"
+job = OwnDir(work / ".slurm-elastic" / name)
 for i in range(rounds):
     try:
         job.write("launch.json", lambda h: h.write(b'{"argv": ["train.py"]}'))
         got = job.read("launch.json")
         print("mine" if got == b'{"argv": ["train.py"]}' else f"FOREIGN {got!r}")
-        ckpts = work / ".slurm-elastic" / "job-7" / "checkpoints"
+        ckpts = work / ".slurm-elastic" / name / "checkpoints"
         atomic_write(ckpts / "ckpt-00000001.pt", lambda h: h.write(b"alice"))
         for _, path in list_checkpoints(ckpts):
             with open_checkpoint(path) as h:
@@ -64,17 +65,21 @@ for i in range(rounds):
         print("refused " + str(exc).replace("\n", " "))
 """
 
-# se-bob, for as long as se-alice's job runs: take her directories away, plant his own.
+# se-bob, for as long as se-alice's job runs: take her directories away, plant his own
+# (in the job directories named after the work directory, job-7 when none is named).
 BOB = r"""
-w=$1; n=0
+w=$1; shift; [ $# -gt 0 ] || set -- job-7
+n=0
 while [ ! -e "$w/stop" ] && [ $n -lt 20000 ]; do
     n=$((n + 1))
     mv "$w/.slurm-elastic" "$w/b$n" 2>/dev/null
-    mv "$w/.slurm-elastic/job-7" "$w/b$n" 2>/dev/null
-    mkdir -p "$w/.slurm-elastic/job-7/checkpoints" 2>/dev/null
-    chmod 777 "$w/.slurm-elastic" "$w/.slurm-elastic/job-7" 2>/dev/null
-    echo '{"argv": ["evil"]}' > "$w/.slurm-elastic/job-7/launch.json" 2>/dev/null
-    echo bob > "$w/.slurm-elastic/job-7/checkpoints/ckpt-00000001.pt" 2>/dev/null
+    for j in "$@"; do
+        mv "$w/.slurm-elastic/$j" "$w/b$n-$j" 2>/dev/null
+        mkdir -p "$w/.slurm-elastic/$j/checkpoints" 2>/dev/null
+        chmod 777 "$w/.slurm-elastic" "$w/.slurm-elastic/$j" 2>/dev/null
+        echo '{"argv": ["evil"]}' > "$w/.slurm-elastic/$j/launch.json" 2>/dev/null
+        echo bob > "$w/.slurm-elastic/$j/checkpoints/ckpt-00000001.pt" 2>/dev/null
+    done
     ln -s "$w/b$n" "$w/.slurm-elastic/job-8" 2>/dev/null
 done
 """

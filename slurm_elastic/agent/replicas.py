@@ -205,8 +205,29 @@ class ReplicaGroup:
         self._last_quorum = -1
 
     def begin(self) -> Membership:
-        """Join this step's quorum; a group behind the others is healed inside it."""
-        self.manager.start_quorum()
+        """Join this step's quorum; a group behind the others is healed inside it.
+
+        A quorum this group could not take part in (setting up the quorum's process group
+        or the heal failed: torchft reported the error, and no step can commit here) runs no
+        step: the group votes against the commit, as every rank of it must, and joins the
+        next quorum.  So a group left behind never trains an old step on stale weights
+        (those samples would look trained), and whatever spoils a quorum -- a peer that
+        died, an outsider's invented replica, garbage in a store -- costs quorums, not
+        work.
+        """
+        while True:
+            self.manager.start_quorum()
+            if not self._quorum_failed():
+                break
+            error = self.manager.errored()
+            cause = "another rank's" if error is None else repr(error.original_exception)
+            log.warning(
+                "trainer.quorum_failed",
+                replica=self.replica,
+                quorum=int(self.manager._quorum_id),
+                error=cause.splitlines()[0][:200],  # torchft logged it whole, with its trace
+            )
+            self.manager.should_commit()  # False: the group's vote, taken by all its ranks
         participants = self.manager.num_participants()
         group_rank = self.manager.participating_rank()
         if group_rank is None:  # not with use_async_quorum=False, which heals first
@@ -232,6 +253,16 @@ class ReplicaGroup:
             self.retries,
             self.lighthouse_epoch,
         )
+
+    def _quorum_failed(self) -> bool:
+        """Whether any rank of this group failed to join the quorum it just formed: agreed
+        inside the group (torchrun's process group), so that all its ranks skip together."""
+        failed = self.manager.errored() is not None
+        if self.local_world > 1:
+            flag = torch.tensor([1.0 if failed else 0.0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            failed = bool(flag.item() > 0)
+        return failed
 
     def reduce_in_group(self, buffer: torch.Tensor) -> None:
         """Sum ``buffer`` over this group's ranks (torchrun's process group)."""
