@@ -646,6 +646,11 @@ def test_slowloris_never_makes_the_daemon_look_unhealthy_and_the_loop_goes_on(
     record("connections: 200 held, /healthz meanwhile", f"slowest {slowest:.3f}s", 200)
     assert len(closed_after) == len(held), "a held connection was never closed"
     assert max(closed_after.values()) < HEADER_TIMEOUT_S + 5
+    print(
+        f"slowloris: {len(held)} held; {len(probes)} /healthz probes meanwhile, all 200, "
+        f"slowest {slowest:.3f}s; each closed {max(closed_after.values()):.1f}s after it came "
+        "at most"
+    )
     record("connections: idle or trickling", f"{len(held)} closed by the daemon", 408)
     wait_until(lambda: call(daemon, "GET", "/healthz")[0] == 200, 15, "the API to serve")
 

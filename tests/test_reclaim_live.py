@@ -154,8 +154,10 @@ def test_a_companion_its_owner_relabelled_is_still_reclaimed(
     instruction = board.pending_for(parent)
     assert instruction is not None and instruction.target_nodes == 2
     assert board.ack(Ack(instruction.id, parent, AckStatus.READY, 5, "checkpointed", time.time()))
+    acked = time.monotonic()
     cycle(ctl)
     assert wait_for(lambda: running(rigid), timeout_s=SLURM_PASS_S).node_count == 2
+    print(f"relabelled ({field}): rigid job running {time.monotonic() - acked:.1f}s after the ack")
     left = [c for c in companions if c in jobs() and jobs()[c].is_running]
     assert len(left) == 1  # the newest companion went back; the borrower kept 2 nodes
 
@@ -211,8 +213,10 @@ def test_bobs_relabelled_companions_are_still_reclaimed_for_alice(
     instruction = board.pending_for(parent)
     assert instruction is not None and instruction.target_nodes == 2
     assert board.ack(Ack(instruction.id, parent, AckStatus.READY, 5, "checkpointed", time.time()))
+    acked = time.monotonic()
     cycle(ctl)
     assert wait_for(lambda: running(rigid), timeout_s=SLURM_PASS_S).node_count == 2
+    print(f"bob relabelled: alice's rigid job ran {time.monotonic() - acked:.1f}s after the ack")
 
 
 @pytest.mark.slurm
