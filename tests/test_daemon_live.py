@@ -420,8 +420,10 @@ def shrink_reuse_and_end(live: Path, setting: str) -> tuple[Controller, int]:
 def whole_cluster_job_starts(cwd: Path, timeout_s: float = 90.0) -> bool:
     """An exclusive job on every node (the batch partition is OverSubscribe=EXCLUSIVE).
     A leaked node never frees by itself, so a long wait still catches one; 30 s was too
-    short twice on 24.11 on 2026-11-27, and 90 s once on 26.05 on 2026-11-29, in a whole
-    leg's run, not in 4 runs alone nor in the next leg (cause not found yet)."""
+    short twice on 24.11 on 2026-11-27, and 90 s once on 26.05 on 2026-11-29 and once on
+    24.11 on 2026-12-08 (every node idle or ``planned``, the job pending ``Resources``: a
+    leak, not a slow start), each in a whole leg's run, never in runs alone (cause not found
+    yet: it is why 24.11 and 26.05 may belong in ``SHRINK_LEAK_VERSIONS``)."""
     whole = sbatch(f"-N{len(CliBackend().read_nodes())}", "--wrap", "sleep 600", cwd=cwd)
     try:
         wait_for(lambda: running(whole), timeout_s=timeout_s)
