@@ -292,39 +292,46 @@ def _fake_sbatch(bin_dir: Path, answers: list[tuple[int, str]]) -> Path:
     return calls
 
 
+UNREACHABLE = "sbatch: error: Batch job submission failed: Unable to contact slurm controller"
+BUSY = "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying"
+INVALID_ACCOUNT = "sbatch: error: Batch job submission failed: Invalid account"
+TIMED_OUT = "sbatch: error: Socket timed out on send/recv operation"
+
+
+@pytest.mark.parametrize(
+    ("answers", "refused", "calls"),
+    [
+        # "try again" and "no controller reached": nothing can have been submitted.
+        ([(1, UNREACHABLE), (1, BUSY)], None, 3),
+        # A refusal of the job itself ends the submission at once.
+        ([(1, INVALID_ACCOUNT)], ("SlurmRejected", "Invalid account"), 1),
+        # A timed-out submission may have been taken: never repeated (as slurm.cli's submit).
+        ([(1, TIMED_OUT)], ("SlurmUnreachable", "Socket timed out"), 1),
+    ],
+    ids=["retried", "refused", "timed-out"],
+)
 def test_a_submission_slurm_says_to_retry_is_retried_and_a_refusal_is_final(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    answers: list[tuple[int, str]],
+    refused: tuple[str, str] | None,
+    calls: int,
 ) -> None:
     """Issue 44 for the demo and the chaos run: 26.05 restarts slurmctld at the demo's
     `scontrol reconfigure`, and an sbatch in those seconds is answered "try again" or not at
     all; it is repeated, while a refusal of the job itself ends the submission at once."""
+    from slurm_elastic import errors
     from slurm_elastic.demo import harness
-    from slurm_elastic.errors import SlurmRejected, SlurmUnreachable
 
     monkeypatch.setattr(harness, "SUBMIT_RETRY_GAP_S", 0.01)
-    job = QUICK[0]
-    calls = _fake_sbatch(
-        tmp_path / "bin",
-        [
-            (1, "sbatch: error: Batch job submission failed: Unable to contact slurm controller"),
-            (1, "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying"),
-        ],
-    )
+    counted = _fake_sbatch(tmp_path / "bin", answers)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     args = {"api": "http://127.0.0.1:1", "submit_dir": tmp_path, "mode": "torchrun"}
-    assert harness.submit_job(job, tmp_path / "w1", **args) == 4242
-    assert len(calls.read_text().split()) == 3
-    calls.unlink()
-    _refusing = tmp_path / "refusing"
-    _fake_sbatch(_refusing, [(1, "sbatch: error: Batch job submission failed: Invalid account")])
-    monkeypatch.setenv("PATH", f"{_refusing}:{os.environ['PATH']}")
-    with pytest.raises(SlurmRejected, match="Invalid account"):
-        harness.submit_job(job, tmp_path / "w2", **args)
-    assert len((_refusing / "calls").read_text().split()) == 1
-    # A timed-out submission may have been taken: never repeated (as slurm.cli's submit).
-    timed_out = tmp_path / "timed-out"
-    _fake_sbatch(timed_out, [(1, "sbatch: error: Socket timed out on send/recv operation")])
-    monkeypatch.setenv("PATH", f"{timed_out}:{os.environ['PATH']}")
-    with pytest.raises(SlurmUnreachable, match="Socket timed out"):
-        harness.submit_job(job, tmp_path / "w3", **args)
-    assert len((timed_out / "calls").read_text().split()) == 1
+    if refused is None:
+        assert harness.submit_job(QUICK[0], tmp_path / "w", **args) == 4242
+    else:
+        kind, message = refused
+        with pytest.raises(getattr(errors, kind), match=message) as caught:
+            harness.submit_job(QUICK[0], tmp_path / "w", **args)
+        assert type(caught.value) is getattr(errors, kind)
+    assert len(counted.read_text().split()) == calls

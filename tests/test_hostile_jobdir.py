@@ -99,22 +99,30 @@ def users() -> tuple[str, str]:
     return TEST_USERS[0], TEST_USERS[1]
 
 
-@pytest.fixture
-def shared() -> Iterator[tuple[Path, Path]]:
-    """(a work directory anyone may write, mode 1777; the modules se-alice imports)."""
-    top = Path(tempfile.mkdtemp(prefix="se-jobdir-"))
+def shared_tree(top: Path, scripts: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """Under ``top`` (mode 0755): a work directory anyone may write, mode 1777, and the
+    modules se-alice imports (with ``scripts``, by name), which anyone may read."""
     top.chmod(0o755)
     code = top / "code"
     for module in MODULES:
         (code / module).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / module, code / module)
+    for name, text in (scripts or {}).items():
+        (code / name).write_text(text)
     for path in [code, *code.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     work = top / "work"
     work.mkdir()
     work.chmod(0o1777)
+    return work, code
+
+
+@pytest.fixture
+def shared() -> Iterator[tuple[Path, Path]]:
+    """(a work directory anyone may write, mode 1777; the modules se-alice imports)."""
+    top = Path(tempfile.mkdtemp(prefix="se-jobdir-"))
     try:
-        yield work, code
+        yield shared_tree(top)
     finally:
         shutil.rmtree(top, ignore_errors=True)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm_cluster import ClusterUser, SlurmCluster, wait_until
-from tests.test_hostile_jobdir import ALICE, BOB, MODULES, REPO, RUNUSER
+from tests.test_hostile_jobdir import ALICE, BOB, RUNUSER, shared_tree
 
 pytestmark = pytest.mark.slurm
 
@@ -41,18 +41,7 @@ def shared(two_users: tuple[ClusterUser, ClusterUser]) -> Iterator[tuple[Path, P
     version's root, sees it at the same path (scripts/cluster.sh binds /tmp into the roots)."""
     alice, _ = two_users
     top = Path(tempfile.mkdtemp(prefix="se-jobdir-live-", dir="/tmp"))
-    top.chmod(0o755)
-    code = top / "code"
-    for module in MODULES:
-        (code / module).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / module, code / module)
-    (code / "alice.py").write_text(ALICE)
-    (code / "bob.sh").write_text(BOB)
-    for path in [code, *code.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    work = top / "work"
-    work.mkdir()
-    work.chmod(0o1777)
+    work, code = shared_tree(top, {"alice.py": ALICE, "bob.sh": BOB})
     out = top / "alice"
     out.mkdir(mode=0o700)
     shutil.chown(out, alice.name, alice.name)
